@@ -1,0 +1,10 @@
+// asynctp: tensor-parallel GEMMs that hide their communication on NVLink-connected GPUs.
+// The umbrella header: everything a user of the host API needs.
+#pragma once
+
+#include "asynctp/communicator.h"
+#include "asynctp/error.h"
+#include "asynctp/launcher.h"
+#include "asynctp/signal.h"
+#include "asynctp/symmetric.h"
+#include "asynctp/version.h"

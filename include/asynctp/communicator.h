@@ -1,0 +1,99 @@
+// Communicator: one rank's handle on the GPUs of a tensor-parallel group.
+//
+// It owns (or borrows) an NCCL communicator and holds what every asynctp op needs: an NCCL device
+// communicator with LSA barriers (for kernels), a cuBLASLt handle, the LSA team (the ranks whose
+// memory this GPU reaches by load/store over NVLink or PCIe), a signal pad, a stream-ordered barrier
+// and a symmetric workspace that grows on demand.
+//
+// Creation, destruction, workspace() and barrier() are collective: every rank of the group calls them,
+// in the same order. Creation is refused with an asynctp::Error on every rank when the NCCL library
+// differs from the headers asynctp was built with, or when a peer of the LSA team has no P2P access.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+struct cublasLtContext;  // cublasLtHandle_t, without pulling cublasLt.h into every user
+
+namespace asynctp {
+
+class SymmetricBuffer;
+class SignalPad;
+
+struct CommunicatorOptions {
+  // CUDA device of this rank; -1 means the device current on the calling thread.
+  int device = -1;
+  // Bound on every wait asynctp does on the GPU; <= 0 means ASYNCTP_TIMEOUT_MS from the environment,
+  // else 30 s. A wait that passes it reports rank, flag and values and stops the kernel (trap).
+  int timeout_ms = 0;
+  // Flags in the communicator's signal pad (signals()).
+  int signal_count = 1024;
+};
+
+// The LSA ("load/store accessible") team: ranks that can read each other's symmetric memory directly.
+struct Team {
+  int rank = 0;  // this rank's index in the team
+  int size = 1;
+};
+
+class Communicator {
+ public:
+  // Makes and owns an NCCL communicator (ncclCommInitRank). Collective.
+  static std::unique_ptr<Communicator> create(int rank, int world_size, const ncclUniqueId& id,
+                                              const CommunicatorOptions& options = {});
+  // Uses `comm`, which the caller owns and must keep alive until this Communicator is destroyed.
+  static std::unique_ptr<Communicator> wrap(ncclComm_t comm, const CommunicatorOptions& options = {});
+
+  ~Communicator();  // collective: frees windows and the device communicator in reverse order
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const;
+  int world_size() const;
+  int device() const;
+  int timeout_ms() const;
+  Team lsa() const;
+  int lsa_to_world(int lsa_rank) const;  // world rank of an LSA team member
+
+  ncclComm_t nccl() const;
+  cublasLtContext* cublaslt() const;
+
+  // This rank's flags, readable and settable from every LSA peer (see signal.h).
+  SignalPad& signals();
+
+  // A symmetric buffer of at least `bytes` bytes, reused across calls and regrown (collectively) when a
+  // call needs more. Every rank must pass the same `bytes`. The reference stays valid until the next
+  // call that grows it.
+  SymmetricBuffer& workspace(size_t bytes);
+
+  // Stream-ordered barrier across the LSA team: work enqueued on `stream` after it starts only once
+  // every LSA rank's work before its own barrier() has finished. Bounded by timeout_ms(). Capturable in
+  // a CUDA graph (its epoch lives on the GPU).
+  void barrier(cudaStream_t stream);
+
+  // Waits for `stream` (cudaStreamSynchronize). Where a wait or barrier on it timed out, throws an
+  // asynctp::Error carrying the kernel's report (which rank, which flag, what it saw); the CUDA context
+  // is lost after such a fault, and the process should destroy the communicator and exit.
+  void synchronize(cudaStream_t stream) const;
+
+  // Collective, host-synchronous: true on every rank iff `local_ok` is true on every rank. Lets a rank
+  // that found a problem make all ranks fail together instead of leaving the others in a collective.
+  bool all_ok(bool local_ok);
+
+  // Throws asynctp::Error naming `what` unless this rank's GPU is Hopper (sm_90).
+  void require_hopper(const char* what) const;
+
+  struct Impl;
+  Impl& impl() { return *impl_; }  // for asynctp's own kernels and algorithms
+  const Impl& impl() const { return *impl_; }
+
+ private:
+  explicit Communicator(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace asynctp

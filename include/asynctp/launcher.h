@@ -1,0 +1,73 @@
+// Runs N ranks on one node, one process per GPU.
+//
+// The launcher forks before any CUDA call (CUDA cannot be used in a child forked after its parent
+// touched CUDA), so the process that calls launch() must not have used CUDA yet. Each child gets its
+// rank, the world size, its GPU and an ncclUniqueId, and can exchange bytes with the other ranks through
+// the launcher (a host-side all-gather over pipes). The launcher itself never calls CUDA or NCCL.
+//
+// A child that exits non-zero, dies of a signal, leaves an exchange the others wait on, or outlives
+// the timeout makes the launcher stop the others (SIGTERM, then SIGKILL) and report which rank failed
+// and how. launch() always returns; it never hangs.
+#pragma once
+
+#include <nccl.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace asynctp {
+
+class RankContext {
+ public:
+  int rank = 0;
+  int world_size = 1;
+  int device = 0;           // the GPU this rank should use (CUDA ordinal)
+  ncclUniqueId nccl_id{};   // the same on every rank (made by rank 0) when LaunchOptions::make_nccl_id
+
+  // Collective: every rank calls it the same number of times. Returns every rank's `mine`, by rank.
+  // Throws asynctp::Error if the launcher is gone.
+  std::vector<std::string> allgather(const std::string& mine) const;
+
+  int up_fd = -1;    // to the launcher
+  int down_fd = -1;  // from the launcher
+};
+
+// The function each rank runs in its own process. Its return value is the process's exit code;
+// an exception escaping it is printed ("rank R: ...") and exits with code 1.
+using RankMain = std::function<int(RankContext&)>;
+
+struct LaunchOptions {
+  // The whole job is stopped after this long. <= 0 means the default: ASYNCTP_LAUNCH_TIMEOUT_MS
+  // from the environment, else 10 minutes.
+  int timeout_ms = 0;
+  // Rank r gets GPU first_device + r.
+  int first_device = 0;
+  // Rank 0 makes an ncclUniqueId and the launcher hands it to every rank before RankMain runs.
+  bool make_nccl_id = true;
+  // How long stopped ranks get between SIGTERM and SIGKILL.
+  int kill_grace_ms = 2000;
+};
+
+struct RankOutcome {
+  enum class State { kExited, kSignaled, kTimedOut, kStoppedByLauncher, kNotStarted };
+  State state = State::kNotStarted;
+  int exit_code = 0;  // for kExited
+  int signal = 0;     // for kSignaled, kTimedOut and kStoppedByLauncher: the signal that ended it
+  std::string describe() const;
+};
+
+struct LaunchResult {
+  bool ok = false;               // every rank exited with code 0
+  int failed_rank = -1;          // the first rank seen failing, or -1
+  std::string message;           // one line: what failed, where and how; "all N ranks exited 0" if ok
+  std::vector<RankOutcome> ranks;
+};
+
+LaunchResult launch(int world_size, const RankMain& main, const LaunchOptions& options = {});
+
+// The number of CUDA devices this process would see, found in a forked child so that the caller
+// stays free of CUDA and can still launch(). 0 where there is no usable GPU; `reason` then says why.
+int probe_cuda_device_count(std::string* reason = nullptr);
+
+}  // namespace asynctp

@@ -1,0 +1,42 @@
+// Communicator::barrier: a stream-ordered barrier across the LSA team, on epoch-valued flags.
+//
+// NCCL's ncclLsaBarrierSession would do the synchronisation, but it waits without bound; this one gives
+// up after the communicator's timeout and says which rank never arrived.
+#include "comm/communicator_impl.h"
+#include "common/check.h"
+#include "common/device_fault.h"
+#include "kernels/signal.cuh"
+
+namespace asynctp {
+namespace {
+
+// One thread per LSA peer p: announce this rank's arrival in p's pad, then wait for p's in ours.
+// Flag p of rank q holds the last barrier epoch rank p reached.
+__global__ void lsa_barrier_kernel(uint32_t* const* pads, uint32_t* epoch_counter, int me, int n,
+                                   kernels::WaitContext ctx) {
+  __shared__ uint32_t epoch;
+  if (threadIdx.x == 0) epoch = *epoch_counter + 1;
+  __syncthreads();
+  const int p = threadIdx.x;
+  if (p < n) {
+    __threadfence_system();  // everything this rank did before the barrier, before its arrival
+    kernels::st_release_sys(pads[p] + me, epoch);
+    kernels::wait_flag_sys(pads[me] + p, epoch, me, p, ctx, detail::FaultSite::kBarrier);
+    __threadfence_system();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) *epoch_counter = epoch;
+}
+
+}  // namespace
+
+void Communicator::barrier(cudaStream_t stream) {
+  Impl& m = *impl_;
+  const int n = m.lsa.size;
+  const kernels::WaitContext ctx{detail::device_fault_record(), timeout_ns(*this), m.rank};
+  const int threads = (n + 31) / 32 * 32;
+  lsa_barrier_kernel<<<1, threads, 0, stream>>>(m.barrier_pad->device_peers(), m.barrier_epoch, m.lsa.rank, n, ctx);
+  ASYNCTP_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace asynctp

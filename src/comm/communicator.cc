@@ -1,0 +1,222 @@
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "asynctp/version.h"
+#include "comm/communicator_impl.h"
+#include "common/check.h"
+#include "common/env.h"
+
+namespace asynctp {
+namespace {
+
+// LSA barriers NCCL reserves for our kernels: one per CTA of a persistent kernel on a full H100/H200.
+constexpr int kLsaBarrierCount = 132;
+constexpr int kBusIdBytes = 32;
+
+// Every LSA peer must be reachable by load/store. NCCL builds the LSA team from its own topology
+// detection; where a peer's GPU is visible to this process too, the CUDA runtime is asked as well, so
+// a platform that disables P2P is named here rather than faulting in a kernel later.
+std::string check_p2p(Communicator::Impl& impl, const std::vector<std::string>& bus_ids) {
+  for (int i = 0; i < impl.lsa.size; ++i) {
+    if (i == impl.lsa.rank) continue;
+    const int peer = impl.lsa_world_ranks[i];
+    int peer_device = -1;
+    if (cudaDeviceGetByPCIBusId(&peer_device, bus_ids[peer].c_str()) != cudaSuccess) {
+      (void)cudaGetLastError();  // not visible here (CUDA_VISIBLE_DEVICES): NCCL's word stands
+      continue;
+    }
+    int can = 0;
+    ASYNCTP_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, impl.device, peer_device));
+    if (!can) {
+      return detail::cat("GPU ", impl.device, " (", bus_ids[impl.rank], ") has no P2P access to GPU ", peer_device,
+                         " (", bus_ids[peer], ") of rank ", peer);
+    }
+  }
+  return {};
+}
+
+std::unique_ptr<Communicator::Impl> make_impl(ncclComm_t comm, bool owns, const CommunicatorOptions& options) {
+  auto impl = std::make_unique<Communicator::Impl>();
+  impl->comm = comm;
+  impl->owns_comm = owns;
+  ASYNCTP_NCCL_CHECK(ncclCommUserRank(comm, &impl->rank));
+  ASYNCTP_NCCL_CHECK(ncclCommCount(comm, &impl->world_size));
+  ASYNCTP_NCCL_CHECK(ncclCommCuDevice(comm, &impl->device));
+  detail::set_process_rank(impl->rank);
+  impl->timeout_ms = detail::resolve_timeout_ms(options.timeout_ms);
+  ASYNCTP_CHECK(options.signal_count > 0, "CommunicatorOptions::signal_count must be > 0, got ", options.signal_count);
+  impl->signal_count = options.signal_count;
+  ASYNCTP_CUDA_CHECK(cudaSetDevice(impl->device));
+  cudaDeviceProp prop{};
+  ASYNCTP_CUDA_CHECK(cudaGetDeviceProperties(&prop, impl->device));
+  impl->cc_major = prop.major;
+  impl->cc_minor = prop.minor;
+  impl->gpu_name = prop.name;
+  ASYNCTP_CUDA_CHECK(cudaStreamCreateWithFlags(&impl->setup_stream, cudaStreamNonBlocking));
+  ASYNCTP_CUDA_CHECK(cudaMalloc(&impl->exchange_buf, static_cast<size_t>(impl->world_size) * kBusIdBytes));
+
+  const ncclTeam_t team = ncclTeamLsa(comm);
+  impl->lsa = Team{team.rank, team.nRanks};
+  for (int i = 0; i < team.nRanks; ++i) impl->lsa_world_ranks.push_back(ncclTeamRankToWorld(comm, team, i));
+  return impl;
+}
+
+}  // namespace
+
+std::vector<int> Communicator::Impl::failing_ranks(bool local_ok) {
+  const int mine = local_ok ? 1 : 0;
+  ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(exchange_buf + rank, &mine, sizeof mine, cudaMemcpyHostToDevice, setup_stream));
+  ASYNCTP_NCCL_CHECK(ncclAllGather(exchange_buf + rank, exchange_buf, 1, ncclInt32, comm, setup_stream));
+  std::vector<int> all(world_size);
+  ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(all.data(), exchange_buf, sizeof(int) * world_size, cudaMemcpyDeviceToHost,
+                                     setup_stream));
+  ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(setup_stream));
+  std::vector<int> failing;
+  for (int r = 0; r < world_size; ++r) {
+    if (all[r] == 0) failing.push_back(r);
+  }
+  return failing;
+}
+
+std::unique_ptr<Communicator> Communicator::create(int rank, int world_size, const ncclUniqueId& id,
+                                                   const CommunicatorOptions& options) {
+  ASYNCTP_CHECK(world_size >= 1, "Communicator::create: world_size must be >= 1, got ", world_size);
+  ASYNCTP_CHECK(rank >= 0 && rank < world_size, "Communicator::create: rank must be in [0, ", world_size,
+                "), got ", rank);
+  detail::set_process_rank(rank);
+  check_nccl_versions_match(nccl_runtime_version(), nccl_build_version());
+  int device = options.device;
+  if (device < 0) ASYNCTP_CUDA_CHECK(cudaGetDevice(&device));
+  int count = 0;
+  ASYNCTP_CUDA_CHECK(cudaGetDeviceCount(&count));
+  ASYNCTP_CHECK(device < count, "Communicator::create: options.device is ", device, " but this process sees ", count,
+                " GPU(s) (check CUDA_VISIBLE_DEVICES)");
+  ASYNCTP_CUDA_CHECK(cudaSetDevice(device));
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 1;
+  ncclComm_t comm = nullptr;
+  ASYNCTP_NCCL_CHECK(ncclCommInitRankConfig(&comm, world_size, id, rank, &config));
+  try {
+    return std::unique_ptr<Communicator>(new Communicator(make_impl(comm, /*owns=*/true, options)));
+  } catch (...) {
+    ncclCommAbort(comm);
+    throw;
+  }
+}
+
+std::unique_ptr<Communicator> Communicator::wrap(ncclComm_t comm, const CommunicatorOptions& options) {
+  ASYNCTP_CHECK(comm != nullptr, "Communicator::wrap: comm is null; pass an initialised ncclComm_t");
+  check_nccl_versions_match(nccl_runtime_version(), nccl_build_version());
+  return std::unique_ptr<Communicator>(new Communicator(make_impl(comm, /*owns=*/false, options)));
+}
+
+Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
+  Impl& m = *impl_;
+  // P2P: every rank shares its PCI bus id, checks its LSA peers, then all ranks decide together.
+  char bus[kBusIdBytes] = {};
+  ASYNCTP_CUDA_CHECK(cudaDeviceGetPCIBusId(bus, kBusIdBytes, m.device));
+  auto* bytes = reinterpret_cast<char*>(m.exchange_buf);
+  ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(bytes + m.rank * kBusIdBytes, bus, kBusIdBytes, cudaMemcpyHostToDevice,
+                                     m.setup_stream));
+  ASYNCTP_NCCL_CHECK(ncclAllGather(bytes + m.rank * kBusIdBytes, bytes, kBusIdBytes, ncclChar, m.comm, m.setup_stream));
+  std::vector<char> all(static_cast<size_t>(m.world_size) * kBusIdBytes);
+  ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(all.data(), bytes, all.size(), cudaMemcpyDeviceToHost, m.setup_stream));
+  ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(m.setup_stream));
+  std::vector<std::string> bus_ids;
+  for (int r = 0; r < m.world_size; ++r) bus_ids.emplace_back(all.data() + r * kBusIdBytes, strnlen(all.data() + r * kBusIdBytes, kBusIdBytes));
+  const std::string problem = check_p2p(m, bus_ids);
+  const std::vector<int> failing = m.failing_ranks(problem.empty());
+  if (!failing.empty()) {
+    std::string ranks;
+    for (int r : failing) ranks += detail::cat(ranks.empty() ? "" : ", ", r);
+    detail::raise(detail::cat("Communicator: P2P access check failed on rank(s) ", ranks,
+                              problem.empty() ? "" : ": ", problem,
+                              ". asynctp needs load/store access (NVLink or PCIe P2P) between the GPUs of its LSA "
+                              "team; check `nvidia-smi topo -p2p r` and that P2P is not disabled (NCCL_P2P_DISABLE)."));
+  }
+
+  ncclDevCommRequirements reqs;
+  std::memset(&reqs, 0, sizeof reqs);
+  reqs.lsaBarrierCount = kLsaBarrierCount;
+  reqs.lsaMultimem = false;  // NVLink multicast stays off: it can take the host's GPUs out of service
+  ASYNCTP_NCCL_CHECK(ncclDevCommCreate(m.comm, &reqs, &m.dev_comm));
+  m.has_dev_comm = true;
+  ASYNCTP_CUBLAS_CHECK(cublasLtCreate(&m.cublaslt));
+
+  ASYNCTP_CHECK(m.lsa.size >= 1, "Communicator: NCCL reports an empty LSA team");
+  m.signals = SignalPad::create(*this, m.signal_count);
+  m.barrier_pad = SignalPad::create(*this, m.lsa.size);
+  ASYNCTP_CUDA_CHECK(cudaMalloc(&m.barrier_epoch, sizeof(uint32_t)));
+  ASYNCTP_CUDA_CHECK(cudaMemsetAsync(m.barrier_epoch, 0, sizeof(uint32_t), m.setup_stream));
+  ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(m.setup_stream));
+}
+
+Communicator::~Communicator() {
+  Impl& m = *impl_;
+  cudaSetDevice(m.device);
+  // After a kernel trapped (a wait timed out) the context is gone: collective teardown could hang on a
+  // peer that is gone too, so the resources are left to the dying process and NCCL is aborted.
+  const bool healthy = cudaDeviceSynchronize() == cudaSuccess;
+  if (healthy) {
+    m.workspace.reset();
+    m.barrier_pad.reset();
+    m.signals.reset();
+    cudaFree(m.barrier_epoch);
+    cudaFree(m.exchange_buf);
+    if (m.has_dev_comm) ncclDevCommDestroy(m.comm, &m.dev_comm);
+  } else {
+    (void)m.workspace.release();
+    (void)m.barrier_pad.release();
+    (void)m.signals.release();
+  }
+  if (m.cublaslt) cublasLtDestroy(m.cublaslt);
+  if (m.setup_stream) cudaStreamDestroy(m.setup_stream);
+  if (m.owns_comm) {
+    if (healthy) {
+      ncclCommDestroy(m.comm);
+    } else {
+      ncclCommAbort(m.comm);
+    }
+  }
+}
+
+int Communicator::rank() const { return impl_->rank; }
+int Communicator::world_size() const { return impl_->world_size; }
+int Communicator::device() const { return impl_->device; }
+int Communicator::timeout_ms() const { return impl_->timeout_ms; }
+Team Communicator::lsa() const { return impl_->lsa; }
+ncclComm_t Communicator::nccl() const { return impl_->comm; }
+cublasLtContext* Communicator::cublaslt() const { return impl_->cublaslt; }
+SignalPad& Communicator::signals() { return *impl_->signals; }
+
+int Communicator::lsa_to_world(int lsa_rank) const {
+  ASYNCTP_CHECK(lsa_rank >= 0 && lsa_rank < impl_->lsa.size, "lsa_to_world: lsa_rank must be in [0, ",
+                impl_->lsa.size, "), got ", lsa_rank);
+  return impl_->lsa_world_ranks[lsa_rank];
+}
+
+SymmetricBuffer& Communicator::workspace(size_t bytes) {
+  ASYNCTP_CHECK(bytes > 0, "Communicator::workspace: bytes must be > 0");
+  if (!impl_->workspace || impl_->workspace->size() < bytes) {
+    // Grow geometrically so a sequence of slightly larger requests does not reallocate every time.
+    size_t grown = impl_->workspace ? impl_->workspace->size() : 0;
+    grown = std::max(bytes, grown + grown / 2);
+    impl_->workspace.reset();
+    impl_->workspace = SymmetricBuffer::create(*this, grown);
+  }
+  return *impl_->workspace;
+}
+
+void Communicator::synchronize(cudaStream_t stream) const { ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(stream)); }
+
+bool Communicator::all_ok(bool local_ok) { return impl_->failing_ranks(local_ok).empty(); }
+
+void Communicator::require_hopper(const char* what) const {
+  check_hopper(impl_->cc_major, impl_->cc_minor, impl_->gpu_name.c_str(), impl_->device, what);
+}
+
+uint64_t timeout_ns(const Communicator& comm) { return static_cast<uint64_t>(comm.timeout_ms()) * 1000000ull; }
+
+}  // namespace asynctp

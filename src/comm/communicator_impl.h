@@ -1,0 +1,52 @@
+// Internal: what a Communicator holds. Kernels and algorithms reach it through Communicator::impl().
+#pragma once
+
+#include <cublasLt.h>
+#include <nccl.h>
+#include <nccl_device/core.h>
+#include <nccl_device/impl/comm__types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "asynctp/communicator.h"
+#include "asynctp/signal.h"
+#include "asynctp/symmetric.h"
+
+namespace asynctp {
+
+struct Communicator::Impl {
+  ncclComm_t comm = nullptr;
+  bool owns_comm = false;
+  int rank = 0;
+  int world_size = 1;
+  int device = 0;
+  int timeout_ms = 0;
+  int signal_count = 0;
+  int cc_major = 0, cc_minor = 0;
+  std::string gpu_name;
+
+  Team lsa;
+  std::vector<int> lsa_world_ranks;  // world rank of each LSA team member
+
+  ncclDevComm dev_comm{};  // passed by value to kernels that use NCCL's device API
+  bool has_dev_comm = false;
+  cublasLtHandle_t cublaslt = nullptr;
+  cudaStream_t setup_stream = nullptr;  // for the library's own blocking set-up work
+
+  int* exchange_buf = nullptr;  // device scratch for all_ok's all-gather
+
+  std::unique_ptr<SignalPad> signals;
+  std::unique_ptr<SignalPad> barrier_pad;  // flag p on rank q: the last barrier epoch rank p reached
+  uint32_t* barrier_epoch = nullptr;       // this rank's barrier count, on the GPU (graph replays)
+  std::unique_ptr<SymmetricBuffer> workspace;
+
+  // Ranks (world) whose `local_ok` was false; empty when all were fine. Collective and host-synchronous.
+  std::vector<int> failing_ranks(bool local_ok);
+};
+
+// Lowest level of every wait: the values a kernel's WaitContext carries.
+uint64_t timeout_ns(const Communicator& comm);
+
+}  // namespace asynctp

@@ -1,0 +1,398 @@
+// The rank launcher: fork one child per rank, relay their exchanges, watch them, stop them all when one
+// fails or the time is up. See include/asynctp/launcher.h. No CUDA and no NCCL calls in the parent.
+#include "asynctp/launcher.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+
+#include "common/check.h"
+#include "common/env.h"
+
+namespace asynctp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Wire format, both directions: u32 byte count, then the bytes. Upward a message is one rank's
+// contribution; downward it is the world_size contributions, each framed the same way.
+bool send_all(int fd, const void* data, size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    p += k;
+    n -= static_cast<size_t>(k);
+  }
+  return true;
+}
+
+bool recv_all(int fd, void* data, size_t n) {
+  char* p = static_cast<char*>(data);
+  while (n > 0) {
+    const ssize_t k = ::recv(fd, p, n, 0);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    p += k;
+    n -= static_cast<size_t>(k);
+  }
+  return true;
+}
+
+bool send_framed(int fd, const std::string& bytes) {
+  const uint32_t n = static_cast<uint32_t>(bytes.size());
+  return send_all(fd, &n, sizeof n) && send_all(fd, bytes.data(), bytes.size());
+}
+
+std::optional<std::string> recv_framed(int fd) {
+  uint32_t n = 0;
+  if (!recv_all(fd, &n, sizeof n)) return std::nullopt;
+  std::string bytes(n, '\0');
+  if (n > 0 && !recv_all(fd, bytes.data(), n)) return std::nullopt;
+  return bytes;
+}
+
+struct Child {
+  pid_t pid = -1;
+  int fd = -1;            // parent's end of the socket pair
+  bool running = false;
+  std::string inbox;      // bytes received, not yet parsed
+  std::optional<std::string> contribution;  // this round's, once complete
+  RankOutcome outcome;
+};
+
+[[noreturn]] void run_child(int rank, int world_size, int fd, const RankMain& main, const LaunchOptions& options) {
+  // Die with the launcher: a rank must never outlive the job that started it.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  int code = 1;
+  try {
+    RankContext ctx;
+    ctx.rank = rank;
+    ctx.world_size = world_size;
+    ctx.device = options.first_device + rank;
+    ctx.up_fd = ctx.down_fd = fd;
+    if (options.make_nccl_id) {
+      std::string mine;
+      if (rank == 0) {
+        ncclUniqueId id;
+        const ncclResult_t res = ncclGetUniqueId(&id);
+        if (res != ncclSuccess) throw Error(detail::cat("ncclGetUniqueId failed: ", ncclGetErrorString(res)));
+        mine.assign(reinterpret_cast<const char*>(&id), sizeof id);
+      }
+      const auto all = ctx.allgather(mine);
+      if (all[0].size() != sizeof(ncclUniqueId)) throw Error("rank 0 sent no ncclUniqueId");
+      std::memcpy(&ctx.nccl_id, all[0].data(), sizeof(ncclUniqueId));
+    }
+    code = main(ctx);
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    // Library errors already carry their rank.
+    std::fprintf(stderr, "%s%s\n", what.rfind("rank ", 0) == 0 ? "" : detail::cat("rank ", rank, ": ").c_str(),
+                 what.c_str());
+    code = 1;
+  } catch (...) {
+    std::fprintf(stderr, "rank %d: unknown exception\n", rank);
+    code = 1;
+  }
+  std::fflush(stdout);
+  std::fflush(stderr);
+  _exit(code);
+}
+
+std::string signal_name(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev ? detail::cat("SIG", abbrev) : detail::cat("signal ", sig);
+}
+
+class Job {
+ public:
+  Job(int world_size, const LaunchOptions& options) : children_(world_size), options_(options) {}
+
+  LaunchResult run(const RankMain& main) {
+    const int timeout_ms = options_.timeout_ms > 0
+                               ? options_.timeout_ms
+                               : detail::env_positive_int("ASYNCTP_LAUNCH_TIMEOUT_MS", detail::kDefaultLaunchTimeoutMs);
+    if (!start(main)) return finish();
+    const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (running_count() > 0 && result_.failed_rank < 0) {
+      poll_messages(20);
+      reap(false);
+      check_stalled_exchange();
+      if (result_.failed_rank < 0 && Clock::now() > deadline) {
+        time_out(timeout_ms);
+      }
+    }
+    stop_all();
+    return finish();
+  }
+
+ private:
+  bool start(const RankMain& main) {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    for (int r = 0; r < size(); ++r) {
+      int fds[2];
+      if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+        fail(r, detail::cat("could not start rank ", r, ": socketpair: ", std::strerror(errno)));
+        return false;
+      }
+      const pid_t pid = ::fork();
+      if (pid < 0) {
+        ::close(fds[0]);
+        ::close(fds[1]);
+        fail(r, detail::cat("could not start rank ", r, ": fork: ", std::strerror(errno)));
+        return false;
+      }
+      if (pid == 0) {
+        ::close(fds[0]);
+        for (int q = 0; q < r; ++q) ::close(children_[q].fd);
+        run_child(r, size(), fds[1], main, options_);
+      }
+      ::close(fds[1]);
+      children_[r].pid = pid;
+      children_[r].fd = fds[0];
+      children_[r].running = true;
+    }
+    return true;
+  }
+
+  int size() const { return static_cast<int>(children_.size()); }
+
+  int running_count() const {
+    int n = 0;
+    for (const Child& c : children_) n += c.running ? 1 : 0;
+    return n;
+  }
+
+  void poll_messages(int wait_ms) {
+    std::vector<pollfd> fds;
+    std::vector<int> ranks;
+    for (int r = 0; r < size(); ++r) {
+      if (children_[r].fd >= 0) {
+        fds.push_back({children_[r].fd, POLLIN, 0});
+        ranks.push_back(r);
+      }
+    }
+    if (fds.empty()) {
+      ::usleep(wait_ms * 1000);
+      return;
+    }
+    if (::poll(fds.data(), fds.size(), wait_ms) <= 0) return;
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      Child& c = children_[ranks[i]];
+      char buf[65536];
+      const ssize_t k = ::recv(c.fd, buf, sizeof buf, MSG_DONTWAIT);
+      if (k > 0) {
+        c.inbox.append(buf, static_cast<size_t>(k));
+        parse(ranks[i]);
+      } else if (k == 0 || (errno != EINTR && errno != EAGAIN)) {
+        ::close(c.fd);  // the child closed its end: it is exiting; reap() records how
+        c.fd = -1;
+      }
+    }
+    deliver_if_complete();
+  }
+
+  void parse(int rank) {
+    Child& c = children_[rank];
+    while (c.inbox.size() >= sizeof(uint32_t)) {
+      uint32_t n;
+      std::memcpy(&n, c.inbox.data(), sizeof n);
+      if (c.inbox.size() < sizeof n + n) return;
+      if (c.contribution) {
+        fail(rank, detail::cat("rank ", rank, " sent a second exchange message before the others sent their first"));
+        return;
+      }
+      c.contribution = c.inbox.substr(sizeof n, n);
+      c.inbox.erase(0, sizeof n + n);
+    }
+  }
+
+  void deliver_if_complete() {
+    for (const Child& c : children_) {
+      if (!c.contribution) return;
+    }
+    std::string all;
+    for (Child& c : children_) {
+      const uint32_t n = static_cast<uint32_t>(c.contribution->size());
+      all.append(reinterpret_cast<const char*>(&n), sizeof n);
+      all.append(*c.contribution);
+    }
+    for (Child& c : children_) c.contribution.reset();
+    for (Child& c : children_) {
+      if (c.fd >= 0) send_framed(c.fd, all);  // a rank that died meanwhile is reported by reap()
+    }
+  }
+
+  // A rank that has exited can never contribute: ranks waiting on the exchange would wait forever.
+  void check_stalled_exchange() {
+    if (result_.failed_rank >= 0) return;
+    bool pending = false;
+    for (const Child& c : children_) pending = pending || c.contribution.has_value();
+    if (!pending) return;
+    for (int r = 0; r < size(); ++r) {
+      const Child& c = children_[r];
+      if (!c.running && !c.contribution) {
+        fail(r, detail::cat("rank ", r, " ", c.outcome.describe(),
+                            " while other ranks waited for it in an exchange"));
+        return;
+      }
+    }
+  }
+
+  // Collects exited children; blocking waits for all of them when `block`.
+  void reap(bool block) {
+    for (int r = 0; r < size(); ++r) {
+      Child& c = children_[r];
+      if (!c.running) continue;
+      int status = 0;
+      pid_t got;
+      do {
+        got = ::waitpid(c.pid, &status, block ? 0 : WNOHANG);
+      } while (got < 0 && errno == EINTR);
+      if (got != c.pid) continue;
+      c.running = false;
+      if (c.outcome.state == RankOutcome::State::kTimedOut ||
+          c.outcome.state == RankOutcome::State::kStoppedByLauncher) {
+        if (WIFSIGNALED(status)) c.outcome.signal = WTERMSIG(status);
+        if (WIFEXITED(status)) c.outcome.exit_code = WEXITSTATUS(status);
+        continue;
+      }
+      if (WIFEXITED(status)) {
+        c.outcome.state = RankOutcome::State::kExited;
+        c.outcome.exit_code = WEXITSTATUS(status);
+      } else if (WIFSIGNALED(status)) {
+        c.outcome.state = RankOutcome::State::kSignaled;
+        c.outcome.signal = WTERMSIG(status);
+      }
+      const bool failed = c.outcome.state != RankOutcome::State::kExited || c.outcome.exit_code != 0;
+      if (failed && result_.failed_rank < 0) fail(r, detail::cat("rank ", r, " ", c.outcome.describe()));
+    }
+  }
+
+  void time_out(int timeout_ms) {
+    int first = -1;
+    for (int r = 0; r < size(); ++r) {
+      if (children_[r].running) {
+        children_[r].outcome.state = RankOutcome::State::kTimedOut;
+        if (first < 0) first = r;
+      }
+    }
+    std::string who;
+    for (int r = 0; r < size(); ++r) {
+      if (children_[r].outcome.state == RankOutcome::State::kTimedOut) who += detail::cat(who.empty() ? "" : ", ", r);
+    }
+    fail(first, detail::cat("timed out after ", timeout_ms, " ms: rank(s) ", who,
+                            " still running (ASYNCTP_LAUNCH_TIMEOUT_MS or LaunchOptions::timeout_ms sets the bound)"));
+  }
+
+  void fail(int rank, const std::string& message) {
+    if (result_.failed_rank >= 0) return;
+    result_.failed_rank = rank;
+    result_.message = message;
+  }
+
+  // SIGTERM to every rank still running, SIGKILL to those still there after the grace period.
+  void stop_all() {
+    for (Child& c : children_) {
+      if (!c.running) continue;
+      if (c.outcome.state == RankOutcome::State::kNotStarted) c.outcome.state = RankOutcome::State::kStoppedByLauncher;
+      ::kill(c.pid, SIGTERM);
+    }
+    const auto grace_end = Clock::now() + std::chrono::milliseconds(options_.kill_grace_ms);
+    while (running_count() > 0 && Clock::now() < grace_end) {
+      reap(false);
+      if (running_count() > 0) ::usleep(10000);
+    }
+    for (Child& c : children_) {
+      if (c.running) ::kill(c.pid, SIGKILL);
+    }
+    reap(true);
+    for (Child& c : children_) {
+      if (c.fd >= 0) ::close(c.fd);
+      c.fd = -1;
+    }
+  }
+
+  LaunchResult finish() {
+    stop_all();
+    result_.ok = result_.failed_rank < 0;
+    if (result_.ok) {
+      result_.message = detail::cat("all ", size(), " ranks exited 0");
+    } else {
+      std::string stopped;
+      for (int r = 0; r < size(); ++r) {
+        if (children_[r].outcome.state == RankOutcome::State::kStoppedByLauncher) {
+          stopped += detail::cat(stopped.empty() ? "" : ", ", r);
+        }
+      }
+      if (!stopped.empty()) result_.message += detail::cat("; the launcher stopped rank(s) ", stopped);
+    }
+    for (Child& c : children_) result_.ranks.push_back(c.outcome);
+    return result_;
+  }
+
+  std::vector<Child> children_;
+  LaunchOptions options_;
+  LaunchResult result_;
+};
+
+}  // namespace
+
+std::vector<std::string> RankContext::allgather(const std::string& mine) const {
+  if (!send_framed(up_fd, mine)) {
+    throw Error(detail::cat("rank ", rank, ": the launcher is gone (exchange send failed)"));
+  }
+  const auto all = recv_framed(down_fd);
+  if (!all) throw Error(detail::cat("rank ", rank, ": the launcher is gone (exchange receive failed)"));
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos + sizeof(uint32_t) <= all->size()) {
+    uint32_t n;
+    std::memcpy(&n, all->data() + pos, sizeof n);
+    pos += sizeof n;
+    out.push_back(all->substr(pos, n));
+    pos += n;
+  }
+  if (static_cast<int>(out.size()) != world_size) {
+    throw Error(detail::cat("rank ", rank, ": exchange returned ", out.size(), " parts, expected ", world_size));
+  }
+  return out;
+}
+
+std::string RankOutcome::describe() const {
+  switch (state) {
+    case State::kExited:
+      return detail::cat("exited with code ", exit_code);
+    case State::kSignaled:
+      return detail::cat("was killed by ", signal_name(signal), " (", strsignal(signal), ")");
+    case State::kTimedOut:
+      return detail::cat("timed out and was stopped with ", signal_name(signal));
+    case State::kStoppedByLauncher:
+      return detail::cat("was stopped by the launcher with ", signal_name(signal), " after another rank failed");
+    case State::kNotStarted:
+      break;
+  }
+  return "was not started";
+}
+
+LaunchResult launch(int world_size, const RankMain& main, const LaunchOptions& options) {
+  ASYNCTP_CHECK(world_size >= 1, "launch: world_size must be >= 1, got ", world_size);
+  ASYNCTP_CHECK(static_cast<bool>(main), "launch: main must be a callable, got an empty function");
+  ASYNCTP_CHECK(options.first_device >= 0, "launch: options.first_device must be >= 0, got ", options.first_device);
+  ASYNCTP_CHECK(options.kill_grace_ms >= 0, "launch: options.kill_grace_ms must be >= 0, got ", options.kill_grace_ms);
+  return Job(world_size, options).run(main);
+}
+
+}  // namespace asynctp

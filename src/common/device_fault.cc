@@ -1,0 +1,40 @@
+#include "common/device_fault.h"
+
+#include <cuda_runtime_api.h>
+
+#include <mutex>
+
+#include "common/check.h"
+
+namespace asynctp::detail {
+namespace {
+DeviceFault* g_record = nullptr;  // host-mapped; the same address is valid on the device (UVA)
+std::once_flag g_once;
+}  // namespace
+
+DeviceFault* device_fault_record() {
+  std::call_once(g_once, [] {
+    void* p = nullptr;
+    ASYNCTP_CUDA_CHECK(cudaHostAlloc(&p, sizeof(DeviceFault), cudaHostAllocMapped | cudaHostAllocPortable));
+    *static_cast<DeviceFault*>(p) = DeviceFault{};
+    g_record = static_cast<DeviceFault*>(p);
+  });
+  return g_record;
+}
+
+std::string describe_device_fault() {
+  if (g_record == nullptr) return {};
+  const volatile DeviceFault& f = *g_record;
+  if (f.raised == 0) return {};
+  const char* remedy =
+      " (a peer did not arrive: it failed, was not started, or is running a different op; "
+      "ASYNCTP_TIMEOUT_MS sets the bound)";
+  if (static_cast<FaultSite>(f.site) == FaultSite::kBarrier) {
+    return cat("a barrier on rank ", f.rank, " timed out after ", f.waited_ms, " ms: LSA rank ", f.index,
+               " did not arrive (its flag is ", f.seen, ", expected >= ", f.expected, ")", remedy);
+  }
+  return cat("a signal wait on rank ", f.rank, " timed out after ", f.waited_ms, " ms: flag ", f.index, " of rank ",
+             f.owner, " is ", f.seen, ", expected >= ", f.expected, remedy);
+}
+
+}  // namespace asynctp::detail

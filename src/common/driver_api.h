@@ -1,0 +1,21 @@
+// Internal: the few CUDA driver functions asynctp uses, looked up through the runtime
+// (cudaGetDriverEntryPointByVersion) so that nothing links libcuda and the CPU-only parts load on
+// machines without a GPU driver.
+#pragma once
+
+#include <cuda.h>
+
+namespace asynctp::detail {
+
+struct DriverApi {
+  CUresult (*stream_write_value32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int) = nullptr;
+  CUresult (*stream_wait_value32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int) = nullptr;
+};
+
+// Looked up once per process; throws asynctp::Error if the driver lacks one of them.
+const DriverApi& driver();
+
+// cuGetErrorString where the driver is reachable, else "unknown".
+const char* driver_error_string(int code);
+
+}  // namespace asynctp::detail
