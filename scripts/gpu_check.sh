@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# On the GPU machine: runs the CPU tests, the GPU tests and asynctp-p2p from a build made on the
+# development machine (carried there), against the NCCL it was built with. Logs go to $OUT (or
+# /tmp/asynctp-out). Usage: scripts/gpu_check.sh [BUILD_DIR]
+#
+# The development machine builds against NCCL 2.28.9; on the GPU machine that version is PyTorch's
+# (site-packages/nvidia/nccl), while the system NCCL is 2.28.3, which asynctp refuses (no stable
+# device ABI). NVLink multicast stays off on these machines.
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+build=${1:-build}
+out=${OUT:-/tmp/asynctp-out}
+mkdir -p "$out"
+
+nccl_lib=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
+export LD_LIBRARY_PATH=${nccl_lib:+$nccl_lib:}/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+if ldd "$build/tests/asynctp_gpu_tests" | grep -q "libcublasLt.so.13 => not found"; then
+  cublas=$(dirname "$(find / -name 'libcublasLt.so.13' -not -path '/proc/*' 2>/dev/null | head -1)")
+  export LD_LIBRARY_PATH=$cublas:$LD_LIBRARY_PATH
+fi
+echo "== machine"
+nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader
+nvidia-smi topo -m | head -4
+ldd "$build/tests/asynctp_gpu_tests" | grep -E "nccl|cublas"
+
+status=0
+echo "== CPU tests"
+"$build/tests/asynctp_unit_tests" >"$out/unit.log" 2>&1 || status=1
+tail -3 "$out/unit.log"
+echo "== GPU tests"
+"$build/tests/asynctp_gpu_tests" 2>&1 | tee "$out/gpu.log" | grep -E "^\[ +(OK|FAILED|SKIPPED|PASSED) |drift|Failure|failed|Skipped" || true
+grep -q "^\[  PASSED  \]" "$out/gpu.log" && ! grep -q "^\[  FAILED  \]" "$out/gpu.log" || status=1
+echo "== asynctp-p2p (3 runs)"
+for i in 1 2 3; do
+  "$build/tools/asynctp-p2p" --mib 64 --iters 50 --json "$out/p2p_$i.json" || status=1
+done
+exit $status
