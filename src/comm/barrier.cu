@@ -33,7 +33,7 @@ __global__ void lsa_barrier_kernel(uint32_t* const* pads, uint32_t* epoch_counte
 void Communicator::barrier(cudaStream_t stream) {
   Impl& m = *impl_;
   const int n = m.lsa.size;
-  const kernels::WaitContext ctx{detail::device_fault_record(), timeout_ns(*this), m.rank};
+  const kernels::WaitContext ctx{m.fault, timeout_ns(*this), m.rank};
   const int threads = (n + 31) / 32 * 32;
   lsa_barrier_kernel<<<1, threads, 0, stream>>>(m.barrier_pad->device_peers(), m.barrier_epoch, m.lsa.rank, n, ctx);
   ASYNCTP_CUDA_CHECK(cudaGetLastError());

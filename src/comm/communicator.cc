@@ -6,6 +6,7 @@
 #include "asynctp/version.h"
 #include "comm/communicator_impl.h"
 #include "common/check.h"
+#include "common/device_fault.h"
 #include "common/env.h"
 
 namespace asynctp {
@@ -54,6 +55,9 @@ std::unique_ptr<Communicator::Impl> make_impl(ncclComm_t comm, bool owns, const 
   impl->cc_major = prop.major;
   impl->cc_minor = prop.minor;
   impl->gpu_name = prop.name;
+  // Allocated now, not at the first wait: a wait may be enqueued while a CUDA graph is being
+  // captured, where allocating pinned memory is not allowed.
+  impl->fault = detail::device_fault_record();
   ASYNCTP_CUDA_CHECK(cudaStreamCreateWithFlags(&impl->setup_stream, cudaStreamNonBlocking));
   ASYNCTP_CUDA_CHECK(cudaMalloc(&impl->exchange_buf, static_cast<size_t>(impl->world_size) * kBusIdBytes));
 

@@ -13,6 +13,7 @@
 #include "asynctp/communicator.h"
 #include "asynctp/signal.h"
 #include "asynctp/symmetric.h"
+#include "common/device_fault.h"
 
 namespace asynctp {
 
@@ -33,7 +34,8 @@ struct Communicator::Impl {
   ncclDevComm dev_comm{};  // passed by value to kernels that use NCCL's device API
   bool has_dev_comm = false;
   cublasLtHandle_t cublaslt = nullptr;
-  cudaStream_t setup_stream = nullptr;  // for the library's own blocking set-up work
+  cudaStream_t setup_stream = nullptr;
+  detail::DeviceFault* fault = nullptr;  // where this process's kernels report a timeout  // for the library's own blocking set-up work
 
   int* exchange_buf = nullptr;  // device scratch for all_ok's all-gather
 
