@@ -5,6 +5,8 @@
 #include "asynctp/communicator.h"
 #include "asynctp/error.h"
 #include "asynctp/launcher.h"
+#include "asynctp/ops.h"
 #include "asynctp/signal.h"
 #include "asynctp/symmetric.h"
+#include "asynctp/tensor.h"
 #include "asynctp/version.h"

@@ -84,6 +84,18 @@ std::vector<int> Communicator::Impl::failing_ranks(bool local_ok) {
   return failing;
 }
 
+void* Communicator::Impl::scratch_for(size_t bytes) {
+  if (bytes > scratch_bytes) {
+    // The old scratch may still be in use by enqueued work: cudaFree waits for the device.
+    if (scratch) ASYNCTP_CUDA_CHECK(cudaFree(scratch));
+    scratch = nullptr;
+    scratch_bytes = 0;
+    ASYNCTP_CUDA_CHECK(cudaMalloc(&scratch, bytes));
+    scratch_bytes = bytes;
+  }
+  return scratch;
+}
+
 std::unique_ptr<Communicator> Communicator::create(int rank, int world_size, const ncclUniqueId& id,
                                                    const CommunicatorOptions& options) {
   ASYNCTP_CHECK(world_size >= 1, "Communicator::create: world_size must be >= 1, got ", world_size);
@@ -148,6 +160,12 @@ Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
   ASYNCTP_NCCL_CHECK(ncclDevCommCreate(m.comm, &reqs, &m.dev_comm));
   m.has_dev_comm = true;
   ASYNCTP_CUBLAS_CHECK(cublasLtCreate(&m.cublaslt));
+  m.gemm.init(m.cublaslt);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 1;
+  ASYNCTP_NCCL_CHECK(ncclCommSplit(m.comm, 0, m.rank, &m.check_comm, &config));
+  ASYNCTP_CUDA_CHECK(cudaStreamCreateWithFlags(&m.check_stream, cudaStreamNonBlocking));
+  ASYNCTP_CUDA_CHECK(cudaMalloc(&m.check_buf, sizeof(int64_t) * kCheckSlots * m.world_size));
 
   ASYNCTP_CHECK(m.lsa.size >= 1, "Communicator: NCCL reports an empty LSA team");
   m.signals = SignalPad::create(*this, m.signal_count);
@@ -169,14 +187,20 @@ Communicator::~Communicator() {
     m.signals.reset();
     cudaFree(m.barrier_epoch);
     cudaFree(m.exchange_buf);
+    cudaFree(m.check_buf);
+    cudaFree(m.scratch);
+    if (m.check_comm) ncclCommDestroy(m.check_comm);
     if (m.has_dev_comm) ncclDevCommDestroy(m.comm, &m.dev_comm);
   } else {
     (void)m.workspace.release();
     (void)m.barrier_pad.release();
     (void)m.signals.release();
+    if (m.check_comm) ncclCommAbort(m.check_comm);
   }
+  m.gemm.reset();  // its cuBLASLt plans go before the handle they were made with
   if (m.cublaslt) cublasLtDestroy(m.cublaslt);
   if (m.setup_stream) cudaStreamDestroy(m.setup_stream);
+  if (m.check_stream) cudaStreamDestroy(m.check_stream);
   if (m.owns_comm) {
     if (healthy) {
       ncclCommDestroy(m.comm);

@@ -14,8 +14,12 @@
 #include "asynctp/signal.h"
 #include "asynctp/symmetric.h"
 #include "common/device_fault.h"
+#include "gemm/cublaslt_gemm.h"
 
 namespace asynctp {
+
+// int64 slots each rank contributes to an argument check (see ops/cross_rank_check.cc).
+constexpr int kCheckSlots = 128;
 
 struct Communicator::Impl {
   ncclComm_t comm = nullptr;
@@ -43,6 +47,16 @@ struct Communicator::Impl {
   std::unique_ptr<SignalPad> barrier_pad;  // flag p on rank q: the last barrier epoch rank p reached
   uint32_t* barrier_epoch = nullptr;       // this rank's barrier count, on the GPU (graph replays)
   std::unique_ptr<SymmetricBuffer> workspace;
+
+  gemm::GemmRunner gemm;              // cuBLASLt plans and workspace, per communicator
+  ncclComm_t check_comm = nullptr;    // split off `comm`: argument checks never queue behind data
+  cudaStream_t check_stream = nullptr;
+  int64_t* check_buf = nullptr;       // world_size * kCheckSlots, on the GPU
+  void* scratch = nullptr;            // ordinary device memory for the sequential paths
+  size_t scratch_bytes = 0;
+
+  // At least `bytes` of scratch; grows (after draining the GPU) when needed, so not during graph capture.
+  void* scratch_for(size_t bytes);
 
   // Ranks (world) whose `local_ok` was false; empty when all were fine. Collective and host-synchronous.
   std::vector<int> failing_ranks(bool local_ok);

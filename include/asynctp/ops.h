@@ -1,0 +1,65 @@
+// The ops: an all-gather fused with the GEMM after it, and a GEMM fused with the reduce-scatter after it.
+//
+// Both run on the caller's stream, take non-owning TensorRefs, and are collective over the communicator:
+// every rank calls them in the same order with the same shapes (checked, see OpOptions). Inputs are
+// bf16 or fp16; products accumulate in fp32; outputs have the inputs' dtype.
+//
+// Bad input is refused before any work, with an asynctp::Error that names the argument and what was
+// expected, on every rank, and the caller's outputs untouched.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <vector>
+
+#include "asynctp/tensor.h"
+
+namespace asynctp {
+
+class Communicator;
+
+enum class Algorithm {
+  kSequential,  // NCCL collective, then cuBLASLt: the baseline; any topology
+  kPipelined,   // copy-engine chunks and per-chunk GEMMs (not built yet)
+  kFused,       // one persistent CUTLASS Hopper GEMM fed by per-chunk flags (not built yet)
+  kAuto,        // chosen per shape from measured tuning (not built yet)
+};
+
+const char* algorithm_name(Algorithm algorithm);
+
+// How B is stored. kRowMajor: [K, N], N contiguous. kColMajor: [N, K], K contiguous, the way
+// torch.nn.Linear stores its weight (so C = A @ W.T).
+enum class BLayout { kRowMajor, kColMajor };
+
+enum class ReduceOp { kSum, kAvg };
+
+struct OpOptions {
+  Algorithm algorithm = Algorithm::kSequential;
+  BLayout b_layout = BLayout::kRowMajor;
+  // Before any work, ranks compare a signature of their arguments (op, dtype, shapes, dims, layout,
+  // algorithm) over a communicator of their own, so that a rank with different shapes gets an error
+  // instead of a hang or a wrong answer. It costs one small host-synchronous exchange per call; it is
+  // skipped while the stream is being captured into a CUDA graph, and can be turned off here by callers
+  // that guarantee equal arguments.
+  bool check_across_ranks = true;
+};
+
+// gather_dim 0: each rank holds a_shard [m, K] (or [m, d1, ..., K]: leading dims are flattened);
+//   for each B, outputs[i] = allgather(a_shard) @ B, shape [world*m, (d1, ...,) N].
+// gather_dim last (a_shard.ndim - 1): each rank holds a_shard [M, K/world] (leading dims flattened);
+//   A = the shards concatenated along K, outputs[i] = A @ B, shape [M, N].
+// bs: one or more B of [K, N] (kRowMajor) or [N, K] (kColMajor); all share one gather.
+// gathered_a: optional output (pass an undefined TensorRef to skip): the gathered A, shape
+//   [world*m, ..., K] for gather_dim 0 and [..., M, K] for gather_dim last.
+void all_gather_matmul(Communicator& comm, const TensorRef& a_shard, const std::vector<TensorRef>& bs,
+                       int gather_dim, const std::vector<TensorRef>& outputs, const TensorRef& gathered_a,
+                       cudaStream_t stream, const OpOptions& options = {});
+
+// Each rank holds a [M, K/world] (leading dims flattened) and b, its [K/world, N] slice of B
+// ([N, K/world] for kColMajor). P = a @ b is summed (or averaged) across ranks; each rank keeps its slice:
+// scatter_dim 0: output [M/world, N] (rows rank*M/world ...); scatter_dim last: output [M, N/world].
+void matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const TensorRef& b, int scatter_dim,
+                           ReduceOp reduce_op, const TensorRef& output, cudaStream_t stream,
+                           const OpOptions& options = {});
+
+}  // namespace asynctp

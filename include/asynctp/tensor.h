@@ -1,0 +1,34 @@
+// TensorRef: a non-owning view of a tensor in GPU memory (pointer, dtype, shape, strides), shaped like
+// DLPack so that framework tensors map onto it without copies. Strides are in elements.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+
+namespace asynctp {
+
+enum class DType { kBF16, kFP16, kFP32 };
+
+const char* dtype_name(DType dtype);
+size_t dtype_size(DType dtype);
+
+struct TensorRef {
+  static constexpr int kMaxDims = 6;
+
+  void* data = nullptr;
+  DType dtype = DType::kBF16;
+  int ndim = 0;
+  int64_t shape[kMaxDims] = {};
+  int64_t strides[kMaxDims] = {};
+
+  // A dense row-major view (the last dim contiguous).
+  static TensorRef dense(void* data, DType dtype, std::initializer_list<int64_t> shape);
+
+  int64_t numel() const;
+  size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
+  bool is_dense() const;  // row-major contiguous, as dense() makes
+  bool defined() const { return data != nullptr || ndim > 0; }
+};
+
+}  // namespace asynctp

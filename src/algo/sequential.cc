@@ -1,0 +1,83 @@
+#include "algo/sequential.h"
+
+#include "comm/communicator_impl.h"
+#include "common/check.h"
+
+namespace asynctp::algo {
+namespace {
+
+ncclDataType_t nccl_type(DType t) { return t == DType::kBF16 ? ncclBfloat16 : ncclFloat16; }
+
+size_t align_up(size_t n) { return (n + 255) / 256 * 256; }
+
+char* bytes(const void* p) { return static_cast<char*>(const_cast<void*>(p)); }
+
+}  // namespace
+
+void sequential_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan& plan, const TensorRef& a_shard,
+                                  const std::vector<TensorRef>& bs, const std::vector<TensorRef>& outputs,
+                                  const TensorRef& gathered_a, cudaStream_t stream) {
+  Communicator::Impl& m = comm.impl();
+  const size_t es = dtype_size(plan.dtype);
+  const size_t gathered_bytes = static_cast<size_t>(plan.M) * plan.K * es;
+  // Gather-last lands rank by rank ([world][M][K/world]) and is then interleaved into [M, K].
+  const size_t staging_bytes = plan.gather_last ? gathered_bytes : 0;
+  const size_t scratch = align_up(staging_bytes) + (plan.return_a ? 0 : gathered_bytes);
+  char* base = scratch ? static_cast<char*>(m.scratch_for(scratch)) : nullptr;
+  char* gathered = plan.return_a ? bytes(gathered_a.data) : base + align_up(staging_bytes);
+
+  const size_t shard_elems = static_cast<size_t>(plan.m_local) * plan.k_local;
+  if (!plan.gather_last) {
+    ASYNCTP_NCCL_CHECK(ncclAllGather(a_shard.data, gathered, shard_elems, nccl_type(plan.dtype), m.comm, stream));
+  } else {
+    char* staging = base;
+    ASYNCTP_NCCL_CHECK(ncclAllGather(a_shard.data, staging, shard_elems, nccl_type(plan.dtype), m.comm, stream));
+    const size_t piece = static_cast<size_t>(plan.k_local) * es;
+    for (int r = 0; r < m.world_size; ++r) {
+      ASYNCTP_CUDA_CHECK(cudaMemcpy2DAsync(gathered + r * piece, plan.K * es, staging + r * shard_elems * es, piece,
+                                           piece, plan.M, cudaMemcpyDeviceToDevice, stream));
+    }
+  }
+  for (size_t i = 0; i < bs.size(); ++i) {
+    gemm::Problem p;
+    p.M = plan.M;
+    p.N = plan.N[i];
+    p.K = plan.K;
+    p.dtype = plan.dtype;
+    p.b_layout = plan.b_layout;
+    m.gemm.run(p, gathered, bs[i].data, outputs[i].data, stream);
+  }
+}
+
+void sequential_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScatterPlan& plan, const TensorRef& a,
+                                      const TensorRef& b, const TensorRef& output, cudaStream_t stream) {
+  Communicator::Impl& m = comm.impl();
+  const size_t es = dtype_size(plan.dtype);
+  char* partial = static_cast<char*>(m.scratch_for(static_cast<size_t>(plan.M) * plan.N * es));
+  gemm::Problem p;
+  p.M = plan.M;
+  p.K = plan.k_local;
+  p.dtype = plan.dtype;
+  p.b_layout = plan.b_layout;
+  if (!plan.scatter_last) {
+    p.N = plan.N;
+    m.gemm.run(p, a.data, b.data, partial, stream);
+  } else {
+    // NCCL scatters contiguous blocks, so the partial product is laid out [world][M][N/world]: one GEMM
+    // per destination rank, on that rank's columns of B.
+    const bool col = plan.b_layout == BLayout::kColMajor;
+    const int64_t n = plan.out_cols;
+    p.N = n;
+    p.ldb = col ? plan.k_local : plan.N;
+    p.ldc = n;
+    for (int r = 0; r < m.world_size; ++r) {
+      const size_t b_offset = static_cast<size_t>(r) * n * (col ? plan.k_local : 1);
+      m.gemm.run(p, a.data, bytes(b.data) + b_offset * es, partial + static_cast<size_t>(r) * plan.M * n * es, stream);
+    }
+  }
+  const size_t out_elems = static_cast<size_t>(plan.out_rows) * plan.out_cols;
+  ASYNCTP_NCCL_CHECK(ncclReduceScatter(partial, output.data, out_elems, nccl_type(plan.dtype),
+                                       plan.reduce_op == ReduceOp::kAvg ? ncclAvg : ncclSum, m.comm, stream));
+}
+
+}  // namespace asynctp::algo

@@ -1,0 +1,85 @@
+#include "gemm/cublaslt_gemm.h"
+
+#include "common/check.h"
+
+namespace asynctp::gemm {
+namespace {
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::kBF16: return CUDA_R_16BF;
+    case DType::kFP16: return CUDA_R_16F;
+    case DType::kFP32: return CUDA_R_32F;
+  }
+  return CUDA_R_32F;
+}
+
+}  // namespace
+
+void GemmRunner::reset() {
+  for (auto& [key, plan] : plans_) {
+    cublasLtMatrixLayoutDestroy(plan.a);
+    cublasLtMatrixLayoutDestroy(plan.b);
+    cublasLtMatrixLayoutDestroy(plan.c);
+    cublasLtMatmulDescDestroy(plan.desc);
+  }
+  plans_.clear();
+  if (workspace_) cudaFree(workspace_);
+  workspace_ = nullptr;
+}
+
+// cuBLASLt is column-major; a row-major C[M, N] is a column-major C^T[N, M], so it computes
+// C^T = op(B)^T A^T: Lt's "A" is our B, Lt's "B" is our A.
+GemmRunner::Plan& GemmRunner::plan_for(const Problem& p) {
+  const bool col = p.b_layout == BLayout::kColMajor;
+  const int64_t lda = p.lda ? p.lda : p.K;
+  const int64_t ldb = p.ldb ? p.ldb : (col ? p.K : p.N);
+  const int64_t ldc = p.ldc ? p.ldc : p.N;
+  const Key key{p.M, p.N, p.K, static_cast<int>(p.dtype), static_cast<int>(p.b_layout), lda, ldb, ldc, p.beta != 0.0f};
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second;
+
+  Plan plan;
+  const cudaDataType_t type = cuda_type(p.dtype);
+  ASYNCTP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t trans_b = col ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t no_trans = CUBLAS_OP_N;
+  ASYNCTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_b, sizeof trans_b));
+  ASYNCTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &no_trans, sizeof no_trans));
+  // Lt's A = our B: [N, K] (no transpose) for row-major B, [K, N] transposed for column-major B.
+  ASYNCTP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.a, type, col ? p.K : p.N, col ? p.N : p.K, ldb));
+  ASYNCTP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, type, p.K, p.M, lda));
+  ASYNCTP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, type, p.N, p.M, ldc));
+
+  cublasLtMatmulPreference_t pref;
+  ASYNCTP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const size_t ws = kGemmWorkspaceBytes;
+  ASYNCTP_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.c, plan.c, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
+    cublasLtMatrixLayoutDestroy(plan.a);
+    cublasLtMatrixLayoutDestroy(plan.b);
+    cublasLtMatrixLayoutDestroy(plan.c);
+    cublasLtMatmulDescDestroy(plan.desc);
+    detail::raise(detail::cat("cuBLASLt has no algorithm for a ", dtype_name(p.dtype), " GEMM M=", p.M, " N=", p.N,
+                              " K=", p.K, " (lda ", lda, ", ldb ", ldb, ", ldc ", ldc, ")"));
+  }
+  plan.algo = result.algo;
+  return plans_.emplace(key, plan).first->second;
+}
+
+void GemmRunner::run(const Problem& p, const void* a, const void* b, void* c, cudaStream_t stream) {
+  ASYNCTP_CHECK(handle_ != nullptr, "GemmRunner used before init()");
+  if (workspace_ == nullptr) ASYNCTP_CUDA_CHECK(cudaMalloc(&workspace_, kGemmWorkspaceBytes));
+  Plan& plan = plan_for(p);
+  const float alpha = 1.0f;
+  ASYNCTP_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, b, plan.a, a, plan.b, &p.beta, c, plan.c, c, plan.c,
+                                      &plan.algo, workspace_, kGemmWorkspaceBytes, stream));
+}
+
+}  // namespace asynctp::gemm

@@ -1,0 +1,54 @@
+// Internal: row-major GEMMs through cuBLASLt, C[M, N] = alpha * A[M, K] @ op(B) + beta * C, fp32
+// accumulation, with the heuristic's choice cached per problem so repeated calls cost one lookup.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+#include "asynctp/ops.h"
+
+namespace asynctp::gemm {
+
+struct Problem {
+  int64_t M = 0, N = 0, K = 0;
+  DType dtype = DType::kBF16;            // A, B and C
+  BLayout b_layout = BLayout::kRowMajor; // B is [K, N] or [N, K]
+  int64_t lda = 0, ldb = 0, ldc = 0;     // 0: dense (K, N or K, N)
+  float beta = 0.0f;
+};
+
+class GemmRunner {
+ public:
+  GemmRunner() = default;
+  ~GemmRunner() { reset(); }
+  GemmRunner(const GemmRunner&) = delete;
+  GemmRunner& operator=(const GemmRunner&) = delete;
+
+  // `handle` is borrowed. The workspace is allocated on first use.
+  void init(cublasLtHandle_t handle) { handle_ = handle; }
+  void run(const Problem& p, const void* a, const void* b, void* c, cudaStream_t stream);
+  // Frees the cached plans and the workspace (before the cuBLASLt handle goes).
+  void reset();
+
+ private:
+  struct Plan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  using Key = std::tuple<int64_t, int64_t, int64_t, int, int, int64_t, int64_t, int64_t, bool>;
+  Plan& plan_for(const Problem& p);
+
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  std::map<Key, Plan> plans_;
+};
+
+// The workspace cuBLASLt may use per GEMM (Hopper kernels want up to 32 MiB).
+constexpr size_t kGemmWorkspaceBytes = 32u << 20;
+
+}  // namespace asynctp::gemm

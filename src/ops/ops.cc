@@ -1,0 +1,66 @@
+// The public ops: validate, agree across ranks, then run the chosen algorithm.
+#include "asynctp/ops.h"
+
+#include "algo/sequential.h"
+#include "asynctp/communicator.h"
+#include "asynctp/error.h"
+#include "ops/cross_rank_check.h"
+#include "ops/plan.h"
+
+namespace asynctp {
+
+const char* algorithm_name(Algorithm algorithm) {
+  switch (algorithm) {
+    case Algorithm::kSequential: return "sequential";
+    case Algorithm::kPipelined: return "pipelined";
+    case Algorithm::kFused: return "fused";
+    case Algorithm::kAuto: return "auto";
+  }
+  return "unknown";
+}
+
+namespace {
+
+// Runs `plan_fn`; where it refuses the arguments, the refusal is shared with the other ranks first
+// (when checking across ranks), so that every rank fails together.
+template <typename Plan, typename PlanFn>
+Plan plan_everywhere(Communicator& comm, const char* op, const ops::Signature& signature, const OpOptions& options,
+                     cudaStream_t stream, PlanFn plan_fn) {
+  Plan plan;
+  std::string error;
+  try {
+    plan = plan_fn();
+  } catch (const Error& e) {
+    if (!options.check_across_ranks) throw;
+    error = e.what();
+  }
+  if (options.check_across_ranks) ops::agree_across_ranks(comm, op, signature, error, stream);
+  return plan;
+}
+
+}  // namespace
+
+void all_gather_matmul(Communicator& comm, const TensorRef& a_shard, const std::vector<TensorRef>& bs, int gather_dim,
+                       const std::vector<TensorRef>& outputs, const TensorRef& gathered_a, cudaStream_t stream,
+                       const OpOptions& options) {
+  const char* op = "all_gather_matmul";
+  const auto plan = plan_everywhere<ops::AllGatherMatmulPlan>(
+      comm, op, ops::signature_of(op, a_shard, bs, gather_dim, options, gathered_a.defined() ? 1 : 0), options, stream,
+      [&] {
+        return ops::plan_all_gather_matmul(comm.world_size(), a_shard, bs, gather_dim, outputs, gathered_a, options);
+      });
+  algo::sequential_all_gather_matmul(comm, plan, a_shard, bs, outputs, gathered_a, stream);
+}
+
+void matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const TensorRef& b, int scatter_dim,
+                           ReduceOp reduce_op, const TensorRef& output, cudaStream_t stream, const OpOptions& options) {
+  const char* op = "matmul_reduce_scatter";
+  const auto plan = plan_everywhere<ops::MatmulReduceScatterPlan>(
+      comm, op, ops::signature_of(op, a, {b}, scatter_dim, options, static_cast<int64_t>(reduce_op)), options, stream,
+      [&] {
+        return ops::plan_matmul_reduce_scatter(comm.world_size(), a, b, scatter_dim, reduce_op, output, options);
+      });
+  algo::sequential_matmul_reduce_scatter(comm, plan, a, b, output, stream);
+}
+
+}  // namespace asynctp

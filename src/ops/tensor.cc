@@ -1,0 +1,50 @@
+#include "asynctp/tensor.h"
+
+#include "common/check.h"
+
+namespace asynctp {
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16: return "bf16";
+    case DType::kFP16: return "fp16";
+    case DType::kFP32: return "fp32";
+  }
+  return "unknown";
+}
+
+size_t dtype_size(DType dtype) { return dtype == DType::kFP32 ? 4 : 2; }
+
+TensorRef TensorRef::dense(void* data, DType dtype, std::initializer_list<int64_t> shape) {
+  ASYNCTP_CHECK(shape.size() >= 1 && shape.size() <= static_cast<size_t>(kMaxDims), "TensorRef::dense: ", shape.size(),
+                " dims; 1 to ", kMaxDims, " are supported");
+  TensorRef t;
+  t.data = data;
+  t.dtype = dtype;
+  t.ndim = static_cast<int>(shape.size());
+  int i = 0;
+  for (int64_t d : shape) t.shape[i++] = d;
+  int64_t stride = 1;
+  for (int d = t.ndim - 1; d >= 0; --d) {
+    t.strides[d] = stride;
+    stride *= t.shape[d];
+  }
+  return t;
+}
+
+int64_t TensorRef::numel() const {
+  int64_t n = 1;
+  for (int d = 0; d < ndim; ++d) n *= shape[d];
+  return ndim > 0 ? n : 0;
+}
+
+bool TensorRef::is_dense() const {
+  int64_t stride = 1;
+  for (int d = ndim - 1; d >= 0; --d) {
+    if (shape[d] != 1 && strides[d] != stride) return false;
+    stride *= shape[d];
+  }
+  return true;
+}
+
+}  // namespace asynctp
