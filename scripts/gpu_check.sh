@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# On the GPU machine: runs the CPU tests, the GPU tests and asynctp-p2p from a build made on the
-# development machine (carried there), against the NCCL it was built with. Logs go to $OUT (or
-# /tmp/asynctp-out). Usage: scripts/gpu_check.sh [BUILD_DIR]
+# On the GPU machine: runs the CPU tests, the GPU tests, asynctp-p2p, and asynctp-bench beside
+# bench/torch_anchor.py (PyTorch's own paths, same run), from a build made on the development machine
+# (carried there), against the NCCL it was built with. Logs go to $OUT (or /tmp/asynctp-out).
+# Usage: scripts/gpu_check.sh [BUILD_DIR] [BENCH_ARGS...]
 #
 # The development machine builds against NCCL 2.28.9; on the GPU machine that version is PyTorch's
 # (site-packages/nvidia/nccl), while the system NCCL is 2.28.3, which asynctp refuses (no stable
@@ -9,6 +10,9 @@
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 build=${1:-build}
+shift || true
+bench_args=("$@")
+[ ${#bench_args[@]} -gt 0 ] || bench_args=(--shapes seeds --op both --algorithms sequential)
 out=${OUT:-/tmp/asynctp-out}
 mkdir -p "$out"
 
@@ -34,4 +38,11 @@ echo "== asynctp-p2p (3 runs)"
 for i in 1 2 3; do
   "$build/tools/asynctp-p2p" --mib 64 --iters 50 --json "$out/p2p_$i.json" || status=1
 done
+echo "== asynctp-bench ${bench_args[*]}"
+"$build/tools/asynctp-bench" "${bench_args[@]}" --json "$out/bench.json" 2>"$out/bench.err" | tee "$out/bench.txt" || status=1
+tail -3 "$out/bench.err"
+echo "== torch_anchor.py (same run)"
+if command -v torchrun >/dev/null; then
+  torchrun --nproc-per-node "$(nvidia-smi -L | wc -l)" bench/torch_anchor.py 2>&1 | grep -v "^W\|^\[W" | tee "$out/torch_anchor.txt"
+fi
 exit $status

@@ -1,0 +1,179 @@
+#include "reference/reference.h"
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+#include "common/check.h"
+#include "gemm/cublaslt_gemm.h"
+
+namespace asynctp::reference {
+namespace {
+
+__host__ __device__ inline uint64_t mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return x;
+}
+
+__device__ inline float value(const GenMatrix& g, int64_t i, int64_t j) {
+  const int64_t block = (g.row_block ? i / g.row_block : 0) + (g.col_block ? j / g.col_block : 0);
+  const int64_t ii = g.row_block ? i % g.row_block : i;
+  const int64_t jj = g.col_block ? j % g.col_block : j;
+  const uint64_t h = mix(mix(g.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(block)) ^
+                         (static_cast<uint64_t>(ii) << 32 | static_cast<uint64_t>(jj)));
+  return static_cast<float>(static_cast<int>(h >> 58) - 32) / 32.0f;
+}
+
+template <typename T>
+__device__ inline T convert(float v);
+template <>
+__device__ inline __nv_bfloat16 convert(float v) { return __float2bfloat16(v); }
+template <>
+__device__ inline __half convert(float v) { return __float2half(v); }
+template <>
+__device__ inline float convert(float v) { return v; }
+
+template <typename T>
+__global__ void fill_kernel(T* out, int64_t rows, int64_t cols, bool col_major, GenMatrix g, int64_t row0, int64_t col0) {
+  const int64_t n = rows * cols;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    // idx walks the storage order, so writes are coalesced either way.
+    const int64_t i = col_major ? idx % rows : idx / cols;
+    const int64_t j = col_major ? idx / rows : idx % cols;
+    out[idx] = convert<T>(value(g, row0 + i, col0 + j));
+  }
+}
+
+template <typename T>
+__device__ inline float to_float(T v);
+template <>
+__device__ inline float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <>
+__device__ inline float to_float(__half v) { return __half2float(v); }
+
+struct CompareState {
+  float max_err;
+  float max_ref;
+  unsigned long long bad;
+};
+
+// Pass 1 finds max|ref|, pass 2 the error and bad count (the tolerance depends on max|ref|).
+template <typename T>
+__global__ void compare_kernel(const T* out, int64_t rows, int64_t cols, const float* ref, int64_t ld, int64_t row0,
+                               int64_t col0, float scale, double tol, CompareState* st, int pass) {
+  const int64_t n = rows * cols;
+  float local_err = 0, local_ref = 0;
+  unsigned long long local_bad = 0;
+  const float limit = pass == 2 ? static_cast<float>(tol * fmax(1.0, static_cast<double>(st->max_ref))) : 0.f;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = idx / cols, j = idx % cols;
+    const float r = scale * ref[(row0 + i) * ld + col0 + j];
+    if (pass == 1) {
+      local_ref = fmaxf(local_ref, fabsf(r));
+    } else {
+      const float o = to_float(out[idx]);
+      const float e = fabsf(o - r);
+      if (!isfinite(o) || !(e <= limit)) ++local_bad;
+      if (isfinite(o)) local_err = fmaxf(local_err, e);
+    }
+  }
+  // Non-negative floats order like their bit patterns.
+  if (pass == 1) atomicMax(reinterpret_cast<unsigned int*>(&st->max_ref), __float_as_uint(local_ref));
+  if (pass == 2) {
+    atomicMax(reinterpret_cast<unsigned int*>(&st->max_err), __float_as_uint(local_err));
+    if (local_bad) atomicAdd(&st->bad, local_bad);
+  }
+}
+
+constexpr int kBlocks = 1024, kThreads = 256;
+
+}  // namespace
+
+void fill(void* data, DType dtype, int64_t rows, int64_t cols, bool col_major, const GenMatrix& g, int64_t row0,
+          int64_t col0, cudaStream_t stream) {
+  switch (dtype) {
+    case DType::kBF16:
+      fill_kernel<<<kBlocks, kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(data), rows, cols, col_major, g, row0, col0);
+      break;
+    case DType::kFP16:
+      fill_kernel<<<kBlocks, kThreads, 0, stream>>>(static_cast<__half*>(data), rows, cols, col_major, g, row0, col0);
+      break;
+    case DType::kFP32:
+      fill_kernel<<<kBlocks, kThreads, 0, stream>>>(static_cast<float*>(data), rows, cols, col_major, g, row0, col0);
+      break;
+  }
+  ASYNCTP_CUDA_CHECK(cudaGetLastError());
+}
+
+void fill_fp32(float* data, int64_t rows, int64_t cols, const GenMatrix& g, int64_t row0, int64_t col0,
+               cudaStream_t stream) {
+  fill(data, DType::kFP32, rows, cols, false, g, row0, col0, stream);
+}
+
+void poison(void* data, size_t bytes, cudaStream_t stream) {
+  ASYNCTP_CUDA_CHECK(cudaMemsetAsync(data, 0xFF, bytes, stream));
+}
+
+Comparison compare(const void* out, DType dtype, int64_t rows, int64_t cols, const float* ref, int64_t ld_ref,
+                   int64_t row0, int64_t col0, float scale, double tol, cudaStream_t stream) {
+  CompareState* st = nullptr;
+  ASYNCTP_CUDA_CHECK(cudaMallocAsync(&st, sizeof *st, stream));
+  ASYNCTP_CUDA_CHECK(cudaMemsetAsync(st, 0, sizeof *st, stream));
+  for (int pass = 1; pass <= 2; ++pass) {
+    if (dtype == DType::kBF16) {
+      compare_kernel<<<kBlocks, kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(out), rows, cols, ref, ld_ref,
+                                                       row0, col0, scale, tol, st, pass);
+    } else {
+      compare_kernel<<<kBlocks, kThreads, 0, stream>>>(static_cast<const __half*>(out), rows, cols, ref, ld_ref, row0,
+                                                       col0, scale, tol, st, pass);
+    }
+    ASYNCTP_CUDA_CHECK(cudaGetLastError());
+  }
+  CompareState h{};
+  ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(&h, st, sizeof h, cudaMemcpyDeviceToHost, stream));
+  ASYNCTP_CUDA_CHECK(cudaFreeAsync(st, stream));
+  ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return Comparison{h.max_err, h.max_ref, static_cast<int64_t>(h.bad)};
+}
+
+double tolerance(DType dtype, int terms) {
+  // One rounding of the result to the output type (2^-8 relative for bf16, 2^-11 for fp16), per term of
+  // a reduction done in that type, with a factor of 2 to spare.
+  const double unit = dtype == DType::kBF16 ? 1.0 / 256 : 1.0 / 2048;
+  return 2.0 * unit * (terms < 1 ? 1 : terms);
+}
+
+struct Fp32Gemm::State {
+  cublasLtHandle_t handle = nullptr;
+  gemm::GemmRunner runner;
+};
+
+Fp32Gemm::Fp32Gemm() : state_(new State) {
+  ASYNCTP_CUBLAS_CHECK(cublasLtCreate(&state_->handle));
+  state_->runner.init(state_->handle);
+}
+
+Fp32Gemm::~Fp32Gemm() {
+  state_->runner.reset();
+  cublasLtDestroy(state_->handle);
+  delete state_;
+}
+
+void Fp32Gemm::run(const float* a, const float* b, float* c, int64_t M, int64_t N, int64_t K, cudaStream_t stream) {
+  gemm::Problem p;
+  p.M = M;
+  p.N = N;
+  p.K = K;
+  p.dtype = DType::kFP32;
+  state_->runner.run(p, a, b, c, stream);
+}
+
+}  // namespace asynctp::reference

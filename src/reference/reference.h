@@ -1,0 +1,65 @@
+// Reference results computed another way: every rank can regenerate every rank's inputs from a seed
+// (no communication), materialise the whole problem in fp32 and multiply it with an fp32 GEMM. Used by
+// the GPU tests and asynctp-bench; not part of the library.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "asynctp/tensor.h"
+
+namespace asynctp::reference {
+
+// A logical matrix whose entry (i, j) is a hash of (seed, block, i, j): integers in [-32, 32) / 32,
+// exact in bf16 and fp16. Blocks model shards: with row_block = m, rows [r*m, (r+1)*m) come from
+// seed + r, as if each rank had generated its own shard.
+struct GenMatrix {
+  uint64_t seed = 0;
+  int64_t row_block = 0;  // 0: no blocks along rows
+  int64_t col_block = 0;  // 0: no blocks along columns
+};
+
+// Writes the logical [rows, cols] window at (row0, col0) of `g` into `data` (dtype), stored row-major,
+// or column-major ([cols][rows]) where `col_major`.
+void fill(void* data, DType dtype, int64_t rows, int64_t cols, bool col_major, const GenMatrix& g, int64_t row0,
+          int64_t col0, cudaStream_t stream);
+
+// The same window as fp32, row-major.
+void fill_fp32(float* data, int64_t rows, int64_t cols, const GenMatrix& g, int64_t row0, int64_t col0,
+               cudaStream_t stream);
+
+// Sets every byte to 0xFF: NaN in bf16 and fp16, so an element an op forgot to write fails the check.
+void poison(void* data, size_t bytes, cudaStream_t stream);
+
+struct Comparison {
+  double max_abs_err = 0;
+  double max_abs_ref = 0;
+  int64_t bad = 0;  // NaN/Inf in `out`, or beyond the tolerance
+  bool ok() const { return bad == 0; }
+};
+
+// Compares out [rows, cols] (dtype, dense) with scale * ref[row0 + i][col0 + j] (ref fp32 with leading
+// dimension ld_ref). An element is bad where |out - ref| > tol * max(1, max|ref|) or out is not finite.
+Comparison compare(const void* out, DType dtype, int64_t rows, int64_t cols, const float* ref, int64_t ld_ref,
+                   int64_t row0, int64_t col0, float scale, double tol, cudaStream_t stream);
+
+// The tolerance compare() uses for outputs of `dtype` after a reduction over `terms` partial sums
+// rounded to dtype (1 for a plain GEMM).
+double tolerance(DType dtype, int terms);
+
+// C[M, N] = A[M, K] @ B[K, N], all fp32 row-major, fp32 arithmetic (no TF32), through cuBLASLt.
+class Fp32Gemm {
+ public:
+  Fp32Gemm();
+  ~Fp32Gemm();
+  Fp32Gemm(const Fp32Gemm&) = delete;
+  Fp32Gemm& operator=(const Fp32Gemm&) = delete;
+  void run(const float* a, const float* b, float* c, int64_t M, int64_t N, int64_t K, cudaStream_t stream);
+
+ private:
+  struct State;
+  State* state_;
+};
+
+}  // namespace asynctp::reference

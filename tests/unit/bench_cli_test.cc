@@ -1,0 +1,70 @@
+// asynctp-bench's command line and JSON writer.
+#include <gtest/gtest.h>
+
+#include "asynctp/error.h"
+#include "bench/cli.h"
+#include "bench/json.h"
+
+namespace asynctp::bench {
+namespace {
+
+TEST(BenchCli, Defaults) {
+  const Args a = parse_args({});
+  EXPECT_EQ(a.shapes.size(), 4u);
+  EXPECT_EQ(a.shapes[0].M, 4096);
+  EXPECT_EQ(a.shapes[3].N, 8192);
+  EXPECT_TRUE(a.run_ag && a.run_rs);
+  EXPECT_EQ(a.dtype, DType::kBF16);
+  EXPECT_EQ(a.algorithms, std::vector<Algorithm>{Algorithm::kSequential});
+}
+
+TEST(BenchCli, EveryOption) {
+  const Args a = parse_args({"--gpus", "2", "--shapes", "128x256x512,7x9x11", "--op", "rs", "--dtype", "fp16",
+                             "--gather-dim", "last", "--scatter-dim", "last", "--b-layout", "col", "--algorithms",
+                             "sequential,fused", "--iters", "5", "--warmup", "0", "--flush-l2", "--json", "x.json"});
+  EXPECT_EQ(a.gpus, 2);
+  ASSERT_EQ(a.shapes.size(), 2u);
+  EXPECT_EQ(a.shapes[1].M, 7);
+  EXPECT_EQ(a.shapes[1].K, 11);
+  EXPECT_FALSE(a.run_ag);
+  EXPECT_TRUE(a.run_rs);
+  EXPECT_EQ(a.dtype, DType::kFP16);
+  EXPECT_TRUE(a.gather_last && a.scatter_last && a.flush_l2);
+  EXPECT_EQ(a.b_layout, BLayout::kColMajor);
+  EXPECT_EQ(a.algorithms, (std::vector<Algorithm>{Algorithm::kSequential, Algorithm::kFused}));
+  EXPECT_EQ(a.iters, 5);
+  EXPECT_EQ(a.warmup, 0);
+  EXPECT_EQ(a.json, "x.json");
+}
+
+TEST(BenchCli, BadValuesNameTheOption) {
+  auto msg = [](std::vector<std::string> argv) {
+    try {
+      parse_args(argv);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("<no error>");
+  };
+  EXPECT_NE(msg({"--shapes", "4096x3584"}).find("--shapes '4096x3584' is not valid; expected MxNxK"), std::string::npos);
+  EXPECT_NE(msg({"--shapes", "0x1x1"}).find("--shapes '0' is not valid"), std::string::npos);
+  EXPECT_NE(msg({"--op", "ar"}).find("--op 'ar' is not valid; expected ag, rs or both"), std::string::npos);
+  EXPECT_NE(msg({"--algorithms", "sequential,magic"}).find("--algorithms 'magic'"), std::string::npos);
+  EXPECT_NE(msg({"--gather-dim", "1"}).find("expected 0 or last"), std::string::npos);
+  EXPECT_NE(msg({"--iters", "0"}).find("--iters '0' is not valid; expected an integer >= 1"), std::string::npos);
+  EXPECT_NE(msg({"--iters"}).find("--iters needs a value"), std::string::npos);
+  EXPECT_NE(msg({"--frobnicate", "1"}).find("unknown option --frobnicate"), std::string::npos);
+}
+
+TEST(BenchJson, OneObjectPerLineWithEscapesAndNulls) {
+  JsonLine j;
+  j.add("op", "ag").add("M", int64_t{4096}).add("median_us", 328.5).add("correct", true);
+  j.add("gpu", "NVIDIA \"H200\"\n").add("tflops", 0.0 / 0.0);
+  EXPECT_EQ(j.str(),
+            "{\"op\":\"ag\",\"M\":4096,\"median_us\":328.5,\"correct\":true,\"gpu\":\"NVIDIA \\\"H200\\\"\\n\","
+            "\"tflops\":null}");
+  EXPECT_EQ(json_escape(std::string("a\x01") + "b"), "\"a\\u0001b\"");
+}
+
+}  // namespace
+}  // namespace asynctp::bench

@@ -1,0 +1,142 @@
+#include "bench/cli.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <sstream>
+
+#include "asynctp/error.h"
+
+namespace asynctp::bench {
+
+const char* const kUsage =
+    "usage: asynctp-bench [options]\n"
+    "\n"
+    "Launches one rank per GPU, runs each algorithm on each shape, checks every result against a\n"
+    "reference computed another way (inputs regenerated on every rank, fp32 cuBLASLt GEMM), and times\n"
+    "the correct ones beside the GEMM alone and the communication alone. A wrong result is reported as\n"
+    "wrong and not timed.\n"
+    "\n"
+    "  --gpus N             ranks, one per GPU (default: every visible GPU)\n"
+    "  --shapes LIST        'seeds' (default: 4096x3584x8192, 2048x3584x8192, 4096x6656x16384,\n"
+    "                       16384x8192x8192) or comma-separated MxNxK, the global problem\n"
+    "  --op ag|rs|both      all_gather_matmul, matmul_reduce_scatter or both (default both)\n"
+    "  --dtype bf16|fp16    input and output type (default bf16)\n"
+    "  --gather-dim 0|last  how A is sharded for ag (default 0: along M)\n"
+    "  --scatter-dim 0|last how the output is scattered for rs (default 0: along M)\n"
+    "  --b-layout row|col   B as [K, N] row-major or [N, K] (nn.Linear's weight) (default row)\n"
+    "  --algorithms LIST    comma-separated: sequential, pipelined, fused, auto (default sequential)\n"
+    "  --iters N            timed iterations (default 30); the median is reported, the max over ranks\n"
+    "  --warmup N           untimed iterations first (default 8)\n"
+    "  --flush-l2           overwrite a buffer larger than L2 before each timed iteration\n"
+    "  --json FILE          also write one JSON object per line per (shape, op, algorithm)\n"
+    "  -h, --help           this text\n"
+    "\n"
+    "TFLOP/s counts the FLOPs each GPU performs: 2*M*N*K for ag, 2*M*N*K/world for rs.\n"
+    "Overlap efficiency = max(GEMM alone, communication alone) / time.\n";
+
+std::vector<Shape> seed_shapes() {
+  return {{4096, 3584, 8192}, {2048, 3584, 8192}, {4096, 6656, 16384}, {16384, 8192, 8192}};
+}
+
+namespace {
+
+[[noreturn]] void bad(const std::string& option, const std::string& value, const std::string& expected) {
+  throw Error("asynctp-bench: " + option + " '" + value + "' is not valid; expected " + expected);
+}
+
+int64_t parse_int(const std::string& option, const std::string& text, int64_t min) {
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || errno != 0 || *end != '\0' || v < min) {
+    bad(option, text, "an integer >= " + std::to_string(min));
+  }
+  return v;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, sep)) out.push_back(item);
+  if (!s.empty() && s.back() == sep) out.push_back("");
+  return out;
+}
+
+Shape parse_shape(const std::string& text) {
+  const auto parts = split(text, 'x');
+  if (parts.size() != 3) bad("--shapes", text, "MxNxK, e.g. 4096x3584x8192, or 'seeds'");
+  return {parse_int("--shapes", parts[0], 1), parse_int("--shapes", parts[1], 1), parse_int("--shapes", parts[2], 1)};
+}
+
+Algorithm parse_algorithm(const std::string& text) {
+  for (Algorithm a : {Algorithm::kSequential, Algorithm::kPipelined, Algorithm::kFused, Algorithm::kAuto}) {
+    if (text == algorithm_name(a)) return a;
+  }
+  bad("--algorithms", text, "sequential, pipelined, fused or auto");
+}
+
+bool parse_dim(const std::string& option, const std::string& text) {
+  if (text == "0") return false;
+  if (text == "last" || text == "-1") return true;
+  bad(option, text, "0 or last");
+}
+
+}  // namespace
+
+Args parse_args(const std::vector<std::string>& argv) {
+  Args a;
+  a.shapes = seed_shapes();
+  for (size_t i = 0; i < argv.size(); ++i) {
+    const std::string& f = argv[i];
+    if (f == "-h" || f == "--help") {
+      a.help = true;
+      continue;
+    }
+    if (f == "--flush-l2") {
+      a.flush_l2 = true;
+      continue;
+    }
+    if (f.rfind("--", 0) != 0) throw Error("asynctp-bench: unexpected argument '" + f + "' (see --help)");
+    if (i + 1 >= argv.size()) throw Error("asynctp-bench: " + f + " needs a value (see --help)");
+    const std::string& v = argv[++i];
+    if (f == "--gpus") {
+      a.gpus = static_cast<int>(parse_int(f, v, 1));
+    } else if (f == "--shapes") {
+      a.shapes.clear();
+      if (v == "seeds") {
+        a.shapes = seed_shapes();
+      } else {
+        for (const auto& s : split(v, ',')) a.shapes.push_back(parse_shape(s));
+      }
+    } else if (f == "--op") {
+      if (v != "ag" && v != "rs" && v != "both") bad(f, v, "ag, rs or both");
+      a.run_ag = v != "rs";
+      a.run_rs = v != "ag";
+    } else if (f == "--dtype") {
+      if (v != "bf16" && v != "fp16") bad(f, v, "bf16 or fp16");
+      a.dtype = v == "bf16" ? DType::kBF16 : DType::kFP16;
+    } else if (f == "--gather-dim") {
+      a.gather_last = parse_dim(f, v);
+    } else if (f == "--scatter-dim") {
+      a.scatter_last = parse_dim(f, v);
+    } else if (f == "--b-layout") {
+      if (v != "row" && v != "col") bad(f, v, "row or col");
+      a.b_layout = v == "row" ? BLayout::kRowMajor : BLayout::kColMajor;
+    } else if (f == "--algorithms") {
+      a.algorithms.clear();
+      for (const auto& s : split(v, ',')) a.algorithms.push_back(parse_algorithm(s));
+    } else if (f == "--iters") {
+      a.iters = static_cast<int>(parse_int(f, v, 1));
+    } else if (f == "--warmup") {
+      a.warmup = static_cast<int>(parse_int(f, v, 0));
+    } else if (f == "--json") {
+      a.json = v;
+    } else {
+      throw Error("asynctp-bench: unknown option " + f + " (see --help)");
+    }
+  }
+  return a;
+}
+
+}  // namespace asynctp::bench

@@ -1,0 +1,41 @@
+// asynctp-bench's command line: what to run, parsed and checked before any rank starts.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "asynctp/ops.h"
+
+namespace asynctp::bench {
+
+struct Shape {
+  int64_t M, N, K;  // the global problem
+};
+
+struct Args {
+  int gpus = 0;  // 0: every visible GPU
+  std::vector<Shape> shapes;
+  bool run_ag = true, run_rs = true;
+  DType dtype = DType::kBF16;
+  bool gather_last = false;
+  bool scatter_last = false;
+  BLayout b_layout = BLayout::kRowMajor;
+  std::vector<Algorithm> algorithms{Algorithm::kSequential};
+  int iters = 30;
+  int warmup = 8;
+  bool flush_l2 = false;
+  std::string json;
+  bool help = false;
+};
+
+// The built-in shape set `seeds`.
+std::vector<Shape> seed_shapes();
+
+// Throws asynctp::Error naming the option and what was expected.
+Args parse_args(const std::vector<std::string>& argv);
+
+extern const char* const kUsage;
+
+}  // namespace asynctp::bench
