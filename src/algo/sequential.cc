@@ -16,7 +16,8 @@ char* bytes(const void* p) { return static_cast<char*>(const_cast<void*>(p)); }
 
 void sequential_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan& plan, const TensorRef& a_shard,
                                   const std::vector<TensorRef>& bs, const std::vector<TensorRef>& outputs,
-                                  const TensorRef& gathered_a, cudaStream_t stream) {
+                                  const TensorRef& gathered_a, cudaStream_t stream, const AgreeFn& agree) {
+  agree();  // the all-gather comes first: nothing local to hide the check behind
   Communicator::Impl& m = comm.impl();
   const size_t es = dtype_size(plan.dtype);
   const size_t gathered_bytes = static_cast<size_t>(plan.M) * plan.K * es;
@@ -50,7 +51,8 @@ void sequential_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmul
 }
 
 void sequential_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScatterPlan& plan, const TensorRef& a,
-                                      const TensorRef& b, const TensorRef& output, cudaStream_t stream) {
+                                      const TensorRef& b, const TensorRef& output, cudaStream_t stream,
+                                      const AgreeFn& agree) {
   Communicator::Impl& m = comm.impl();
   const size_t es = dtype_size(plan.dtype);
   char* partial = static_cast<char*>(m.scratch_for(static_cast<size_t>(plan.M) * plan.N * es));
@@ -75,6 +77,7 @@ void sequential_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduc
       m.gemm.run(p, a.data, bytes(b.data) + b_offset * es, partial + static_cast<size_t>(r) * plan.M * n * es, stream);
     }
   }
+  agree();  // the partial GEMM above runs on the GPU meanwhile; it wrote only scratch
   const size_t out_elems = static_cast<size_t>(plan.out_rows) * plan.out_cols;
   ASYNCTP_NCCL_CHECK(ncclReduceScatter(partial, output.data, out_elems, nccl_type(plan.dtype),
                                        plan.reduce_op == ReduceOp::kAvg ? ncclAvg : ncclSum, m.comm, stream));

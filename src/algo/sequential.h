@@ -2,6 +2,7 @@
 // algorithm is measured against; works wherever NCCL does.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "asynctp/communicator.h"
@@ -9,11 +10,17 @@
 
 namespace asynctp::algo {
 
+// `agree` is the ranks' argument check (ops/cross_rank_check.h). Each algorithm calls it just before its
+// first step that involves another rank, so that local work enqueued before it (the partial GEMM of a
+// reduce-scatter) hides the check's latency; nothing before it writes the caller's outputs.
+using AgreeFn = std::function<void()>;
+
 void sequential_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan& plan, const TensorRef& a_shard,
                                   const std::vector<TensorRef>& bs, const std::vector<TensorRef>& outputs,
-                                  const TensorRef& gathered_a, cudaStream_t stream);
+                                  const TensorRef& gathered_a, cudaStream_t stream, const AgreeFn& agree);
 
 void sequential_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScatterPlan& plan, const TensorRef& a,
-                                      const TensorRef& b, const TensorRef& output, cudaStream_t stream);
+                                      const TensorRef& b, const TensorRef& output, cudaStream_t stream,
+                                      const AgreeFn& agree);
 
 }  // namespace asynctp::algo

@@ -166,6 +166,7 @@ Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
   ASYNCTP_NCCL_CHECK(ncclCommSplit(m.comm, 0, m.rank, &m.check_comm, &config));
   ASYNCTP_CUDA_CHECK(cudaStreamCreateWithFlags(&m.check_stream, cudaStreamNonBlocking));
   ASYNCTP_CUDA_CHECK(cudaMalloc(&m.check_buf, sizeof(int64_t) * kCheckSlots * m.world_size));
+  ASYNCTP_CUDA_CHECK(cudaMallocHost(&m.check_host, sizeof(int64_t) * kCheckSlots * (m.world_size + 1)));
 
   ASYNCTP_CHECK(m.lsa.size >= 1, "Communicator: NCCL reports an empty LSA team");
   m.signals = SignalPad::create(*this, m.signal_count);
@@ -188,6 +189,7 @@ Communicator::~Communicator() {
     cudaFree(m.barrier_epoch);
     cudaFree(m.exchange_buf);
     cudaFree(m.check_buf);
+    cudaFreeHost(m.check_host);
     cudaFree(m.scratch);
     if (m.check_comm) ncclCommDestroy(m.check_comm);
     if (m.has_dev_comm) ncclDevCommDestroy(m.comm, &m.dev_comm);

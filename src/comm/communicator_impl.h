@@ -52,6 +52,7 @@ struct Communicator::Impl {
   ncclComm_t check_comm = nullptr;    // split off `comm`: argument checks never queue behind data
   cudaStream_t check_stream = nullptr;
   int64_t* check_buf = nullptr;       // world_size * kCheckSlots, on the GPU
+  int64_t* check_host = nullptr;      // (world_size + 1) * kCheckSlots, pinned: this rank's, then all
   void* scratch = nullptr;            // ordinary device memory for the sequential paths
   size_t scratch_bytes = 0;
 

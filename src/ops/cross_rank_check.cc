@@ -1,6 +1,6 @@
 #include "ops/cross_rank_check.h"
 
-#include <vector>
+#include <algorithm>
 
 #include "comm/communicator_impl.h"
 #include "common/check.h"
@@ -19,16 +19,18 @@ void agree_across_ranks(Communicator& comm, const char* op, const Signature& sig
   const size_t n = signature.fields.size();
   ASYNCTP_CHECK(n + 2 <= static_cast<size_t>(kCheckSlots), op, ": too many arguments to compare across ranks (", n,
                 " values; at most ", kCheckSlots - 2, "): pass fewer B");
-  std::vector<int64_t> mine(kCheckSlots, 0);
+  int64_t* mine = m.check_host;  // pinned: the copies below are plain DMA, no staging
+  std::fill(mine, mine + kCheckSlots, 0);
   mine[0] = local_error.empty() ? 1 : 0;
   mine[1] = static_cast<int64_t>(n);
   for (size_t i = 0; i < n; ++i) mine[2 + i] = signature.fields[i].second;
   int64_t* slot = m.check_buf + static_cast<size_t>(m.rank) * kCheckSlots;
-  std::vector<int64_t> all(static_cast<size_t>(kCheckSlots) * m.world_size);
-  ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(slot, mine.data(), sizeof(int64_t) * kCheckSlots, cudaMemcpyHostToDevice,
+  int64_t* all = m.check_host + kCheckSlots;
+  const size_t all_count = static_cast<size_t>(kCheckSlots) * m.world_size;
+  ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(slot, mine, sizeof(int64_t) * kCheckSlots, cudaMemcpyHostToDevice,
                                      m.check_stream));
   ASYNCTP_NCCL_CHECK(ncclAllGather(slot, m.check_buf, kCheckSlots, ncclInt64, m.check_comm, m.check_stream));
-  ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(all.data(), m.check_buf, sizeof(int64_t) * all.size(), cudaMemcpyDeviceToHost,
+  ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(all, m.check_buf, sizeof(int64_t) * all_count, cudaMemcpyDeviceToHost,
                                      m.check_stream));
   ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(m.check_stream));
 
@@ -40,7 +42,7 @@ void agree_across_ranks(Communicator& comm, const char* op, const Signature& sig
     }
   }
   for (int r = 0; r < m.world_size; ++r) {
-    const int64_t* theirs = all.data() + static_cast<size_t>(r) * kCheckSlots;
+    const int64_t* theirs = all + static_cast<size_t>(r) * kCheckSlots;
     if (theirs[1] != static_cast<int64_t>(n)) {
       detail::raise(detail::cat(op, ": ranks disagree on the number of arguments: rank ", r, " passed ",
                                 theirs[1], " values, this rank ", n,

@@ -21,21 +21,23 @@ const char* algorithm_name(Algorithm algorithm) {
 
 namespace {
 
-// Runs `plan_fn`; where it refuses the arguments, the refusal is shared with the other ranks first
-// (when checking across ranks), so that every rank fails together.
+// Validates on this rank. Where the arguments are refused and ranks check each other, the refusal is
+// shared first (so every rank fails together); otherwise the cross-rank check is returned for the
+// algorithm to run just before its first communication.
 template <typename Plan, typename PlanFn>
-Plan plan_everywhere(Communicator& comm, const char* op, const ops::Signature& signature, const OpOptions& options,
-                     cudaStream_t stream, PlanFn plan_fn) {
+std::pair<Plan, algo::AgreeFn> plan_and_agree(Communicator& comm, const char* op, ops::Signature signature,
+                                              const OpOptions& options, cudaStream_t stream, PlanFn plan_fn) {
   Plan plan;
-  std::string error;
   try {
     plan = plan_fn();
   } catch (const Error& e) {
-    if (!options.check_across_ranks) throw;
-    error = e.what();
+    if (options.check_across_ranks) ops::agree_across_ranks(comm, op, signature, e.what(), stream);
+    throw;
   }
-  if (options.check_across_ranks) ops::agree_across_ranks(comm, op, signature, error, stream);
-  return plan;
+  if (!options.check_across_ranks) return {plan, [] {}};
+  return {plan, [&comm, op, signature = std::move(signature), stream] {
+            ops::agree_across_ranks(comm, op, signature, std::string(), stream);
+          }};
 }
 
 }  // namespace
@@ -44,23 +46,23 @@ void all_gather_matmul(Communicator& comm, const TensorRef& a_shard, const std::
                        const std::vector<TensorRef>& outputs, const TensorRef& gathered_a, cudaStream_t stream,
                        const OpOptions& options) {
   const char* op = "all_gather_matmul";
-  const auto plan = plan_everywhere<ops::AllGatherMatmulPlan>(
+  const auto [plan, agree] = plan_and_agree<ops::AllGatherMatmulPlan>(
       comm, op, ops::signature_of(op, a_shard, bs, gather_dim, options, gathered_a.defined() ? 1 : 0), options, stream,
       [&] {
         return ops::plan_all_gather_matmul(comm.world_size(), a_shard, bs, gather_dim, outputs, gathered_a, options);
       });
-  algo::sequential_all_gather_matmul(comm, plan, a_shard, bs, outputs, gathered_a, stream);
+  algo::sequential_all_gather_matmul(comm, plan, a_shard, bs, outputs, gathered_a, stream, agree);
 }
 
 void matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const TensorRef& b, int scatter_dim,
                            ReduceOp reduce_op, const TensorRef& output, cudaStream_t stream, const OpOptions& options) {
   const char* op = "matmul_reduce_scatter";
-  const auto plan = plan_everywhere<ops::MatmulReduceScatterPlan>(
+  const auto [plan, agree] = plan_and_agree<ops::MatmulReduceScatterPlan>(
       comm, op, ops::signature_of(op, a, {b}, scatter_dim, options, static_cast<int64_t>(reduce_op)), options, stream,
       [&] {
         return ops::plan_matmul_reduce_scatter(comm.world_size(), a, b, scatter_dim, reduce_op, output, options);
       });
-  algo::sequential_matmul_reduce_scatter(comm, plan, a, b, output, stream);
+  algo::sequential_matmul_reduce_scatter(comm, plan, a, b, output, stream, agree);
 }
 
 }  // namespace asynctp
