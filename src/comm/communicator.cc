@@ -1,6 +1,9 @@
 #include <cuda_runtime_api.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <random>
 #include <cstring>
 
 #include "asynctp/version.h"
@@ -69,6 +72,48 @@ std::unique_ptr<Communicator::Impl> make_impl(ncclComm_t comm, bool owns, const 
 
 }  // namespace
 
+std::vector<std::string> Communicator::Impl::allgather_short(const std::string& mine) {
+  ASYNCTP_CHECK(mine.size() < static_cast<size_t>(kBusIdBytes), "allgather_short: ", mine.size(), " bytes; at most ",
+                kBusIdBytes - 1);
+  char padded[kBusIdBytes] = {};
+  std::memcpy(padded, mine.data(), mine.size());
+  auto* bytes = reinterpret_cast<char*>(exchange_buf);
+  ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(bytes + rank * kBusIdBytes, padded, kBusIdBytes, cudaMemcpyHostToDevice,
+                                     setup_stream));
+  ASYNCTP_NCCL_CHECK(ncclAllGather(bytes + rank * kBusIdBytes, bytes, kBusIdBytes, ncclChar, comm, setup_stream));
+  std::vector<char> all(static_cast<size_t>(world_size) * kBusIdBytes);
+  ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(all.data(), bytes, all.size(), cudaMemcpyDeviceToHost, setup_stream));
+  ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(setup_stream));
+  std::vector<std::string> out;
+  for (int r = 0; r < world_size; ++r) out.emplace_back(all.data() + r * kBusIdBytes, strnlen(all.data() + r * kBusIdBytes, kBusIdBytes));
+  return out;
+}
+
+// Where the whole world shares one node, the ops' argument checks go through shared host memory.
+// Any rank that cannot map it makes every rank fall back to checks over NCCL.
+static void open_mailbox(Communicator::Impl& m) {
+  if (m.lsa.size != m.world_size || m.world_size == 1) return;
+  std::string name;
+  if (m.rank == 0) {
+    std::random_device rd;
+    name = detail::cat("/asynctp-", ::getpid(), "-", rd() % 1000000);
+  }
+  name = m.allgather_short(name)[0];
+  std::unique_ptr<HostMailbox> box;
+  try {
+    if (m.rank == 0) box = HostMailbox::create(name, 0, m.world_size);
+  } catch (const Error&) {
+  }
+  if (!m.failing_ranks(m.rank != 0 || box != nullptr).empty()) return;
+  try {
+    if (m.rank != 0) box = HostMailbox::create(name, m.rank, m.world_size);
+  } catch (const Error&) {
+  }
+  const bool everyone = m.failing_ranks(box != nullptr).empty();
+  if (m.rank == 0) HostMailbox::unlink(name);  // every rank has it open (or gave up): no name left behind
+  if (everyone) m.mailbox = std::move(box);
+}
+
 std::vector<int> Communicator::Impl::failing_ranks(bool local_ok) {
   const int mine = local_ok ? 1 : 0;
   ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(exchange_buf + rank, &mine, sizeof mine, cudaMemcpyHostToDevice, setup_stream));
@@ -133,15 +178,7 @@ Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
   // P2P: every rank shares its PCI bus id, checks its LSA peers, then all ranks decide together.
   char bus[kBusIdBytes] = {};
   ASYNCTP_CUDA_CHECK(cudaDeviceGetPCIBusId(bus, kBusIdBytes, m.device));
-  auto* bytes = reinterpret_cast<char*>(m.exchange_buf);
-  ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(bytes + m.rank * kBusIdBytes, bus, kBusIdBytes, cudaMemcpyHostToDevice,
-                                     m.setup_stream));
-  ASYNCTP_NCCL_CHECK(ncclAllGather(bytes + m.rank * kBusIdBytes, bytes, kBusIdBytes, ncclChar, m.comm, m.setup_stream));
-  std::vector<char> all(static_cast<size_t>(m.world_size) * kBusIdBytes);
-  ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(all.data(), bytes, all.size(), cudaMemcpyDeviceToHost, m.setup_stream));
-  ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(m.setup_stream));
-  std::vector<std::string> bus_ids;
-  for (int r = 0; r < m.world_size; ++r) bus_ids.emplace_back(all.data() + r * kBusIdBytes, strnlen(all.data() + r * kBusIdBytes, kBusIdBytes));
+  const std::vector<std::string> bus_ids = m.allgather_short(bus);
   const std::string problem = check_p2p(m, bus_ids);
   const std::vector<int> failing = m.failing_ranks(problem.empty());
   if (!failing.empty()) {
@@ -167,6 +204,7 @@ Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
   ASYNCTP_CUDA_CHECK(cudaStreamCreateWithFlags(&m.check_stream, cudaStreamNonBlocking));
   ASYNCTP_CUDA_CHECK(cudaMalloc(&m.check_buf, sizeof(int64_t) * kCheckSlots * m.world_size));
   ASYNCTP_CUDA_CHECK(cudaMallocHost(&m.check_host, sizeof(int64_t) * kCheckSlots * (m.world_size + 1)));
+  open_mailbox(m);
 
   ASYNCTP_CHECK(m.lsa.size >= 1, "Communicator: NCCL reports an empty LSA team");
   m.signals = SignalPad::create(*this, m.signal_count);

@@ -13,6 +13,7 @@
 #include "asynctp/communicator.h"
 #include "asynctp/signal.h"
 #include "asynctp/symmetric.h"
+#include "comm/host_mailbox.h"
 #include "common/device_fault.h"
 #include "gemm/cublaslt_gemm.h"
 
@@ -53,11 +54,16 @@ struct Communicator::Impl {
   cudaStream_t check_stream = nullptr;
   int64_t* check_buf = nullptr;       // world_size * kCheckSlots, on the GPU
   int64_t* check_host = nullptr;      // (world_size + 1) * kCheckSlots, pinned: this rank's, then all
+  std::unique_ptr<HostMailbox> mailbox;  // argument checks on one node (else check_comm)
+  uint64_t check_seq = 0;                // argument checks made so far
   void* scratch = nullptr;            // ordinary device memory for the sequential paths
   size_t scratch_bytes = 0;
 
   // At least `bytes` of scratch; grows (after draining the GPU) when needed, so not during graph capture.
   void* scratch_for(size_t bytes);
+
+  // Every rank's `mine` (at most 31 bytes), by rank. Collective and host-synchronous.
+  std::vector<std::string> allgather_short(const std::string& mine);
 
   // Ranks (world) whose `local_ok` was false; empty when all were fine. Collective and host-synchronous.
   std::vector<int> failing_ranks(bool local_ok);

@@ -24,15 +24,21 @@ void agree_across_ranks(Communicator& comm, const char* op, const Signature& sig
   mine[0] = local_error.empty() ? 1 : 0;
   mine[1] = static_cast<int64_t>(n);
   for (size_t i = 0; i < n; ++i) mine[2 + i] = signature.fields[i].second;
-  int64_t* slot = m.check_buf + static_cast<size_t>(m.rank) * kCheckSlots;
-  int64_t* all = m.check_host + kCheckSlots;
-  const size_t all_count = static_cast<size_t>(kCheckSlots) * m.world_size;
-  ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(slot, mine, sizeof(int64_t) * kCheckSlots, cudaMemcpyHostToDevice,
-                                     m.check_stream));
-  ASYNCTP_NCCL_CHECK(ncclAllGather(slot, m.check_buf, kCheckSlots, ncclInt64, m.check_comm, m.check_stream));
-  ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(all, m.check_buf, sizeof(int64_t) * all_count, cudaMemcpyDeviceToHost,
-                                     m.check_stream));
-  ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(m.check_stream));
+  const int64_t* all = nullptr;
+  if (m.mailbox) {
+    static_assert(HostMailbox::kSlots == kCheckSlots, "one record layout for both exchanges");
+    all = m.mailbox->exchange(mine, ++m.check_seq, m.timeout_ms, op);
+  } else {
+    int64_t* slot = m.check_buf + static_cast<size_t>(m.rank) * kCheckSlots;
+    int64_t* gathered = m.check_host + kCheckSlots;
+    ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(slot, mine, sizeof(int64_t) * kCheckSlots, cudaMemcpyHostToDevice,
+                                       m.check_stream));
+    ASYNCTP_NCCL_CHECK(ncclAllGather(slot, m.check_buf, kCheckSlots, ncclInt64, m.check_comm, m.check_stream));
+    ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(gathered, m.check_buf, sizeof(int64_t) * kCheckSlots * m.world_size,
+                                       cudaMemcpyDeviceToHost, m.check_stream));
+    ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(m.check_stream));
+    all = gathered;
+  }
 
   if (!local_error.empty()) throw Error(local_error);
   for (int r = 0; r < m.world_size; ++r) {
