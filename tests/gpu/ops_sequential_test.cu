@@ -20,6 +20,12 @@ struct Buf {
   float* f() const { return static_cast<float*>(p); }
 };
 
+// Row-major strides for `t`'s shape (TensorRef::dense takes a fixed list; these shapes are built up).
+void make_dense(TensorRef& t) {
+  int64_t stride = 1;
+  for (int d = t.ndim - 1; d >= 0; --d) t.strides[d] = stride, stride *= t.shape[d];
+}
+
 struct AgCase {
   std::vector<int64_t> a_shape;  // the global A: [d0, (d1,) K]
   int64_t N;
@@ -54,8 +60,7 @@ void run_ag_case(Communicator& comm, const AgCase& c, cudaStream_t s, reference:
   ta.ndim = static_cast<int>(c.a_shape.size());
   for (int d = 0; d < ta.ndim; ++d) ta.shape[d] = c.a_shape[d];
   if (c.gather_last) ta.shape[ta.ndim - 1] = kl; else ta.shape[0] /= ws;
-  int64_t stride = 1;
-  for (int d = ta.ndim - 1; d >= 0; --d) ta.strides[d] = stride, stride *= ta.shape[d];
+  make_dense(ta);
 
   std::vector<std::unique_ptr<Buf>> b_bufs, out_bufs, refs;
   std::vector<TensorRef> bs, outs;
@@ -74,8 +79,7 @@ void run_ag_case(Communicator& comm, const AgCase& c, cudaStream_t s, reference:
     TensorRef o = ta;
     o.data = out_bufs[i]->p;
     if (c.gather_last) o.shape[o.ndim - 1] = n; else { o.shape[0] *= ws; o.shape[o.ndim - 1] = n; }
-    stride = 1;
-    for (int d = o.ndim - 1; d >= 0; --d) o.strides[d] = stride, stride *= o.shape[d];
+    make_dense(o);
     outs.push_back(o);
     reference::poison(o.data, o.bytes(), s);
   }
@@ -84,8 +88,7 @@ void run_ag_case(Communicator& comm, const AgCase& c, cudaStream_t s, reference:
     tg = ta;
     tg.data = gathered.p;
     if (c.gather_last) tg.shape[tg.ndim - 1] = K; else tg.shape[0] *= ws;
-    stride = 1;
-    for (int d = tg.ndim - 1; d >= 0; --d) tg.strides[d] = stride, stride *= tg.shape[d];
+    make_dense(tg);
     reference::poison(gathered.p, M * K * es, s);
   }
   OpOptions o;
