@@ -12,7 +12,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 build=${1:-build}
 shift || true
 bench_args=("$@")
-[ ${#bench_args[@]} -gt 0 ] || bench_args=(--shapes seeds --op both --algorithms sequential)
+[ ${#bench_args[@]} -gt 0 ] || bench_args=(--shapes seeds --op both --algorithms sequential,pipelined)
 out=${OUT:-/tmp/asynctp-out}
 mkdir -p "$out"
 

@@ -20,7 +20,7 @@ class Communicator;
 
 enum class Algorithm {
   kSequential,  // NCCL collective, then cuBLASLt: the baseline; any topology
-  kPipelined,   // copy-engine chunks and per-chunk GEMMs (not built yet)
+  kPipelined,   // copy-engine chunks and per-chunk GEMMs on several streams; one node (NVLink/P2P) only
   kFused,       // one persistent CUTLASS Hopper GEMM fed by per-chunk flags (not built yet)
   kAuto,        // chosen per shape from measured tuning (not built yet)
 };
@@ -42,8 +42,20 @@ struct OpOptions {
   // skipped while the stream is being captured into a CUDA graph, and can be turned off here by callers
   // that guarantee equal arguments.
   bool check_across_ranks = true;
+  // kPipelined: how many pieces each rank's share of the data is moved and multiplied in (1 to
+  // kMaxChunksPerRank). More pieces start the first GEMM sooner but make every GEMM smaller. 0 picks
+  // the default: 1, or 2 for all_gather_matmul with gather_dim last (where the first piece cannot
+  // overlap anything). Other algorithms ignore it.
+  int chunks_per_rank = 0;
 };
 
+constexpr int kMaxChunksPerRank = 16;
+
+// kPipelined, all_gather_matmul: where a_shard lies inside a SymmetricBuffer of this communicator (at
+// the same offset on every rank), peers read it there; otherwise it is first copied into the
+// communicator's symmetric workspace. Either way the op does not complete on `stream` before every
+// peer has finished reading it, so the caller may overwrite a_shard right after.
+//
 // gather_dim 0: each rank holds a_shard [m, K] (or [m, d1, ..., K]: leading dims are flattened);
 //   for each B, outputs[i] = allgather(a_shard) @ B, shape [world*m, (d1, ...,) N].
 // gather_dim last (a_shard.ndim - 1): each rank holds a_shard [M, K/world] (leading dims flattened);

@@ -19,6 +19,10 @@
 
 namespace asynctp {
 
+namespace algo {
+class PipelineResources;
+}
+
 // int64 slots each rank contributes to an argument check (see ops/cross_rank_check.cc).
 constexpr int kCheckSlots = 128;
 
@@ -39,8 +43,8 @@ struct Communicator::Impl {
   ncclDevComm dev_comm{};  // passed by value to kernels that use NCCL's device API
   bool has_dev_comm = false;
   cublasLtHandle_t cublaslt = nullptr;
-  cudaStream_t setup_stream = nullptr;
-  detail::DeviceFault* fault = nullptr;  // where this process's kernels report a timeout  // for the library's own blocking set-up work
+  cudaStream_t setup_stream = nullptr;   // for the library's own blocking set-up work
+  detail::DeviceFault* fault = nullptr;  // where this process's kernels report a timeout
 
   int* exchange_buf = nullptr;  // device scratch for all_ok's all-gather
 
@@ -56,8 +60,13 @@ struct Communicator::Impl {
   int64_t* check_host = nullptr;      // (world_size + 1) * kCheckSlots, pinned: this rank's, then all
   std::unique_ptr<HostMailbox> mailbox;  // argument checks on one node (else check_comm)
   uint64_t check_seq = 0;                // argument checks made so far
-  void* scratch = nullptr;            // ordinary device memory for the sequential paths
+  void* scratch = nullptr;            // ordinary device memory for the algorithms' local buffers
   size_t scratch_bytes = 0;
+  std::vector<const SymmetricBuffer*> symmetric_buffers;  // every live buffer made on this communicator
+  std::unique_ptr<algo::PipelineResources> pipeline;      // made by the first pipelined call
+
+  // The live SymmetricBuffer that holds all of [p, p + bytes) on this rank, or null.
+  const SymmetricBuffer* find_symmetric(const void* p, size_t bytes) const;
 
   // At least `bytes` of scratch; grows (after draining the GPU) when needed, so not during graph capture.
   void* scratch_for(size_t bytes);

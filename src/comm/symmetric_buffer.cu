@@ -1,5 +1,7 @@
 #include <nccl_device.h>
 
+#include <algorithm>
+
 #include "comm/communicator_impl.h"
 #include "common/check.h"
 
@@ -38,11 +40,14 @@ std::unique_ptr<SymmetricBuffer> SymmetricBuffer::create(Communicator& comm, siz
   ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(buf->peers_.data(), buf->device_peers_, sizeof(void*) * n,
                                      cudaMemcpyDeviceToHost, m.setup_stream));
   ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(m.setup_stream));
+  m.symmetric_buffers.push_back(buf.get());
   return buf;
 }
 
 SymmetricBuffer::~SymmetricBuffer() {
   Communicator::Impl& m = comm_->impl();
+  auto& live = m.symmetric_buffers;
+  live.erase(std::remove(live.begin(), live.end(), this), live.end());
   cudaSetDevice(m.device);
   if (cudaDeviceSynchronize() != cudaSuccess) return;  // the context is gone; see ~Communicator
   // No rank may free its part while a peer's work can still reach it: every rank has drained its own
@@ -61,6 +66,19 @@ void* SymmetricBuffer::peer(int lsa_rank) const {
   ASYNCTP_CHECK(lsa_rank >= 0 && lsa_rank < lsa_size(), "SymmetricBuffer::peer: lsa_rank must be in [0, ", lsa_size(),
                 "), got ", lsa_rank);
   return peers_[lsa_rank];
+}
+
+}  // namespace asynctp
+
+namespace asynctp {
+
+const SymmetricBuffer* Communicator::Impl::find_symmetric(const void* p, size_t bytes) const {
+  const auto* begin = static_cast<const char*>(p);
+  for (const SymmetricBuffer* buf : symmetric_buffers) {
+    const auto* local = static_cast<const char*>(buf->local());
+    if (begin >= local && begin + bytes <= local + buf->size()) return buf;
+  }
+  return nullptr;
 }
 
 }  // namespace asynctp

@@ -24,8 +24,16 @@ void GemmRunner::reset() {
     cublasLtMatmulDescDestroy(plan.desc);
   }
   plans_.clear();
-  if (workspace_) cudaFree(workspace_);
-  workspace_ = nullptr;
+  for (void*& w : workspace_) {
+    if (w) cudaFree(w);
+    w = nullptr;
+  }
+}
+
+void GemmRunner::reserve() {
+  for (void*& w : workspace_) {
+    if (w == nullptr) ASYNCTP_CUDA_CHECK(cudaMalloc(&w, kGemmWorkspaceBytes));
+  }
 }
 
 // cuBLASLt is column-major; a row-major C[M, N] is a column-major C^T[N, M], so it computes
@@ -73,13 +81,15 @@ GemmRunner::Plan& GemmRunner::plan_for(const Problem& p) {
   return plans_.emplace(key, plan).first->second;
 }
 
-void GemmRunner::run(const Problem& p, const void* a, const void* b, void* c, cudaStream_t stream) {
+void GemmRunner::run(const Problem& p, const void* a, const void* b, void* c, cudaStream_t stream, int lane) {
   ASYNCTP_CHECK(handle_ != nullptr, "GemmRunner used before init()");
-  if (workspace_ == nullptr) ASYNCTP_CUDA_CHECK(cudaMalloc(&workspace_, kGemmWorkspaceBytes));
+  ASYNCTP_CHECK(lane >= 0 && lane < kLanes, "GemmRunner::run: lane must be in [0, ", kLanes, "), got ", lane);
+  void*& workspace = workspace_[lane];
+  if (workspace == nullptr) ASYNCTP_CUDA_CHECK(cudaMalloc(&workspace, kGemmWorkspaceBytes));
   Plan& plan = plan_for(p);
   const float alpha = 1.0f;
   ASYNCTP_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, b, plan.a, a, plan.b, &p.beta, c, plan.c, c, plan.c,
-                                      &plan.algo, workspace_, kGemmWorkspaceBytes, stream));
+                                      &plan.algo, workspace, kGemmWorkspaceBytes, stream));
 }
 
 }  // namespace asynctp::gemm

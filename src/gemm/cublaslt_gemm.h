@@ -28,10 +28,16 @@ class GemmRunner {
   GemmRunner(const GemmRunner&) = delete;
   GemmRunner& operator=(const GemmRunner&) = delete;
 
-  // `handle` is borrowed. The workspace is allocated on first use.
+  // GEMMs that may run at the same time on different streams need different lanes: each lane has its
+  // own cuBLASLt workspace. Lane 0 serves the caller's stream; the pipelined algorithm uses the others.
+  static constexpr int kLanes = 3;
+
+  // `handle` is borrowed. A lane's workspace is allocated on its first use (or by reserve()).
   void init(cublasLtHandle_t handle) { handle_ = handle; }
-  void run(const Problem& p, const void* a, const void* b, void* c, cudaStream_t stream);
-  // Frees the cached plans and the workspace (before the cuBLASLt handle goes).
+  void run(const Problem& p, const void* a, const void* b, void* c, cudaStream_t stream, int lane = 0);
+  // Allocates every lane's workspace now, so that later runs allocate nothing (CUDA graph capture).
+  void reserve();
+  // Frees the cached plans and the workspaces (before the cuBLASLt handle goes).
   void reset();
 
  private:
@@ -44,7 +50,7 @@ class GemmRunner {
   Plan& plan_for(const Problem& p);
 
   cublasLtHandle_t handle_ = nullptr;
-  void* workspace_ = nullptr;
+  void* workspace_[kLanes] = {};
   std::map<Key, Plan> plans_;
 };
 

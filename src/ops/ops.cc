@@ -1,9 +1,11 @@
 // The public ops: validate, agree across ranks, then run the chosen algorithm.
 #include "asynctp/ops.h"
 
+#include "algo/pipelined.h"
 #include "algo/sequential.h"
 #include "asynctp/communicator.h"
 #include "asynctp/error.h"
+#include "comm/communicator_impl.h"
 #include "ops/cross_rank_check.h"
 #include "ops/plan.h"
 
@@ -46,12 +48,23 @@ void all_gather_matmul(Communicator& comm, const TensorRef& a_shard, const std::
                        const std::vector<TensorRef>& outputs, const TensorRef& gathered_a, cudaStream_t stream,
                        const OpOptions& options) {
   const char* op = "all_gather_matmul";
-  const auto [plan, agree] = plan_and_agree<ops::AllGatherMatmulPlan>(
-      comm, op, ops::signature_of(op, a_shard, bs, gather_dim, options, gathered_a.defined() ? 1 : 0), options, stream,
-      [&] {
-        return ops::plan_all_gather_matmul(comm.world_size(), a_shard, bs, gather_dim, outputs, gathered_a, options);
-      });
-  algo::sequential_all_gather_matmul(comm, plan, a_shard, bs, outputs, gathered_a, stream, agree);
+  ops::Signature signature = ops::signature_of(op, a_shard, bs, gather_dim, options, gathered_a.defined() ? 1 : 0);
+  if (options.algorithm == Algorithm::kPipelined) {
+    // Peers read a shard in symmetric memory in place, so every rank must keep it at the same offset.
+    const bool well_formed = a_shard.data != nullptr && a_shard.ndim > 0 && a_shard.ndim <= TensorRef::kMaxDims;
+    const SymmetricBuffer* sym = well_formed ? comm.impl().find_symmetric(a_shard.data, a_shard.bytes()) : nullptr;
+    signature.add("a_shard's offset in symmetric memory (-1: none)",
+                  sym ? static_cast<const char*>(a_shard.data) - static_cast<const char*>(sym->local()) : -1);
+  }
+  const auto [plan, agree] = plan_and_agree<ops::AllGatherMatmulPlan>(comm, op, std::move(signature), options, stream, [&] {
+    return ops::plan_all_gather_matmul(comm.world_size(), a_shard, bs, gather_dim, outputs, gathered_a, options);
+  });
+  if (options.algorithm == Algorithm::kPipelined) {
+    algo::pipelined_all_gather_matmul(comm, plan, a_shard, bs, outputs, gathered_a, stream, agree,
+                                      options.chunks_per_rank);
+  } else {
+    algo::sequential_all_gather_matmul(comm, plan, a_shard, bs, outputs, gathered_a, stream, agree);
+  }
 }
 
 void matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const TensorRef& b, int scatter_dim,
@@ -62,7 +75,11 @@ void matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const TensorR
       [&] {
         return ops::plan_matmul_reduce_scatter(comm.world_size(), a, b, scatter_dim, reduce_op, output, options);
       });
-  algo::sequential_matmul_reduce_scatter(comm, plan, a, b, output, stream, agree);
+  if (options.algorithm == Algorithm::kPipelined) {
+    algo::pipelined_matmul_reduce_scatter(comm, plan, a, b, output, stream, agree, options.chunks_per_rank);
+  } else {
+    algo::sequential_matmul_reduce_scatter(comm, plan, a, b, output, stream, agree);
+  }
 }
 
 }  // namespace asynctp

@@ -59,9 +59,13 @@ void check_dtype_supported(const char* op, DType dtype) {
                 " is not supported; expected bf16 or fp16");
 }
 
-void check_algorithm_built(const char* op, Algorithm algorithm) {
-  ASYNCTP_CHECK(algorithm == Algorithm::kSequential, op, ": algorithm '", algorithm_name(algorithm),
-                "' is not built yet in this version of asynctp; use 'sequential'");
+void check_options(const char* op, const OpOptions& options) {
+  const Algorithm a = options.algorithm;
+  ASYNCTP_CHECK(a == Algorithm::kSequential || a == Algorithm::kPipelined, op, ": algorithm '", algorithm_name(a),
+                "' is not built yet in this version of asynctp; use 'sequential' or 'pipelined'");
+  ASYNCTP_CHECK(options.chunks_per_rank >= 0 && options.chunks_per_rank <= kMaxChunksPerRank, op,
+                ": options.chunks_per_rank is ", options.chunks_per_rank, "; expected 0 (the default) to ",
+                kMaxChunksPerRank);
 }
 
 }  // namespace
@@ -73,7 +77,7 @@ AllGatherMatmulPlan plan_all_gather_matmul(int world_size, const TensorRef& a, c
                                            const TensorRef& gathered_a, const OpOptions& options) {
   const char* op = "all_gather_matmul";
   ASYNCTP_CHECK(world_size >= 1, op, ": world size must be >= 1, got ", world_size);
-  check_algorithm_built(op, options.algorithm);
+  check_options(op, options);
   check_dtype_supported(op, a.dtype);
   check_tensor(op, "a_shard", a, a.dtype, 2, TensorRef::kMaxDims);
   AllGatherMatmulPlan p;
@@ -139,7 +143,7 @@ MatmulReduceScatterPlan plan_matmul_reduce_scatter(int world_size, const TensorR
                                                    const OpOptions& options) {
   const char* op = "matmul_reduce_scatter";
   ASYNCTP_CHECK(world_size >= 1, op, ": world size must be >= 1, got ", world_size);
-  check_algorithm_built(op, options.algorithm);
+  check_options(op, options);
   check_dtype_supported(op, a.dtype);
   check_tensor(op, "a", a, a.dtype, 2, TensorRef::kMaxDims);
   check_tensor(op, "b", b, a.dtype, 2, 2);
@@ -194,6 +198,7 @@ Signature signature_of(const char* op, const TensorRef& a, const std::vector<Ten
     s.add("B.shape[1]", b.ndim > 1 ? b.shape[1] : 0);
   }
   s.add("reduce_op / return_a", extra);
+  s.add("chunks_per_rank", options.chunks_per_rank);
   return s;
 }
 

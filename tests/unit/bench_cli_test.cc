@@ -21,7 +21,7 @@ TEST(BenchCli, Defaults) {
 TEST(BenchCli, EveryOption) {
   const Args a = parse_args({"--gpus", "2", "--shapes", "128x256x512,7x9x11", "--op", "rs", "--dtype", "fp16",
                              "--gather-dim", "last", "--scatter-dim", "last", "--b-layout", "col", "--algorithms",
-                             "sequential,fused", "--iters", "5", "--warmup", "0", "--flush-l2", "--json", "x.json"});
+                             "sequential,fused", "--chunks", "3", "--iters", "5", "--warmup", "0", "--flush-l2", "--json", "x.json"});
   EXPECT_EQ(a.gpus, 2);
   ASSERT_EQ(a.shapes.size(), 2u);
   EXPECT_EQ(a.shapes[1].M, 7);
@@ -32,6 +32,7 @@ TEST(BenchCli, EveryOption) {
   EXPECT_TRUE(a.gather_last && a.scatter_last && a.flush_l2);
   EXPECT_EQ(a.b_layout, BLayout::kColMajor);
   EXPECT_EQ(a.algorithms, (std::vector<Algorithm>{Algorithm::kSequential, Algorithm::kFused}));
+  EXPECT_EQ(a.chunks_per_rank, 3);
   EXPECT_EQ(a.iters, 5);
   EXPECT_EQ(a.warmup, 0);
   EXPECT_EQ(a.json, "x.json");
@@ -53,6 +54,7 @@ TEST(BenchCli, BadValuesNameTheOption) {
   EXPECT_NE(msg({"--gather-dim", "1"}).find("expected 0 or last"), std::string::npos);
   EXPECT_NE(msg({"--iters", "0"}).find("--iters '0' is not valid; expected an integer >= 1"), std::string::npos);
   EXPECT_NE(msg({"--iters"}).find("--iters needs a value"), std::string::npos);
+  EXPECT_NE(msg({"--chunks", "17"}).find("--chunks '17' is not valid; expected 0 to 16"), std::string::npos);
   EXPECT_NE(msg({"--frobnicate", "1"}).find("unknown option --frobnicate"), std::string::npos);
 }
 

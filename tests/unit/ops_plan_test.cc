@@ -75,7 +75,18 @@ TEST(AllGatherMatmulPlan, RefusesEachBadArgumentByName) {
   OpOptions fused;
   fused.algorithm = Algorithm::kFused;
   EXPECT_REFUSED(plan_all_gather_matmul(2, a, {b}, 0, {out}, TensorRef{}, fused),
-                 "algorithm 'fused' is not built yet in this version of asynctp; use 'sequential'");
+                 "algorithm 'fused' is not built yet in this version of asynctp; use 'sequential' or 'pipelined'");
+  OpOptions pieces;
+  pieces.algorithm = Algorithm::kPipelined;
+  pieces.chunks_per_rank = kMaxChunksPerRank + 1;
+  EXPECT_REFUSED(plan_all_gather_matmul(2, a, {b}, 0, {out}, TensorRef{}, pieces),
+                 "options.chunks_per_rank is 17; expected 0 (the default) to 16");
+  pieces.chunks_per_rank = -1;
+  EXPECT_REFUSED(plan_matmul_reduce_scatter(2, t(0, {1024, 256}), t(1, {256, 768}), 0, ReduceOp::kSum,
+                                            t(3, {512, 768}), pieces),
+                 "options.chunks_per_rank is -1");
+  pieces.chunks_per_rank = kMaxChunksPerRank;
+  EXPECT_NO_THROW(plan_all_gather_matmul(2, a, {b}, 0, {out}, TensorRef{}, pieces));
 }
 
 TEST(AllGatherMatmulPlan, RefusesBadPointersStridesAndOverlaps) {

@@ -25,6 +25,7 @@ const char* const kUsage =
     "  --scatter-dim 0|last how the output is scattered for rs (default 0: along M)\n"
     "  --b-layout row|col   B as [K, N] row-major or [N, K] (nn.Linear's weight) (default row)\n"
     "  --algorithms LIST    comma-separated: sequential, pipelined, fused, auto (default sequential)\n"
+    "  --chunks N           pieces per rank for pipelined, 1 to 16 (default 0: the library's default)\n"
     "  --iters N            timed iterations (default 30); the median is reported, the max over ranks\n"
     "  --warmup N           untimed iterations first (default 8)\n"
     "  --flush-l2           overwrite a buffer larger than L2 before each timed iteration\n"
@@ -126,6 +127,9 @@ Args parse_args(const std::vector<std::string>& argv) {
     } else if (f == "--algorithms") {
       a.algorithms.clear();
       for (const auto& s : split(v, ',')) a.algorithms.push_back(parse_algorithm(s));
+    } else if (f == "--chunks") {
+      a.chunks_per_rank = static_cast<int>(parse_int(f, v, 0));
+      if (a.chunks_per_rank > kMaxChunksPerRank) bad(f, v, "0 to " + std::to_string(kMaxChunksPerRank));
     } else if (f == "--iters") {
       a.iters = static_cast<int>(parse_int(f, v, 1));
     } else if (f == "--warmup") {

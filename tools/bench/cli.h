@@ -23,6 +23,7 @@ struct Args {
   bool scatter_last = false;
   BLayout b_layout = BLayout::kRowMajor;
   std::vector<Algorithm> algorithms{Algorithm::kSequential};
+  int chunks_per_rank = 0;  // OpOptions::chunks_per_rank for pipelined
   int iters = 30;
   int warmup = 8;
   bool flush_l2 = false;

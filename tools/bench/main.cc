@@ -172,6 +172,7 @@ class Case {
       OpOptions options;
       options.algorithm = algo;
       options.b_layout = args_.b_layout;
+      options.chunks_per_rank = args_.chunks_per_rank;
       auto call = [&] {
         if (ag_) {
           all_gather_matmul(comm_, ta, {tb}, dim, {tout}, TensorRef{}, stream_, options);

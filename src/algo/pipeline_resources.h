@@ -1,0 +1,112 @@
+// Internal: what the pipelined algorithm keeps per communicator, made by its first call: side streams,
+// a pool of events, a pad of cross-rank flags and the epoch those flags carry.
+//
+// The flag protocol (docs/pipelined.md tells it in full):
+//  - every pipelined call advances a device-resident epoch E; ranks advance theirs in step because the
+//    ops are collective;
+//  - a rank tells a peer "ready" or "done" by a copy-engine copy of its epoch word into the peer's flag,
+//    so a signal behind a copy needs no SM and reads the epoch when it runs (CUDA graph replays carry
+//    on counting);
+//  - a wait is a one-warp kernel that spins with acquire loads, bounded by the communicator's timeout;
+//    it is placed at the head of its stream so that it is resident before the GEMMs fill the GPU.
+// Flag indices in the pad (one pad per rank):
+//   done(p)      peer p has finished reading this rank's buffers in the call that carried epoch E;
+//   ready(p, j)  piece j of what peer p offers this rank is in place.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "asynctp/communicator.h"
+#include "asynctp/ops.h"
+#include "asynctp/signal.h"
+
+namespace asynctp::algo {
+
+class PipelineResources {
+ public:
+  // The communicator's resources, made on first use (collective). Refused while `stream` is being
+  // captured into a CUDA graph: the first pipelined call must run outside capture.
+  static PipelineResources& of(Communicator& comm, cudaStream_t stream);
+  ~PipelineResources();
+  PipelineResources(const PipelineResources&) = delete;
+  PipelineResources& operator=(const PipelineResources&) = delete;
+
+  static int done_flag(int peer) { return peer; }
+  int ready_flag(int peer, int piece) const { return lsa_size_ + peer * kMaxChunksPerRank + piece; }
+
+  // Streams of this communicator. The pull streams run at the device's highest priority so that the
+  // wait kernel at their head is placed before a GEMM's thread blocks.
+  cudaStream_t signal_stream() const { return signal_; }
+  cudaStream_t pull_stream(int peer) const { return pulls_[peer]; }
+  cudaStream_t gemm_stream(int lane) const { return gemms_[lane]; }
+  static constexpr int kGemmStreams = 2;
+
+  // Starts a call: events are handed out afresh from the pool.
+  void begin_call() { next_event_ = 0; }
+  // An event recorded on `from` now.
+  cudaEvent_t record(cudaStream_t from);
+  // Work enqueued on `to` from now on runs after everything enqueued so far on `from`.
+  void follow(cudaStream_t to, cudaStream_t from);
+  void follow(cudaStream_t to, cudaEvent_t event);
+
+  // Stream-ordered: waits (bounded) until every peer's done flag has reached the current epoch (skipped
+  // where `wait_done` is false), then advances the epoch. Goes first in a call, on the caller's stream.
+  void begin_epoch(cudaStream_t stream, bool wait_done);
+  // Stream-ordered: waits (bounded) until every peer's done flag has reached the current epoch.
+  void wait_done(cudaStream_t stream);
+  // Flags of this rank's pad, each with the peer that sets it (named in a timeout report).
+  struct FlagList {
+    static constexpr int kMax = 64;
+    int count = 0;
+    int flag[kMax];
+    int owner[kMax];
+    void add(int f, int o);
+  };
+  // Stream-ordered: waits (bounded) until each listed flag has reached the current epoch, in order.
+  void wait_ready(cudaStream_t stream, const FlagList& flags);
+  // Stream-ordered, after earlier work on `stream`: flag `flag` of `peer`'s pad := the current epoch.
+  void signal(cudaStream_t stream, int peer, int flag);
+
+ private:
+  explicit PipelineResources(Communicator& comm);
+  Communicator& comm_;
+  int lsa_size_ = 0;
+  std::unique_ptr<SignalPad> pad_;
+  uint32_t* epoch_ = nullptr;  // device: the epoch of the current (or last) pipelined call
+  cudaStream_t signal_ = nullptr;
+  std::vector<cudaStream_t> pulls_;
+  cudaStream_t gemms_[kGemmStreams] = {};
+  std::vector<cudaEvent_t> events_;
+  size_t next_event_ = 0;
+};
+
+// Fans a call out from the caller's stream onto side streams and joins them back: a side stream waits
+// for the fork the first time it is used, and join() makes the caller's stream wait for every side
+// stream used. Under CUDA graph capture that is what brings the side streams into the graph.
+class Fanout {
+ public:
+  Fanout(PipelineResources& pr, cudaStream_t origin) : pr_(pr), origin_(origin), fork_(pr.record(origin)) {}
+  cudaStream_t use(cudaStream_t side) {
+    for (cudaStream_t s : used_) {
+      if (s == side) return side;
+    }
+    pr_.follow(side, fork_);
+    used_.push_back(side);
+    return side;
+  }
+  void join() {
+    for (cudaStream_t s : used_) pr_.follow(origin_, s);
+  }
+
+ private:
+  PipelineResources& pr_;
+  cudaStream_t origin_;
+  cudaEvent_t fork_;
+  std::vector<cudaStream_t> used_;
+};
+
+}  // namespace asynctp::algo

@@ -1,0 +1,37 @@
+// Internal: the pipelined algorithm. Copy-engine chunks moved between the ranks' symmetric buffers and
+// one cuBLASLt GEMM per chunk, spread over side streams joined back into the caller's, ordered across
+// ranks by epoch flags (algo/pipeline_resources.h). No host synchronisation after the argument check,
+// so a call can be captured in a CUDA graph (after one call outside capture). One node only: every
+// rank must reach every other's memory (the LSA team is the world). docs/pipelined.md explains it.
+#pragma once
+
+#include <vector>
+
+#include "algo/sequential.h"
+
+namespace asynctp::algo {
+
+void pipelined_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan& plan, const TensorRef& a_shard,
+                                 const std::vector<TensorRef>& bs, const std::vector<TensorRef>& outputs,
+                                 const TensorRef& gathered_a, cudaStream_t stream, const AgreeFn& agree,
+                                 int chunks_per_rank);
+
+void pipelined_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScatterPlan& plan, const TensorRef& a,
+                                     const TensorRef& b, const TensorRef& output, cudaStream_t stream,
+                                     const AgreeFn& agree, int chunks_per_rank);
+
+// Throws unless every rank's memory is reachable from every other (the LSA team is the whole world,
+// numbered as the world).
+void require_one_node(Communicator& comm, const char* op);
+
+// The number of pieces per rank a call uses: `requested`, or the default where it is 0, at most `rows`.
+int resolve_chunks(int requested, bool gather_last, int64_t rows);
+
+// Rows [begin, end) of piece `i` when `rows` rows are cut into `pieces` nearly equal pieces.
+struct RowRange {
+  int64_t begin, end;
+  int64_t size() const { return end - begin; }
+};
+RowRange piece_rows(int64_t rows, int pieces, int i);
+
+}  // namespace asynctp::algo

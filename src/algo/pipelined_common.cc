@@ -1,0 +1,25 @@
+#include <algorithm>
+
+#include "algo/pipelined.h"
+#include "comm/communicator_impl.h"
+#include "common/check.h"
+
+namespace asynctp::algo {
+
+void require_one_node(Communicator& comm, const char* op) {
+  const Communicator::Impl& m = comm.impl();
+  bool numbered_as_world = m.lsa.size == m.world_size;
+  for (int i = 0; numbered_as_world && i < m.lsa.size; ++i) numbered_as_world = m.lsa_world_ranks[i] == i;
+  ASYNCTP_CHECK(numbered_as_world, op, ": algorithm 'pipelined' needs every rank's GPU to reach every other's memory "
+                "(one node); this communicator has ", m.world_size, " ranks but an NVLink/P2P (LSA) team of ",
+                m.lsa.size, ": use 'sequential'");
+}
+
+int resolve_chunks(int requested, bool gather_last, int64_t rows) {
+  const int chunks = requested > 0 ? requested : (gather_last ? 2 : 1);
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(chunks, rows)));
+}
+
+RowRange piece_rows(int64_t rows, int pieces, int i) { return {rows * i / pieces, rows * (i + 1) / pieces}; }
+
+}  // namespace asynctp::algo

@@ -1,0 +1,109 @@
+// Pipelined matmul_reduce_scatter: partial products are computed destination by destination (rank
+// me+1 first, this rank's own last) into symmetric memory; each destination pulls its piece with the
+// copy engine as soon as it is flagged, while the GEMMs go on, and sums the pieces in rank order in
+// fp32 once its own partial is done.
+#include "algo/pipeline_resources.h"
+#include "algo/pipelined.h"
+#include "comm/communicator_impl.h"
+#include "common/check.h"
+#include "kernels/sum_partials.h"
+
+namespace asynctp::algo {
+namespace {
+
+char* bytes(const void* p) { return static_cast<char*>(const_cast<void*>(p)); }
+
+size_t align_up(size_t n) { return (n + 255) / 256 * 256; }
+
+}  // namespace
+
+void pipelined_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScatterPlan& plan, const TensorRef& a,
+                                     const TensorRef& b, const TensorRef& output, cudaStream_t stream,
+                                     const AgreeFn& agree, int chunks_per_rank) {
+  agree();
+  require_one_node(comm, "matmul_reduce_scatter");
+  Communicator::Impl& m = comm.impl();
+  const int ws = m.world_size, me = m.rank;
+  const size_t es = dtype_size(plan.dtype);
+  const bool col = plan.b_layout == BLayout::kColMajor;
+  // What each destination receives from each rank: a dense [rows, cols] partial product.
+  const int64_t rows = plan.out_rows, cols = plan.out_cols;
+  const size_t row_bytes = static_cast<size_t>(cols) * es;
+
+  // Rows `r` of the partial product destined for rank d, into `dst` (the start of d's partial).
+  auto partial_gemm = [&](int d, RowRange r, char* dst, cudaStream_t s, int lane) {
+    if (r.size() == 0) return;
+    gemm::Problem p;
+    p.M = r.size();
+    p.K = plan.k_local;
+    p.dtype = plan.dtype;
+    p.b_layout = plan.b_layout;
+    const char* a_rows;
+    const char* b_cols = bytes(b.data);
+    if (!plan.scatter_last) {
+      p.N = plan.N;
+      a_rows = bytes(a.data) + static_cast<size_t>(d * rows + r.begin) * plan.k_local * es;
+    } else {
+      // Destination d owns columns [d*cols, (d+1)*cols) of the product: those columns of B.
+      p.N = cols;
+      p.ldb = col ? plan.k_local : plan.N;
+      p.ldc = cols;
+      a_rows = bytes(a.data) + static_cast<size_t>(r.begin) * plan.k_local * es;
+      b_cols += static_cast<size_t>(d) * cols * (col ? plan.k_local : 1) * es;
+    }
+    m.gemm.run(p, a_rows, b_cols, dst + r.begin * row_bytes, s, lane);
+  };
+  if (ws == 1) {  // nothing to reduce; the average of one is itself
+    partial_gemm(0, RowRange{0, rows}, bytes(output.data), stream, 0);
+    return;
+  }
+
+  PipelineResources& pr = PipelineResources::of(comm, stream);
+  const size_t slot_bytes = align_up(static_cast<size_t>(rows) * row_bytes);
+  SymmetricBuffer& partials = comm.workspace(ws * slot_bytes);  // slot d: this rank's partial for rank d
+  char* landed = static_cast<char*>(m.scratch_for(ws * slot_bytes));  // slot q: rank q's partial for this rank
+  const int pieces = resolve_chunks(chunks_per_rank, false, rows);
+
+  pr.begin_call();
+  pr.begin_epoch(stream, /*wait_done=*/true);  // the peers have read the last call's partials
+  Fanout fan(pr, stream);
+
+  // Each source's pulls on a stream of their own, each piece behind its wait, so that the first wait
+  // is resident before the GEMMs fill the GPU. Rank q computes this rank's partial at its step s.
+  for (int s = 1; s < ws; ++s) {
+    const int q = (me - s + ws) % ws;
+    cudaStream_t pull = fan.use(pr.pull_stream(q));
+    for (int j = 0; j < pieces; ++j) {
+      PipelineResources::FlagList ready;
+      ready.add(pr.ready_flag(q, j), q);
+      pr.wait_ready(pull, ready);
+      const RowRange r = piece_rows(rows, pieces, j);
+      ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(landed + q * slot_bytes + r.begin * row_bytes,
+                                         bytes(partials.peer(q)) + me * slot_bytes + r.begin * row_bytes,
+                                         r.size() * row_bytes, cudaMemcpyDeviceToDevice, pull));
+    }
+    pr.signal(pull, q, PipelineResources::done_flag(me));
+  }
+
+  // The GEMMs, in order on one stream: a destination's partial is flagged as soon as it is done.
+  cudaStream_t gemm = fan.use(pr.gemm_stream(0));
+  cudaStream_t flag = fan.use(pr.signal_stream());
+  for (int s = 1; s <= ws; ++s) {
+    const int d = (me + s) % ws;
+    char* slot = bytes(partials.local()) + d * slot_bytes;
+    for (int j = 0; j < pieces; ++j) {
+      partial_gemm(d, piece_rows(rows, pieces, j), slot, gemm, 1);
+      if (d == me) continue;
+      pr.follow(flag, pr.record(gemm));
+      pr.signal(flag, d, pr.ready_flag(me, j));
+    }
+  }
+  fan.join();
+
+  std::vector<const void*> parts;
+  for (int q = 0; q < ws; ++q) parts.push_back(q == me ? bytes(partials.local()) + me * slot_bytes : landed + q * slot_bytes);
+  kernels::sum_partials(plan.dtype, parts, output.data, rows * cols,
+                        plan.reduce_op == ReduceOp::kAvg ? 1.0f / static_cast<float>(ws) : 1.0f, stream);
+}
+
+}  // namespace asynctp::algo

@@ -1,0 +1,88 @@
+#include "kernels/sum_partials.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "common/check.h"
+
+namespace asynctp::kernels {
+namespace {
+
+struct Parts {
+  const void* p[kMaxPartials];
+  int n;
+};
+
+template <typename T>
+__device__ __forceinline__ float to_float(T v);
+template <>
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <>
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float(float v) { return __float2bfloat16_rn(v); }
+template <>
+__device__ __forceinline__ __half from_float(float v) { return __float2half_rn(v); }
+
+// Each thread sums 8 elements (one 16-byte load per part) per step; a tail of fewer than 8 is summed
+// element by element by the first threads.
+template <typename T>
+__global__ void sum_partials_kernel(Parts parts, T* out, int64_t count, float scale) {
+  constexpr int kVec = 16 / sizeof(T);
+  const int64_t vectors = count / kVec;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v < vectors; v += stride) {
+    float acc[kVec] = {};
+    for (int i = 0; i < parts.n; ++i) {
+      const uint4 raw = __ldg(static_cast<const uint4*>(parts.p[i]) + v);
+      const T* x = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) acc[k] += to_float(x[k]);
+    }
+    uint4 packed;
+    T* y = reinterpret_cast<T*>(&packed);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) y[k] = from_float<T>(acc[k] * scale);
+    reinterpret_cast<uint4*>(out)[v] = packed;
+  }
+  const int64_t tail = vectors * kVec + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (tail < count && tail < vectors * kVec + kVec) {
+    float acc = 0.0f;
+    for (int i = 0; i < parts.n; ++i) acc += to_float(static_cast<const T*>(parts.p[i])[tail]);
+    out[tail] = from_float<T>(acc * scale);
+  }
+}
+
+}  // namespace
+
+void sum_partials(DType dtype, const std::vector<const void*>& parts, void* out, int64_t count, float scale,
+                  cudaStream_t stream) {
+  ASYNCTP_CHECK(!parts.empty() && parts.size() <= static_cast<size_t>(kMaxPartials), "sum_partials: ", parts.size(),
+                " parts; expected 1 to ", kMaxPartials);
+  ASYNCTP_CHECK(dtype == DType::kBF16 || dtype == DType::kFP16, "sum_partials: dtype ", dtype_name(dtype),
+                " is not supported; expected bf16 or fp16");
+  Parts p{};
+  p.n = static_cast<int>(parts.size());
+  for (size_t i = 0; i < parts.size(); ++i) {
+    ASYNCTP_CHECK(reinterpret_cast<uintptr_t>(parts[i]) % 16 == 0, "sum_partials: part ", i, " is not 16-byte aligned");
+    p.p[i] = parts[i];
+  }
+  ASYNCTP_CHECK(reinterpret_cast<uintptr_t>(out) % 16 == 0, "sum_partials: out is not 16-byte aligned");
+  constexpr int kThreads = 256;
+  const int64_t vectors = count / 8;
+  // Enough blocks to fill the GPU a few times over; the loop covers the rest.
+  const int blocks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((vectors + kThreads - 1) / kThreads, 132 * 8)));
+  if (dtype == DType::kBF16) {
+    sum_partials_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(p, static_cast<__nv_bfloat16*>(out), count, scale);
+  } else {
+    sum_partials_kernel<__half><<<blocks, kThreads, 0, stream>>>(p, static_cast<__half*>(out), count, scale);
+  }
+  ASYNCTP_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace asynctp::kernels

@@ -1,0 +1,21 @@
+// Internal: out = scale * (parts[0] + parts[1] + ... ), element-wise, accumulated in fp32 and rounded
+// once. The order of the terms is the order of `parts`, so the same inputs give the same bits on every
+// run. The reduce-scatter algorithms use it to combine the partial products that landed on a rank.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "asynctp/tensor.h"
+
+namespace asynctp::kernels {
+
+constexpr int kMaxPartials = 72;  // an NVL72 rack is the largest LSA team there is
+
+// Every pointer 16-byte aligned; `count` elements of `dtype` (bf16 or fp16) each.
+void sum_partials(DType dtype, const std::vector<const void*>& parts, void* out, int64_t count, float scale,
+                  cudaStream_t stream);
+
+}  // namespace asynctp::kernels

@@ -1,0 +1,165 @@
+// The ops with each algorithm, against the reference (inputs regenerated from seeds on every rank,
+// fp32 cuBLASLt GEMM): every option combination, odd shapes, 1 and 2 ranks; arguments that differ
+// across ranks or are refused on one rank fail on every rank with the outputs untouched. The pipelined
+// algorithm's own cases (pieces, a shard in symmetric memory, calls back to back, CUDA graph replays,
+// an absent peer) are in ops_pipelined_test.cu.
+#include "ops_test_cases.h"
+
+namespace asynctp {
+namespace {
+
+using namespace testing;
+
+int every_combination(RankContext& ctx, Algorithm algorithm) {
+  OpOptions o;
+  o.algorithm = algorithm;
+  auto comm = make_comm(ctx);
+  cudaStream_t s;
+  RANK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  reference::Fp32Gemm fp32;
+  const int ws = ctx.world_size;
+  int n = 0;
+  // Odd shapes: rows per rank 65 and N 200 are not multiples of 128; K 72 is not a multiple of 64.
+  const std::vector<std::vector<int64_t>> a_shapes = {{256, 512}, {65 * ws, 72}, {2 * ws, 33, 72}};
+  for (const auto& shape : a_shapes)
+    for (bool last : {false, true})
+      for (bool col : {false, true})
+        for (bool ret : {false, true})
+          for (int nb : {1, 3})
+            for (DType dt : {DType::kBF16, DType::kFP16}) {
+              run_ag_case(*comm, AgCase{shape, shape.back() == 512 ? 384 : 200, last, col, ret, nb, dt}, s, fp32, o);
+              ++n;
+            }
+  for (const auto& [M, N, K] : std::vector<std::array<int64_t, 3>>{{256, 384, 512}, {130 * ws, 200, 72 * ws}})
+    for (bool last : {false, true})
+      for (bool col : {false, true})
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg})
+          for (DType dt : {DType::kBF16, DType::kFP16})
+            for (bool batch : {false, true}) {
+              run_rs_case(*comm, RsCase{M, N, K, last, col, op, dt, batch}, s, fp32, o);
+              ++n;
+            }
+  std::printf("rank %d: %s: %d cases correct\n", ctx.rank, algorithm_name(algorithm), n);
+  RANK_CUDA(cudaStreamDestroy(s));
+  return 0;
+}
+
+TEST(SequentialOps, EveryCombination_1Rank) {
+  REQUIRE_GPUS(1);
+  RUN_RANKS(1, [](RankContext& ctx) { return every_combination(ctx, Algorithm::kSequential); });
+}
+
+TEST(SequentialOps, EveryCombination_2Ranks) {
+  REQUIRE_GPUS(2);
+  RUN_RANKS(2, [](RankContext& ctx) { return every_combination(ctx, Algorithm::kSequential); });
+}
+
+TEST(PipelinedOps, EveryCombination_1Rank) {
+  REQUIRE_GPUS(1);
+  RUN_RANKS(1, [](RankContext& ctx) { return every_combination(ctx, Algorithm::kPipelined); });
+}
+
+TEST(PipelinedOps, EveryCombination_2Ranks) {
+  REQUIRE_GPUS(2);
+  RUN_RANKS(2, [](RankContext& ctx) { return every_combination(ctx, Algorithm::kPipelined); });
+}
+
+// Each rank's call must end in an Error containing `expect[rank]`, with its output still all 0x5A.
+int expect_refused_everywhere(RankContext& ctx, bool shapes_differ, Algorithm algorithm) {
+  OpOptions o;
+  o.algorithm = algorithm;
+  auto comm = make_comm(ctx);
+  cudaStream_t s;
+  RANK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const int64_t m = (shapes_differ && ctx.rank == 1) ? 128 : 64;
+  Buf a(m * 256 * 2 + 16), b(256 * 128 * 2), out(4 * m * 128 * 2);
+  RANK_CUDA(cudaMemsetAsync(out.p, 0x5A, 4 * m * 128 * 2, s));
+  TensorRef ta = TensorRef::dense(a.p, DType::kBF16, {m, 256});
+  if (!shapes_differ && ctx.rank == 1) ta.data = static_cast<char*>(a.p) + 2;  // misaligned on rank 1 only
+  std::string message;
+  try {
+    all_gather_matmul(*comm, ta, {TensorRef::dense(b.p, DType::kBF16, {256, 128})}, 0,
+                      {TensorRef::dense(out.p, DType::kBF16, {2 * m, 128})}, TensorRef{}, s, o);
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  std::printf("rank %d: %s\n", ctx.rank, message.c_str());
+  if (shapes_differ) {
+    RANK_CHECK(contains(message, "all_gather_matmul: ranks disagree on a.shape"), message);
+  } else if (ctx.rank == 1) {
+    RANK_CHECK(contains(message, "a_shard data pointer") && contains(message, "not 16-byte aligned"), message);
+  } else {
+    RANK_CHECK(contains(message, "all_gather_matmul: rank 1 refused its arguments"), message);
+  }
+  std::vector<unsigned char> host(4 * m * 128 * 2);
+  RANK_CUDA(cudaMemcpyAsync(host.data(), out.p, host.size(), cudaMemcpyDeviceToHost, s));
+  comm->synchronize(s);
+  for (unsigned char v : host) RANK_CHECK(v == 0x5A, "the output was written to");
+  // The communicator still works afterwards.
+  comm->barrier(s);
+  comm->synchronize(s);
+  RANK_CUDA(cudaStreamDestroy(s));
+  return 0;
+}
+
+TEST(SequentialOps, ShapesThatDifferAcrossRanksFailOnEveryRank) {
+  REQUIRE_GPUS(2);
+  RUN_RANKS(2, [](RankContext& ctx) { return expect_refused_everywhere(ctx, true, Algorithm::kSequential); });
+}
+
+TEST(SequentialOps, ArgumentsRefusedOnOneRankFailOnEveryRank) {
+  REQUIRE_GPUS(2);
+  RUN_RANKS(2, [](RankContext& ctx) { return expect_refused_everywhere(ctx, false, Algorithm::kSequential); });
+}
+
+TEST(PipelinedOps, ShapesThatDifferAcrossRanksFailOnEveryRank) {
+  REQUIRE_GPUS(2);
+  RUN_RANKS(2, [](RankContext& ctx) { return expect_refused_everywhere(ctx, true, Algorithm::kPipelined); });
+}
+
+TEST(PipelinedOps, ArgumentsRefusedOnOneRankFailOnEveryRank) {
+  REQUIRE_GPUS(2);
+  RUN_RANKS(2, [](RankContext& ctx) { return expect_refused_everywhere(ctx, false, Algorithm::kPipelined); });
+}
+
+TEST(SequentialOps, CapturedInACudaGraph) {
+  REQUIRE_GPUS(2);
+  RUN_RANKS(2, [](RankContext& ctx) {
+    auto comm = make_comm(ctx);
+    cudaStream_t s;
+    RANK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    reference::Fp32Gemm fp32;
+    const int64_t m = 256, K = 512, N = 384, M = m * ctx.world_size;
+    Buf a(m * K * 2), b(K * N * 2), out(M * N * 2), a_full(M * K * 4), b_full(K * N * 4), ref(M * N * 4);
+    reference::fill(a.p, DType::kBF16, m, K, false, GenMatrix{3, m, 0}, ctx.rank * m, 0, s);
+    reference::fill(b.p, DType::kBF16, K, N, false, GenMatrix{5, 0, 0}, 0, 0, s);
+    reference::fill_fp32(a_full.f(), M, K, GenMatrix{3, m, 0}, 0, 0, s);
+    reference::fill_fp32(b_full.f(), K, N, GenMatrix{5, 0, 0}, 0, 0, s);
+    fp32.run(a_full.f(), b_full.f(), ref.f(), M, N, K, s);
+    const TensorRef ta = TensorRef::dense(a.p, DType::kBF16, {m, K});
+    const TensorRef tb = TensorRef::dense(b.p, DType::kBF16, {K, N});
+    const TensorRef to = TensorRef::dense(out.p, DType::kBF16, {M, N});
+    all_gather_matmul(*comm, ta, {tb}, 0, {to}, TensorRef{}, s);  // first call outside: plans and scratch
+    comm->synchronize(s);
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    RANK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    all_gather_matmul(*comm, ta, {tb}, 0, {to}, TensorRef{}, s);
+    RANK_CUDA(cudaStreamEndCapture(s, &graph));
+    RANK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    for (int i = 0; i < 20; ++i) {
+      reference::poison(out.p, M * N * 2, s);
+      RANK_CUDA(cudaGraphLaunch(exec, s));
+      const auto cmp = reference::compare(out.p, DType::kBF16, M, N, ref.f(), N, 0, 0, 1.0f,
+                                          reference::tolerance(DType::kBF16, 1), s);
+      RANK_CHECK(cmp.ok(), "replay ", i, ": ", cmp.bad, " bad elements");
+    }
+    RANK_CUDA(cudaGraphExecDestroy(exec));
+    RANK_CUDA(cudaGraphDestroy(graph));
+    RANK_CUDA(cudaStreamDestroy(s));
+    return 0;
+  });
+}
+
+}  // namespace
+}  // namespace asynctp
