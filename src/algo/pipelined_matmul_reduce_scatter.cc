@@ -68,12 +68,31 @@ void pipelined_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduce
   pr.begin_epoch(stream, /*wait_done=*/true);  // the peers have read the last call's partials
   Fanout fan(pr, stream);
 
-  // Each source's pulls on a stream of their own, each piece behind its wait, so that the first wait
-  // is resident before the GEMMs fill the GPU. Rank q computes this rank's partial at its step s.
+  // The GEMMs, in order on one stream: a destination's partial is flagged as soon as it is done.
+  cudaStream_t gemm = fan.use(pr.gemm_stream(0));
+  cudaStream_t flag = fan.use(pr.signal_stream());
+  std::vector<cudaEvent_t> computed;  // after this rank's GEMM of (step s, piece j), at (s - 1) * pieces + j
+  for (int s = 1; s <= ws; ++s) {
+    const int d = (me + s) % ws;
+    char* slot = bytes(partials.local()) + d * slot_bytes;
+    for (int j = 0; j < pieces; ++j) {
+      partial_gemm(d, piece_rows(rows, pieces, j), slot, gemm, 1);
+      computed.push_back(pr.record(gemm));
+      if (d == me) continue;
+      pr.follow(flag, computed.back());
+      pr.signal(flag, d, pr.ready_flag(me, j));
+    }
+  }
+
+  // Rank q computes this rank's partial at its step s, as this rank computes its step s: the wait for
+  // it starts once this rank's own step-s GEMM is done. So a wait is short, and it shares the GPU only
+  // with GEMMs that no peer waits on at that step: a GEMM whose thread blocks must all be resident at
+  // once (cuBLAS may pick one) can be slowed by a wait but never deadlocked across ranks.
   for (int s = 1; s < ws; ++s) {
     const int q = (me - s + ws) % ws;
     cudaStream_t pull = fan.use(pr.pull_stream(q));
     for (int j = 0; j < pieces; ++j) {
+      pr.follow(pull, computed[(s - 1) * pieces + j]);
       PipelineResources::FlagList ready;
       ready.add(pr.ready_flag(q, j), q);
       pr.wait_ready(pull, ready);
@@ -83,20 +102,6 @@ void pipelined_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduce
                                          r.size() * row_bytes, cudaMemcpyDeviceToDevice, pull));
     }
     pr.signal(pull, q, PipelineResources::done_flag(me));
-  }
-
-  // The GEMMs, in order on one stream: a destination's partial is flagged as soon as it is done.
-  cudaStream_t gemm = fan.use(pr.gemm_stream(0));
-  cudaStream_t flag = fan.use(pr.signal_stream());
-  for (int s = 1; s <= ws; ++s) {
-    const int d = (me + s) % ws;
-    char* slot = bytes(partials.local()) + d * slot_bytes;
-    for (int j = 0; j < pieces; ++j) {
-      partial_gemm(d, piece_rows(rows, pieces, j), slot, gemm, 1);
-      if (d == me) continue;
-      pr.follow(flag, pr.record(gemm));
-      pr.signal(flag, d, pr.ready_flag(me, j));
-    }
   }
   fan.join();
 
