@@ -44,8 +44,9 @@ struct OpOptions {
   bool check_across_ranks = true;
   // kPipelined: how many pieces each rank's share of the data is moved and multiplied in (1 to
   // kMaxChunksPerRank). More pieces start the first GEMM sooner but make every GEMM smaller. 0 picks
-  // the default: 1, or 2 for all_gather_matmul with gather_dim last (where the first piece cannot
-  // overlap anything). Other algorithms ignore it.
+  // the default: 2 for all_gather_matmul with gather_dim last (where the first piece cannot overlap
+  // anything) and for matmul_reduce_scatter on two ranks (where the sum waits for each landed piece),
+  // else 1. Other algorithms ignore it.
   int chunks_per_rank = 0;
 };
 

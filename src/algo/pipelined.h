@@ -16,9 +16,16 @@ void pipelined_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulP
                                  const TensorRef& gathered_a, cudaStream_t stream, const AgreeFn& agree,
                                  int chunks_per_rank);
 
+// How the reduce-scatter sums the partials that land on a rank: in the epilogue of its own GEMM (two
+// ranks only), or by a sum kernel after it. kDefault: in the GEMM on two ranks, else the kernel.
+// ASYNCTP_PIPELINED_RS_SUM=gemm|kernel overrides the default (for measurement and tests).
+enum class RsSum { kDefault, kInGemm, kKernel };
+RsSum resolve_rs_sum(int world_size, RsSum requested);
+RsSum rs_sum_from_env();
+
 void pipelined_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScatterPlan& plan, const TensorRef& a,
                                      const TensorRef& b, const TensorRef& output, cudaStream_t stream,
-                                     const AgreeFn& agree, int chunks_per_rank);
+                                     const AgreeFn& agree, int chunks_per_rank, RsSum sum = rs_sum_from_env());
 
 // Throws unless every rank's memory is reachable from every other (the LSA team is the whole world,
 // numbered as the world).

@@ -1,4 +1,6 @@
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "algo/pipelined.h"
 #include "comm/communicator_impl.h"
@@ -18,6 +20,14 @@ void require_one_node(Communicator& comm, const char* op) {
 int resolve_chunks(int requested, bool gather_last, int64_t rows) {
   const int chunks = requested > 0 ? requested : (gather_last ? 2 : 1);
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(chunks, rows)));
+}
+
+RsSum rs_sum_from_env() {
+  const char* v = std::getenv("ASYNCTP_PIPELINED_RS_SUM");
+  if (v == nullptr || *v == '\0') return RsSum::kDefault;
+  if (std::strcmp(v, "gemm") == 0) return RsSum::kInGemm;
+  if (std::strcmp(v, "kernel") == 0) return RsSum::kKernel;
+  detail::raise(detail::cat("ASYNCTP_PIPELINED_RS_SUM is '", v, "'; expected gemm or kernel"));
 }
 
 RowRange piece_rows(int64_t rows, int pieces, int i) { return {rows * i / pieces, rows * (i + 1) / pieces}; }

@@ -1,7 +1,10 @@
 // Pipelined matmul_reduce_scatter: partial products are computed destination by destination (rank
-// me+1 first, this rank's own last) into symmetric memory; each destination pulls its piece with the
-// copy engine as soon as it is flagged, while the GEMMs go on, and sums the pieces in rank order in
-// fp32 once its own partial is done.
+// me+1 first, this rank's own last) into symmetric memory; each destination pulls its pieces with the
+// copy engine as soon as they are flagged, while the GEMMs go on. The pieces are summed in fp32 in one
+// of two ways (docs/pipelined.md compares them):
+//  - in the epilogue of this rank's own GEMM (two ranks): own piece j = A·B + the landed piece j, so
+//    no pass over the output is left after the last GEMM;
+//  - by a sum kernel over all ranks' partials, in rank order, once the own partial is done.
 #include "algo/pipeline_resources.h"
 #include "algo/pipelined.h"
 #include "comm/communicator_impl.h"
@@ -17,27 +20,35 @@ size_t align_up(size_t n) { return (n + 255) / 256 * 256; }
 
 }  // namespace
 
+RsSum resolve_rs_sum(int world_size, RsSum requested) {
+  if (requested != RsSum::kDefault) return requested == RsSum::kInGemm && world_size != 2 ? RsSum::kKernel : requested;
+  return world_size == 2 ? RsSum::kInGemm : RsSum::kKernel;
+}
+
 void pipelined_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScatterPlan& plan, const TensorRef& a,
                                      const TensorRef& b, const TensorRef& output, cudaStream_t stream,
-                                     const AgreeFn& agree, int chunks_per_rank) {
+                                     const AgreeFn& agree, int chunks_per_rank, RsSum sum) {
   agree();
   require_one_node(comm, "matmul_reduce_scatter");
   Communicator::Impl& m = comm.impl();
   const int ws = m.world_size, me = m.rank;
   const size_t es = dtype_size(plan.dtype);
   const bool col = plan.b_layout == BLayout::kColMajor;
+  const float scale = plan.reduce_op == ReduceOp::kAvg ? 1.0f / static_cast<float>(ws) : 1.0f;
   // What each destination receives from each rank: a dense [rows, cols] partial product.
   const int64_t rows = plan.out_rows, cols = plan.out_cols;
   const size_t row_bytes = static_cast<size_t>(cols) * es;
 
-  // Rows `r` of the partial product destined for rank d, into `dst` (the start of d's partial).
-  auto partial_gemm = [&](int d, RowRange r, char* dst, cudaStream_t s, int lane) {
+  // Rows `r` of the partial product destined for rank d, into `dst` (the start of d's partial);
+  // where `addend` is given (the start of a partial like it), dst = scale * (A·B + addend).
+  auto partial_gemm = [&](int d, RowRange r, char* dst, cudaStream_t s, int lane, const char* addend) {
     if (r.size() == 0) return;
     gemm::Problem p;
     p.M = r.size();
     p.K = plan.k_local;
     p.dtype = plan.dtype;
     p.b_layout = plan.b_layout;
+    if (addend) p.alpha = p.beta = scale;
     const char* a_rows;
     const char* b_cols = bytes(b.data);
     if (!plan.scatter_last) {
@@ -51,34 +62,36 @@ void pipelined_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduce
       a_rows = bytes(a.data) + static_cast<size_t>(r.begin) * plan.k_local * es;
       b_cols += static_cast<size_t>(d) * cols * (col ? plan.k_local : 1) * es;
     }
-    m.gemm.run(p, a_rows, b_cols, dst + r.begin * row_bytes, s, lane);
+    m.gemm.run(p, a_rows, b_cols, dst + r.begin * row_bytes, s, lane, addend ? addend + r.begin * row_bytes : nullptr);
   };
   if (ws == 1) {  // nothing to reduce; the average of one is itself
-    partial_gemm(0, RowRange{0, rows}, bytes(output.data), stream, 0);
+    partial_gemm(0, RowRange{0, rows}, bytes(output.data), stream, 0, nullptr);
     return;
   }
 
   PipelineResources& pr = PipelineResources::of(comm, stream);
+  const bool in_gemm = resolve_rs_sum(ws, sum) == RsSum::kInGemm;
   const size_t slot_bytes = align_up(static_cast<size_t>(rows) * row_bytes);
   SymmetricBuffer& partials = comm.workspace(ws * slot_bytes);  // slot d: this rank's partial for rank d
   char* landed = static_cast<char*>(m.scratch_for(ws * slot_bytes));  // slot q: rank q's partial for this rank
-  const int pieces = resolve_chunks(chunks_per_rank, false, rows);
+  char* own = bytes(partials.local()) + me * slot_bytes;
+  // Summed in the GEMM, the own piece j waits for the landed piece j: with one piece the whole pull
+  // would be exposed, so two pieces by default.
+  const int pieces = resolve_chunks(chunks_per_rank > 0 ? chunks_per_rank : (in_gemm ? 2 : 1), false, rows);
 
   pr.begin_call();
   pr.begin_epoch(stream, /*wait_done=*/true);  // the peers have read the last call's partials
   Fanout fan(pr, stream);
 
-  // The GEMMs, in order on one stream: a destination's partial is flagged as soon as it is done.
+  // Steps 1 .. ws-1: the peers' partials, in order on one stream, each piece flagged when done.
   cudaStream_t gemm = fan.use(pr.gemm_stream(0));
   cudaStream_t flag = fan.use(pr.signal_stream());
   std::vector<cudaEvent_t> computed;  // after this rank's GEMM of (step s, piece j), at (s - 1) * pieces + j
-  for (int s = 1; s <= ws; ++s) {
+  for (int s = 1; s < ws; ++s) {
     const int d = (me + s) % ws;
-    char* slot = bytes(partials.local()) + d * slot_bytes;
     for (int j = 0; j < pieces; ++j) {
-      partial_gemm(d, piece_rows(rows, pieces, j), slot, gemm, 1);
+      partial_gemm(d, piece_rows(rows, pieces, j), bytes(partials.local()) + d * slot_bytes, gemm, 1, nullptr);
       computed.push_back(pr.record(gemm));
-      if (d == me) continue;
       pr.follow(flag, computed.back());
       pr.signal(flag, d, pr.ready_flag(me, j));
     }
@@ -88,6 +101,7 @@ void pipelined_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduce
   // it starts once this rank's own step-s GEMM is done. So a wait is short, and it shares the GPU only
   // with GEMMs that no peer waits on at that step: a GEMM whose thread blocks must all be resident at
   // once (cuBLAS may pick one) can be slowed by a wait but never deadlocked across ranks.
+  std::vector<cudaEvent_t> pulled;  // (two ranks) after piece j has landed, at j
   for (int s = 1; s < ws; ++s) {
     const int q = (me - s + ws) % ws;
     cudaStream_t pull = fan.use(pr.pull_stream(q));
@@ -100,15 +114,26 @@ void pipelined_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduce
       ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(landed + q * slot_bytes + r.begin * row_bytes,
                                          bytes(partials.peer(q)) + me * slot_bytes + r.begin * row_bytes,
                                          r.size() * row_bytes, cudaMemcpyDeviceToDevice, pull));
+      if (in_gemm) pulled.push_back(pr.record(pull));
     }
     pr.signal(pull, q, PipelineResources::done_flag(me));
   }
-  fan.join();
 
+  // Step ws: this rank's own partial, last.
+  if (in_gemm) {
+    const int q = (me + 1) % ws;  // the only peer
+    for (int j = 0; j < pieces; ++j) {
+      pr.follow(gemm, pulled[j]);
+      partial_gemm(me, piece_rows(rows, pieces, j), bytes(output.data), gemm, 1, landed + q * slot_bytes);
+    }
+    fan.join();
+    return;
+  }
+  for (int j = 0; j < pieces; ++j) partial_gemm(me, piece_rows(rows, pieces, j), own, gemm, 1, nullptr);
+  fan.join();
   std::vector<const void*> parts;
-  for (int q = 0; q < ws; ++q) parts.push_back(q == me ? bytes(partials.local()) + me * slot_bytes : landed + q * slot_bytes);
-  kernels::sum_partials(plan.dtype, parts, output.data, rows * cols,
-                        plan.reduce_op == ReduceOp::kAvg ? 1.0f / static_cast<float>(ws) : 1.0f, stream);
+  for (int q = 0; q < ws; ++q) parts.push_back(q == me ? own : landed + q * slot_bytes);
+  kernels::sum_partials(plan.dtype, parts, output.data, rows * cols, scale, stream);
 }
 
 }  // namespace asynctp::algo

@@ -81,14 +81,15 @@ GemmRunner::Plan& GemmRunner::plan_for(const Problem& p) {
   return plans_.emplace(key, plan).first->second;
 }
 
-void GemmRunner::run(const Problem& p, const void* a, const void* b, void* c, cudaStream_t stream, int lane) {
+void GemmRunner::run(const Problem& p, const void* a, const void* b, void* d, cudaStream_t stream, int lane,
+                     const void* addend) {
   ASYNCTP_CHECK(handle_ != nullptr, "GemmRunner used before init()");
   ASYNCTP_CHECK(lane >= 0 && lane < kLanes, "GemmRunner::run: lane must be in [0, ", kLanes, "), got ", lane);
   void*& workspace = workspace_[lane];
   if (workspace == nullptr) ASYNCTP_CUDA_CHECK(cudaMalloc(&workspace, kGemmWorkspaceBytes));
   Plan& plan = plan_for(p);
-  const float alpha = 1.0f;
-  ASYNCTP_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, b, plan.a, a, plan.b, &p.beta, c, plan.c, c, plan.c,
+  const void* c = addend ? addend : d;
+  ASYNCTP_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &p.alpha, b, plan.a, a, plan.b, &p.beta, c, plan.c, d, plan.c,
                                       &plan.algo, workspace, kGemmWorkspaceBytes, stream));
 }
 

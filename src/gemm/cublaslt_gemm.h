@@ -1,5 +1,5 @@
-// Internal: row-major GEMMs through cuBLASLt, C[M, N] = alpha * A[M, K] @ op(B) + beta * C, fp32
-// accumulation, with the heuristic's choice cached per problem so repeated calls cost one lookup.
+// Internal: row-major GEMMs through cuBLASLt, D[M, N] = alpha * A[M, K] @ op(B) + beta * C (C is D
+// itself, or another matrix of D's layout), fp32 accumulation and epilogue, with the heuristic's choice cached per problem so repeated calls cost one lookup.
 #pragma once
 
 #include <cublasLt.h>
@@ -18,6 +18,7 @@ struct Problem {
   DType dtype = DType::kBF16;            // A, B and C
   BLayout b_layout = BLayout::kRowMajor; // B is [K, N] or [N, K]
   int64_t lda = 0, ldb = 0, ldc = 0;     // 0: dense (K, N or K, N)
+  float alpha = 1.0f;
   float beta = 0.0f;
 };
 
@@ -34,7 +35,9 @@ class GemmRunner {
 
   // `handle` is borrowed. A lane's workspace is allocated on its first use (or by reserve()).
   void init(cublasLtHandle_t handle) { handle_ = handle; }
-  void run(const Problem& p, const void* a, const void* b, void* c, cudaStream_t stream, int lane = 0);
+  // d = alpha * a @ op(b) + beta * c, where c is `addend` if given (same layout as d), else d itself.
+  void run(const Problem& p, const void* a, const void* b, void* d, cudaStream_t stream, int lane = 0,
+           const void* addend = nullptr);
   // Allocates every lane's workspace now, so that later runs allocate nothing (CUDA graph capture).
   void reserve();
   // Frees the cached plans and the workspaces (before the cuBLASLt handle goes).

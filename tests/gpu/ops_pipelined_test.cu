@@ -52,6 +52,33 @@ TEST(PipelinedOps, SeveralPiecesPerRank_2Ranks) {
   RUN_RANKS(2, pieces_per_rank);
 }
 
+// The reduce-scatter sums the landed partials in its own GEMM's epilogue by default on two ranks; the
+// sum kernel (the default on more ranks) must be right too.
+int both_ways_of_summing(RankContext& ctx) {
+  auto comm = make_comm(ctx);
+  Stream st;
+  reference::Fp32Gemm fp32;
+  const int ws = ctx.world_size;
+  for (const char* way : {"kernel", "gemm"}) {
+    setenv("ASYNCTP_PIPELINED_RS_SUM", way, 1);
+    for (int chunks : {0, 1, 3})
+      for (bool last : {false, true})
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+          run_rs_case(*comm, RsCase{130 * ws, 200, 72 * ws, last, chunks == 1, op, DType::kBF16, false}, st.s, fp32,
+                      pipelined(chunks));
+          run_rs_case(*comm, RsCase{256 * ws, 384, 128 * ws, last, chunks != 1, op, DType::kFP16, true}, st.s, fp32,
+                      pipelined(chunks));
+        }
+  }
+  unsetenv("ASYNCTP_PIPELINED_RS_SUM");
+  return 0;
+}
+
+TEST(PipelinedOps, ReduceScatterSumsInTheGemmOrInTheKernel) {
+  REQUIRE_GPUS(2);
+  RUN_RANKS(2, both_ways_of_summing);
+}
+
 // A whole all_gather_matmul problem (gather_dim 0, bf16): this rank's shard, B, and the reference.
 struct AgProblem {
   int64_t m, K, N, M;
