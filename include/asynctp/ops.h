@@ -45,8 +45,8 @@ struct OpOptions {
   // kPipelined: how many pieces each rank's share of the data is moved and multiplied in (1 to
   // kMaxChunksPerRank). More pieces start the first GEMM sooner but make every GEMM smaller. 0 picks
   // the default: 2 for all_gather_matmul with gather_dim last (where the first piece cannot overlap
-  // anything) and for matmul_reduce_scatter on two ranks (where the sum waits for each landed piece),
-  // else 1. Other algorithms ignore it.
+  // anything) and for a two-rank matmul_reduce_scatter that sums in its GEMM (docs/pipelined.md), else
+  // 1. Other algorithms ignore it.
   int chunks_per_rank = 0;
 };
 

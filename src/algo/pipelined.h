@@ -17,10 +17,11 @@ void pipelined_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulP
                                  int chunks_per_rank);
 
 // How the reduce-scatter sums the partials that land on a rank: in the epilogue of its own GEMM (two
-// ranks only), or by a sum kernel after it. kDefault: in the GEMM on two ranks, else the kernel.
-// ASYNCTP_PIPELINED_RS_SUM=gemm|kernel overrides the default (for measurement and tests).
+// ranks only), or by a sum kernel after it. kDefault: in the GEMM on two ranks where the partial has
+// at least 4096 rows, else the kernel. ASYNCTP_PIPELINED_RS_SUM=gemm|kernel overrides the default (for
+// measurement and tests) until `auto` chooses per shape.
 enum class RsSum { kDefault, kInGemm, kKernel };
-RsSum resolve_rs_sum(int world_size, RsSum requested);
+RsSum resolve_rs_sum(int world_size, int64_t rows, RsSum requested);
 RsSum rs_sum_from_env();
 
 void pipelined_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScatterPlan& plan, const TensorRef& a,

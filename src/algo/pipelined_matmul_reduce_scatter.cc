@@ -20,9 +20,12 @@ size_t align_up(size_t n) { return (n + 255) / 256 * 256; }
 
 }  // namespace
 
-RsSum resolve_rs_sum(int world_size, RsSum requested) {
-  if (requested != RsSum::kDefault) return requested == RsSum::kInGemm && world_size != 2 ? RsSum::kKernel : requested;
-  return world_size == 2 ? RsSum::kInGemm : RsSum::kKernel;
+RsSum resolve_rs_sum(int world_size, int64_t rows, RsSum requested) {
+  if (world_size != 2) return RsSum::kKernel;
+  if (requested != RsSum::kDefault) return requested;
+  // Measured on 2 x H200 (docs/pipelined.md): summing in the GEMM needs two pieces, which costs GEMM
+  // efficiency unless each piece keeps at least ~2048 rows; below that the sum kernel's pass is cheaper.
+  return rows >= 4096 ? RsSum::kInGemm : RsSum::kKernel;
 }
 
 void pipelined_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScatterPlan& plan, const TensorRef& a,
@@ -70,7 +73,7 @@ void pipelined_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduce
   }
 
   PipelineResources& pr = PipelineResources::of(comm, stream);
-  const bool in_gemm = resolve_rs_sum(ws, sum) == RsSum::kInGemm;
+  const bool in_gemm = resolve_rs_sum(ws, rows, sum) == RsSum::kInGemm;
   const size_t slot_bytes = align_up(static_cast<size_t>(rows) * row_bytes);
   SymmetricBuffer& partials = comm.workspace(ws * slot_bytes);  // slot d: this rank's partial for rank d
   char* landed = static_cast<char*>(m.scratch_for(ws * slot_bytes));  // slot q: rank q's partial for this rank
