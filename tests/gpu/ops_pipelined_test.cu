@@ -132,6 +132,23 @@ struct RsProblem {
   }
 };
 
+// `count` sets of inputs for each op (from different seeds), each with an output buffer and its reference.
+struct InputSets {
+  std::vector<std::unique_ptr<Buf>> ag_a, ag_out, ag_ref, rs_a, rs_out, rs_ref;
+  InputSets(AgProblem& ag, RsProblem& rs, int count, int rank, reference::Fp32Gemm& fp32, cudaStream_t s) {
+    for (int i = 0; i < count; ++i) {
+      ag_a.push_back(std::make_unique<Buf>(ag.m * ag.K * 2));
+      ag_out.push_back(std::make_unique<Buf>(ag.M * ag.N * 2));
+      ag_ref.push_back(std::make_unique<Buf>(ag.M * ag.N * 4));
+      ag.make(100 + i, rank, ag_a[i]->p, ag_ref[i]->f(), fp32, s);
+      rs_a.push_back(std::make_unique<Buf>(rs.M * rs.kl * 2));
+      rs_out.push_back(std::make_unique<Buf>(rs.rows * rs.N * 2));
+      rs_ref.push_back(std::make_unique<Buf>(rs.M * rs.N * 4));
+      rs.make(200 + i, rank, rs_a[i]->p, rs_ref[i]->f(), fp32, s);
+    }
+  }
+};
+
 TEST(PipelinedOps, ShardInSymmetricMemoryIsReadInPlace) {
   REQUIRE_GPUS(2);
   RUN_RANKS(2, [](RankContext& ctx) {
@@ -158,38 +175,44 @@ TEST(PipelinedOps, ShardInSymmetricMemoryIsReadInPlace) {
   });
 }
 
+// A communicator and a small problem of each op, for the tests that run both.
+struct BothOps {
+  std::unique_ptr<Communicator> comm;
+  Stream st;
+  reference::Fp32Gemm fp32;
+  int ws, r;
+  AgProblem ag;
+  RsProblem rs;
+  explicit BothOps(RankContext& ctx)
+      : comm(make_comm(ctx)),
+        ws(ctx.world_size),
+        r(ctx.rank),
+        ag(ws, 256, 512, 384, st.s),
+        rs(ws, r, 256 * ws, 384, 256 * ws, st.s) {}
+};
+
 TEST(PipelinedOps, CallsBackToBackWithoutWaiting) {
   REQUIRE_GPUS(2);
   RUN_RANKS(2, [](RankContext& ctx) {
-    auto comm = make_comm(ctx);
-    Stream st;
-    reference::Fp32Gemm fp32;
-    const int ws = ctx.world_size, r = ctx.rank;
-    AgProblem ag(ws, 256, 512, 384, st.s);
-    RsProblem rs(ws, r, 256 * ws, 384, 256 * ws, st.s);
+    BothOps t(ctx);
+    auto& comm = t.comm;
+    auto& st = t.st;
+    auto& ag = t.ag;
+    auto& rs = t.rs;
+    const int ws = t.ws, r = t.r;
     constexpr int kCalls = 8;
-    std::vector<std::unique_ptr<Buf>> ag_a, ag_out, ag_ref, rs_a, rs_out, rs_ref;
-    for (int i = 0; i < kCalls; ++i) {
-      ag_a.push_back(std::make_unique<Buf>(ag.m * ag.K * 2));
-      ag_out.push_back(std::make_unique<Buf>(ag.M * ag.N * 2));
-      ag_ref.push_back(std::make_unique<Buf>(ag.M * ag.N * 4));
-      ag.make(100 + i, r, ag_a[i]->p, ag_ref[i]->f(), fp32, st.s);
-      rs_a.push_back(std::make_unique<Buf>(rs.M * rs.kl * 2));
-      rs_out.push_back(std::make_unique<Buf>(rs.rows * rs.N * 2));
-      rs_ref.push_back(std::make_unique<Buf>(rs.M * rs.N * 4));
-      rs.make(200 + i, r, rs_a[i]->p, rs_ref[i]->f(), fp32, st.s);
-    }
+    InputSets in(ag, rs, kCalls, r, t.fp32, st.s);
     // Every call reuses the same workspace and flags: a peer that ran ahead would overwrite what this
     // rank has yet to read.
     for (int i = 0; i < kCalls; ++i) {
-      all_gather_matmul(*comm, ag.a_ref(ag_a[i]->p), {ag.b_ref()}, 0, {ag.out_ref(ag_out[i]->p)}, TensorRef{}, st.s,
-                        pipelined());
-      matmul_reduce_scatter(*comm, rs.a_ref(rs_a[i]->p), rs.b_ref(), 0, ReduceOp::kSum, rs.out_ref(rs_out[i]->p), st.s,
-                            pipelined());
+      all_gather_matmul(*comm, ag.a_ref(in.ag_a[i]->p), {ag.b_ref()}, 0, {ag.out_ref(in.ag_out[i]->p)}, TensorRef{},
+                        st.s, pipelined());
+      matmul_reduce_scatter(*comm, rs.a_ref(in.rs_a[i]->p), rs.b_ref(), 0, ReduceOp::kSum, rs.out_ref(in.rs_out[i]->p),
+                            st.s, pipelined());
     }
     for (int i = 0; i < kCalls; ++i) {
-      ag.check(ag_out[i]->p, ag_ref[i]->f(), detail::cat("all_gather_matmul call ", i).c_str(), st.s);
-      rs.check(rs_out[i]->p, rs_ref[i]->f(), r, ws, detail::cat("matmul_reduce_scatter call ", i).c_str(), st.s);
+      ag.check(in.ag_out[i]->p, in.ag_ref[i]->f(), detail::cat("all_gather_matmul call ", i).c_str(), st.s);
+      rs.check(in.rs_out[i]->p, in.rs_ref[i]->f(), r, ws, detail::cat("matmul_reduce_scatter call ", i).c_str(), st.s);
     }
     return 0;
   });
@@ -198,24 +221,16 @@ TEST(PipelinedOps, CallsBackToBackWithoutWaiting) {
 TEST(PipelinedOps, CapturedGraphReplays1000TimesWithChangingInputs) {
   REQUIRE_GPUS(2);
   RUN_RANKS(2, [](RankContext& ctx) {
-    auto comm = make_comm(ctx);
-    Stream st;
-    reference::Fp32Gemm fp32;
-    const int ws = ctx.world_size, r = ctx.rank;
-    AgProblem ag(ws, 256, 512, 384, st.s);
-    RsProblem rs(ws, r, 256 * ws, 384, 256 * ws, st.s);
+    BothOps t(ctx);
+    auto& comm = t.comm;
+    auto& st = t.st;
+    auto& ag = t.ag;
+    auto& rs = t.rs;
+    const int ws = t.ws, r = t.r;
     // Two sets of inputs; before each replay one is copied into the inputs the graph reads. A rank
     // that read a peer's data too early (a stale flag) would see the other set.
     Buf ag_a(ag.m * ag.K * 2), ag_out(ag.M * ag.N * 2), rs_a(rs.M * rs.kl * 2), rs_out(rs.rows * rs.N * 2);
-    std::vector<std::unique_ptr<Buf>> ag_in, ag_ref, rs_in, rs_ref;
-    for (int v = 0; v < 2; ++v) {
-      ag_in.push_back(std::make_unique<Buf>(ag.m * ag.K * 2));
-      ag_ref.push_back(std::make_unique<Buf>(ag.M * ag.N * 4));
-      ag.make(300 + v, r, ag_in[v]->p, ag_ref[v]->f(), fp32, st.s);
-      rs_in.push_back(std::make_unique<Buf>(rs.M * rs.kl * 2));
-      rs_ref.push_back(std::make_unique<Buf>(rs.M * rs.N * 4));
-      rs.make(400 + v, r, rs_in[v]->p, rs_ref[v]->f(), fp32, st.s);
-    }
+    InputSets in(ag, rs, 2, r, t.fp32, st.s);
     auto step = [&] {
       all_gather_matmul(*comm, ag.a_ref(ag_a.p), {ag.b_ref()}, 0, {ag.out_ref(ag_out.p)}, TensorRef{}, st.s, pipelined());
       matmul_reduce_scatter(*comm, rs.a_ref(rs_a.p), rs.b_ref(), 0, ReduceOp::kSum, rs.out_ref(rs_out.p), st.s,
@@ -231,13 +246,13 @@ TEST(PipelinedOps, CapturedGraphReplays1000TimesWithChangingInputs) {
     RANK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
     for (int i = 0; i < 1000; ++i) {
       const int v = (i * 7 / 3) % 2;  // not a plain alternation
-      RANK_CUDA(cudaMemcpyAsync(ag_a.p, ag_in[v]->p, ag.m * ag.K * 2, cudaMemcpyDeviceToDevice, st.s));
-      RANK_CUDA(cudaMemcpyAsync(rs_a.p, rs_in[v]->p, rs.M * rs.kl * 2, cudaMemcpyDeviceToDevice, st.s));
+      RANK_CUDA(cudaMemcpyAsync(ag_a.p, in.ag_a[v]->p, ag.m * ag.K * 2, cudaMemcpyDeviceToDevice, st.s));
+      RANK_CUDA(cudaMemcpyAsync(rs_a.p, in.rs_a[v]->p, rs.M * rs.kl * 2, cudaMemcpyDeviceToDevice, st.s));
       reference::poison(ag_out.p, ag.M * ag.N * 2, st.s);
       reference::poison(rs_out.p, rs.rows * rs.N * 2, st.s);
       RANK_CUDA(cudaGraphLaunch(exec, st.s));
-      ag.check(ag_out.p, ag_ref[v]->f(), detail::cat("all_gather_matmul replay ", i).c_str(), st.s);
-      rs.check(rs_out.p, rs_ref[v]->f(), r, ws, detail::cat("matmul_reduce_scatter replay ", i).c_str(), st.s);
+      ag.check(ag_out.p, in.ag_ref[v]->f(), detail::cat("all_gather_matmul replay ", i).c_str(), st.s);
+      rs.check(rs_out.p, in.rs_ref[v]->f(), r, ws, detail::cat("matmul_reduce_scatter replay ", i).c_str(), st.s);
     }
     std::printf("rank %d: 1000 replays correct\n", r);
     RANK_CUDA(cudaGraphExecDestroy(exec));
