@@ -25,7 +25,7 @@ const char* const kUsage =
     "  --scatter-dim 0|last how the output is scattered for rs (default 0: along M)\n"
     "  --b-layout row|col   B as [K, N] row-major or [N, K] (nn.Linear's weight) (default row)\n"
     "  --algorithms LIST    comma-separated: sequential, pipelined, fused, auto (default sequential)\n"
-    "  --chunks N           pieces per rank for pipelined, 1 to 16 (default 0: the library's default)\n"
+    "  --chunks N           pieces per rank for pipelined, 0 to 16 (default 0: the library chooses)\n"
     "  --iters N            timed iterations (default 30); the median is reported, the max over ranks\n"
     "  --warmup N           untimed iterations first (default 8)\n"
     "  --flush-l2           overwrite a buffer larger than L2 before each timed iteration\n"
