@@ -91,15 +91,9 @@ void PipelineResources::follow(cudaStream_t to, cudaEvent_t event) {
 
 void PipelineResources::follow(cudaStream_t to, cudaStream_t from) { follow(to, record(from)); }
 
-void PipelineResources::begin_epoch(cudaStream_t stream, bool wait_done) {
-  Communicator::Impl& m = comm_.impl();
-  begin_epoch_kernel<<<1, 32, 0, stream>>>(pad_->local(), epoch_, lsa_size_, m.lsa.rank, wait_done, true, wait_context(comm_));
-  ASYNCTP_CUDA_CHECK(cudaGetLastError());
-}
-
-void PipelineResources::wait_done(cudaStream_t stream) {
-  Communicator::Impl& m = comm_.impl();
-  begin_epoch_kernel<<<1, 32, 0, stream>>>(pad_->local(), epoch_, lsa_size_, m.lsa.rank, true, false, wait_context(comm_));
+void PipelineResources::launch_done_kernel(cudaStream_t stream, bool wait, bool advance) {
+  begin_epoch_kernel<<<1, 32, 0, stream>>>(pad_->local(), epoch_, lsa_size_, comm_.impl().lsa.rank, wait, advance,
+                                           wait_context(comm_));
   ASYNCTP_CUDA_CHECK(cudaGetLastError());
 }
 

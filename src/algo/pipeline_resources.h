@@ -55,9 +55,9 @@ class PipelineResources {
 
   // Stream-ordered: waits (bounded) until every peer's done flag has reached the current epoch (skipped
   // where `wait_done` is false), then advances the epoch. Goes first in a call, on the caller's stream.
-  void begin_epoch(cudaStream_t stream, bool wait_done);
+  void begin_epoch(cudaStream_t stream, bool wait_done) { launch_done_kernel(stream, wait_done, /*advance=*/true); }
   // Stream-ordered: waits (bounded) until every peer's done flag has reached the current epoch.
-  void wait_done(cudaStream_t stream);
+  void wait_done(cudaStream_t stream) { launch_done_kernel(stream, /*wait=*/true, /*advance=*/false); }
   // Flags of this rank's pad, each with the peer that sets it (named in a timeout report).
   struct FlagList {
     static constexpr int kMax = 64;
@@ -73,6 +73,7 @@ class PipelineResources {
 
  private:
   explicit PipelineResources(Communicator& comm);
+  void launch_done_kernel(cudaStream_t stream, bool wait, bool advance);
   Communicator& comm_;
   int lsa_size_ = 0;
   std::unique_ptr<SignalPad> pad_;

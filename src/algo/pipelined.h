@@ -11,10 +11,12 @@
 
 namespace asynctp::algo {
 
+// `a_symmetric`: the SymmetricBuffer of this communicator that holds a_shard (peers read it in
+// place), or null (it is copied into the workspace first).
 void pipelined_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan& plan, const TensorRef& a_shard,
-                                 const std::vector<TensorRef>& bs, const std::vector<TensorRef>& outputs,
-                                 const TensorRef& gathered_a, cudaStream_t stream, const AgreeFn& agree,
-                                 int chunks_per_rank);
+                                 const SymmetricBuffer* a_symmetric, const std::vector<TensorRef>& bs,
+                                 const std::vector<TensorRef>& outputs, const TensorRef& gathered_a,
+                                 cudaStream_t stream, const AgreeFn& agree, int chunks_per_rank);
 
 // How the reduce-scatter sums the partials that land on a rank: in the epilogue of its own GEMM (two
 // ranks only), or by a sum kernel after it. kDefault: in the GEMM on two ranks where the partial has

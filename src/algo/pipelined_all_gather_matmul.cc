@@ -4,13 +4,12 @@
 
 #include "algo/pipeline_resources.h"
 #include "algo/pipelined.h"
+#include "algo/bytes.h"
 #include "comm/communicator_impl.h"
 #include "common/check.h"
 
 namespace asynctp::algo {
 namespace {
-
-char* bytes(const void* p) { return static_cast<char*>(const_cast<void*>(p)); }
 
 // outputs[i] rows [row0, row0 + rows) = (rows of the gathered A starting at `a_rows`) @ bs[i].
 void gemm_rows(Communicator::Impl& m, const ops::AllGatherMatmulPlan& plan, const void* a_rows, int64_t row0,
@@ -45,9 +44,9 @@ struct GemmTurns {
 }  // namespace
 
 void pipelined_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan& plan, const TensorRef& a_shard,
-                                 const std::vector<TensorRef>& bs, const std::vector<TensorRef>& outputs,
-                                 const TensorRef& gathered_a, cudaStream_t stream, const AgreeFn& agree,
-                                 int chunks_per_rank) {
+                                 const SymmetricBuffer* a_symmetric, const std::vector<TensorRef>& bs,
+                                 const std::vector<TensorRef>& outputs, const TensorRef& gathered_a,
+                                 cudaStream_t stream, const AgreeFn& agree, int chunks_per_rank) {
   agree();
   require_one_node(comm, "all_gather_matmul");
   Communicator::Impl& m = comm.impl();
@@ -66,9 +65,8 @@ void pipelined_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulP
 
   PipelineResources& pr = PipelineResources::of(comm, stream);
   // Peers read the shard where the caller keeps it, if that is symmetric memory; else from a copy.
-  const SymmetricBuffer* user = m.find_symmetric(a_shard.data, shard_bytes);
-  const SymmetricBuffer* source = user ? user : &comm.workspace(shard_bytes);
-  const size_t source_offset = user ? bytes(a_shard.data) - bytes(user->local()) : 0;
+  const SymmetricBuffer* source = a_symmetric ? a_symmetric : &comm.workspace(shard_bytes);
+  const size_t source_offset = a_symmetric ? bytes(a_shard.data) - bytes(a_symmetric->local()) : 0;
   char* gathered = plan.return_a ? bytes(gathered_a.data)
                                  : static_cast<char*>(m.scratch_for(static_cast<size_t>(plan.M) * row_bytes));
   auto peer_shard = [&](int q) { return bytes(source->peer(q)) + source_offset; };
@@ -76,13 +74,13 @@ void pipelined_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulP
   pr.begin_call();
   // A copy into the workspace must wait until the peers have read the last call's; a shard in the
   // caller's symmetric memory is waited for at the end instead (the caller may reuse it after).
-  pr.begin_epoch(stream, /*wait_done=*/user == nullptr);
+  pr.begin_epoch(stream, /*wait_done=*/a_symmetric == nullptr);
   Fanout fan(pr, stream);
   GemmTurns turns{pr, fan};
 
   // Offer this rank's shard.
   cudaStream_t offer = fan.use(pr.signal_stream());
-  if (!user) {
+  if (!a_symmetric) {
     ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(source->local(), a_shard.data, shard_bytes, cudaMemcpyDeviceToDevice, offer));
   }
   for (int i = 1; i < ws; ++i) pr.signal(offer, (me + i) % ws, pr.ready_flag(me, 0));
@@ -142,7 +140,7 @@ void pipelined_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulP
   // Tell each peer its shard has been read.
   for (int i = 1; i < ws; ++i) pr.signal(pull, (me + i) % ws, PipelineResources::done_flag(me));
   fan.join();
-  if (user) pr.wait_done(stream);
+  if (a_symmetric) pr.wait_done(stream);
 }
 
 }  // namespace asynctp::algo

@@ -7,18 +7,12 @@
 //  - by a sum kernel over all ranks' partials, in rank order, once the own partial is done.
 #include "algo/pipeline_resources.h"
 #include "algo/pipelined.h"
+#include "algo/bytes.h"
 #include "comm/communicator_impl.h"
 #include "common/check.h"
 #include "kernels/sum_partials.h"
 
 namespace asynctp::algo {
-namespace {
-
-char* bytes(const void* p) { return static_cast<char*>(const_cast<void*>(p)); }
-
-size_t align_up(size_t n) { return (n + 255) / 256 * 256; }
-
-}  // namespace
 
 RsSum resolve_rs_sum(int world_size, int64_t rows, RsSum requested) {
   if (world_size != 2) return RsSum::kKernel;

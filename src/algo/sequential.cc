@@ -1,5 +1,6 @@
 #include "algo/sequential.h"
 
+#include "algo/bytes.h"
 #include "comm/communicator_impl.h"
 #include "common/check.h"
 
@@ -7,10 +8,6 @@ namespace asynctp::algo {
 namespace {
 
 ncclDataType_t nccl_type(DType t) { return t == DType::kBF16 ? ncclBfloat16 : ncclFloat16; }
-
-size_t align_up(size_t n) { return (n + 255) / 256 * 256; }
-
-char* bytes(const void* p) { return static_cast<char*>(const_cast<void*>(p)); }
 
 }  // namespace
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "common/check.h"
+#include "kernels/convert.cuh"
 
 namespace asynctp::kernels {
 namespace {
@@ -14,20 +15,6 @@ struct Parts {
   const void* p[kMaxPartials];
   int n;
 };
-
-template <typename T>
-__device__ __forceinline__ float to_float(T v);
-template <>
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <>
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-
-template <typename T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float(float v) { return __float2bfloat16_rn(v); }
-template <>
-__device__ __forceinline__ __half from_float(float v) { return __float2half_rn(v); }
 
 // Each thread sums 8 elements (one 16-byte load per part) per step; a tail of fewer than 8 is summed
 // element by element by the first threads.

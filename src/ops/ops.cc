@@ -49,18 +49,21 @@ void all_gather_matmul(Communicator& comm, const TensorRef& a_shard, const std::
                        const OpOptions& options) {
   const char* op = "all_gather_matmul";
   ops::Signature signature = ops::signature_of(op, a_shard, bs, gather_dim, options, gathered_a.defined() ? 1 : 0);
+  // Pipelined: peers read a shard in symmetric memory in place, so every rank must keep it at the same
+  // offset. Looked up before validation, so only where the tensor is well formed enough to measure.
+  const SymmetricBuffer* a_symmetric = nullptr;
   if (options.algorithm == Algorithm::kPipelined) {
-    // Peers read a shard in symmetric memory in place, so every rank must keep it at the same offset.
     const bool well_formed = a_shard.data != nullptr && a_shard.ndim > 0 && a_shard.ndim <= TensorRef::kMaxDims;
-    const SymmetricBuffer* sym = well_formed ? comm.impl().find_symmetric(a_shard.data, a_shard.bytes()) : nullptr;
+    a_symmetric = well_formed ? comm.impl().find_symmetric(a_shard.data, a_shard.bytes()) : nullptr;
     signature.add("a_shard's offset in symmetric memory (-1: none)",
-                  sym ? static_cast<const char*>(a_shard.data) - static_cast<const char*>(sym->local()) : -1);
+                  a_symmetric ? static_cast<const char*>(a_shard.data) - static_cast<const char*>(a_symmetric->local())
+                              : -1);
   }
   const auto [plan, agree] = plan_and_agree<ops::AllGatherMatmulPlan>(comm, op, std::move(signature), options, stream, [&] {
     return ops::plan_all_gather_matmul(comm.world_size(), a_shard, bs, gather_dim, outputs, gathered_a, options);
   });
   if (options.algorithm == Algorithm::kPipelined) {
-    algo::pipelined_all_gather_matmul(comm, plan, a_shard, bs, outputs, gathered_a, stream, agree,
+    algo::pipelined_all_gather_matmul(comm, plan, a_shard, a_symmetric, bs, outputs, gathered_a, stream, agree,
                                       options.chunks_per_rank);
   } else {
     algo::sequential_all_gather_matmul(comm, plan, a_shard, bs, outputs, gathered_a, stream, agree);

@@ -8,6 +8,7 @@
 
 #include "common/check.h"
 #include "gemm/cublaslt_gemm.h"
+#include "kernels/convert.cuh"
 
 namespace asynctp::reference {
 namespace {
@@ -31,15 +32,6 @@ __device__ inline float value(const GenMatrix& g, int64_t i, int64_t j) {
 }
 
 template <typename T>
-__device__ inline T convert(float v);
-template <>
-__device__ inline __nv_bfloat16 convert(float v) { return __float2bfloat16(v); }
-template <>
-__device__ inline __half convert(float v) { return __float2half(v); }
-template <>
-__device__ inline float convert(float v) { return v; }
-
-template <typename T>
 __global__ void fill_kernel(T* out, int64_t rows, int64_t cols, bool col_major, GenMatrix g, int64_t row0, int64_t col0) {
   const int64_t n = rows * cols;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
@@ -47,16 +39,9 @@ __global__ void fill_kernel(T* out, int64_t rows, int64_t cols, bool col_major, 
     // idx walks the storage order, so writes are coalesced either way.
     const int64_t i = col_major ? idx % rows : idx / cols;
     const int64_t j = col_major ? idx / rows : idx % cols;
-    out[idx] = convert<T>(value(g, row0 + i, col0 + j));
+    out[idx] = kernels::from_float<T>(value(g, row0 + i, col0 + j));
   }
 }
-
-template <typename T>
-__device__ inline float to_float(T v);
-template <>
-__device__ inline float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <>
-__device__ inline float to_float(__half v) { return __half2float(v); }
 
 struct CompareState {
   float max_err;
@@ -79,7 +64,7 @@ __global__ void compare_kernel(const T* out, int64_t rows, int64_t cols, const f
     if (pass == 1) {
       local_ref = fmaxf(local_ref, fabsf(r));
     } else {
-      const float o = to_float(out[idx]);
+      const float o = kernels::to_float(out[idx]);
       const float e = fabsf(o - r);
       if (!isfinite(o) || !(e <= limit)) ++local_bad;
       if (isfinite(o)) local_err = fmaxf(local_err, e);
