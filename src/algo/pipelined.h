@@ -1,6 +1,6 @@
 // Internal: the pipelined algorithm. Copy-engine chunks moved between the ranks' symmetric buffers and
 // one cuBLASLt GEMM per chunk, spread over side streams joined back into the caller's, ordered across
-// ranks by epoch flags (algo/pipeline_resources.h). No host synchronisation after the argument check,
+// ranks by epoch flags (algo/overlap_resources.h). No host synchronisation after the argument check,
 // so a call can be captured in a CUDA graph (after one call outside capture). One node only: every
 // rank must reach every other's memory (the LSA team is the world). docs/pipelined.md explains it.
 #pragma once

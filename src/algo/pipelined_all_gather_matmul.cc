@@ -2,7 +2,7 @@
 // peers' shards, piece by piece, in an order rotated by rank; each piece's GEMM starts when it lands.
 #include <algorithm>
 
-#include "algo/pipeline_resources.h"
+#include "algo/overlap_resources.h"
 #include "algo/pipelined.h"
 #include "algo/bytes.h"
 #include "comm/communicator_impl.h"
@@ -31,12 +31,12 @@ void gemm_rows(Communicator::Impl& m, const ops::AllGatherMatmulPlan& plan, cons
 
 // GEMMs take turns on the pipeline's GEMM streams, so that one's tail overlaps the next one's start.
 struct GemmTurns {
-  PipelineResources& pr;
+  OverlapResources& pr;
   Fanout& fan;
   int next = 0;
   std::pair<cudaStream_t, int> take() {
     const int lane = next;
-    next = (next + 1) % PipelineResources::kGemmStreams;
+    next = (next + 1) % OverlapResources::kGemmStreams;
     return {fan.use(pr.gemm_stream(lane)), lane + 1};  // runner lane 0 is the caller's stream
   }
 };
@@ -63,7 +63,7 @@ void pipelined_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulP
     return;
   }
 
-  PipelineResources& pr = PipelineResources::of(comm, stream);
+  OverlapResources& pr = OverlapResources::of(comm, stream);
   // Peers read the shard where the caller keeps it, if that is symmetric memory; else from a copy.
   const SymmetricBuffer* source = a_symmetric ? a_symmetric : &comm.workspace(shard_bytes);
   const size_t source_offset = a_symmetric ? bytes(a_shard.data) - bytes(a_symmetric->local()) : 0;
@@ -86,8 +86,8 @@ void pipelined_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulP
   for (int i = 1; i < ws; ++i) pr.signal(offer, (me + i) % ws, pr.ready_flag(me, 0));
 
   // Pull the peers' shards on one stream, rank me+1 first: at each step every rank reads a different peer.
-  cudaStream_t pull = fan.use(pr.pull_stream((me + 1) % ws));
-  PipelineResources::FlagList ready;
+  cudaStream_t pull = fan.use(pr.peer_stream((me + 1) % ws));
+  OverlapResources::FlagList ready;
   for (int i = 1; i < ws; ++i) ready.add(pr.ready_flag((me + i) % ws, 0), (me + i) % ws);
   pr.wait_ready(pull, ready);
 
@@ -138,7 +138,7 @@ void pipelined_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulP
     }
   }
   // Tell each peer its shard has been read.
-  for (int i = 1; i < ws; ++i) pr.signal(pull, (me + i) % ws, PipelineResources::done_flag(me));
+  for (int i = 1; i < ws; ++i) pr.signal(pull, (me + i) % ws, OverlapResources::done_flag(me));
   fan.join();
   if (a_symmetric) pr.wait_done(stream);
 }

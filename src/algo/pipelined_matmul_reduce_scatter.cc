@@ -5,7 +5,7 @@
 //  - in the epilogue of this rank's own GEMM (two ranks): own piece j = A·B + the landed piece j, so
 //    no pass over the output is left after the last GEMM;
 //  - by a sum kernel over all ranks' partials, in rank order, once the own partial is done.
-#include "algo/pipeline_resources.h"
+#include "algo/overlap_resources.h"
 #include "algo/pipelined.h"
 #include "algo/bytes.h"
 #include "comm/communicator_impl.h"
@@ -66,7 +66,7 @@ void pipelined_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduce
     return;
   }
 
-  PipelineResources& pr = PipelineResources::of(comm, stream);
+  OverlapResources& pr = OverlapResources::of(comm, stream);
   const bool in_gemm = resolve_rs_sum(ws, rows, sum) == RsSum::kInGemm;
   const size_t slot_bytes = align_up(static_cast<size_t>(rows) * row_bytes);
   SymmetricBuffer& partials = comm.workspace(ws * slot_bytes);  // slot d: this rank's partial for rank d
@@ -101,10 +101,10 @@ void pipelined_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduce
   std::vector<cudaEvent_t> pulled;  // (two ranks) after piece j has landed, at j
   for (int s = 1; s < ws; ++s) {
     const int q = (me - s + ws) % ws;
-    cudaStream_t pull = fan.use(pr.pull_stream(q));
+    cudaStream_t pull = fan.use(pr.peer_stream(q));
     for (int j = 0; j < pieces; ++j) {
       pr.follow(pull, computed[(s - 1) * pieces + j]);
-      PipelineResources::FlagList ready;
+      OverlapResources::FlagList ready;
       ready.add(pr.ready_flag(q, j), q);
       pr.wait_ready(pull, ready);
       const RowRange r = piece_rows(rows, pieces, j);
@@ -113,7 +113,7 @@ void pipelined_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduce
                                          r.size() * row_bytes, cudaMemcpyDeviceToDevice, pull));
       if (in_gemm) pulled.push_back(pr.record(pull));
     }
-    pr.signal(pull, q, PipelineResources::done_flag(me));
+    pr.signal(pull, q, OverlapResources::done_flag(me));
   }
 
   // Step ws: this rank's own partial, last.

@@ -6,7 +6,7 @@
 #include <random>
 #include <cstring>
 
-#include "algo/pipeline_resources.h"
+#include "algo/overlap_resources.h"
 #include "asynctp/version.h"
 #include "comm/communicator_impl.h"
 #include "common/check.h"
@@ -222,7 +222,7 @@ Communicator::~Communicator() {
   // peer that is gone too, so the resources are left to the dying process and NCCL is aborted.
   const bool healthy = cudaDeviceSynchronize() == cudaSuccess;
   if (healthy) {
-    m.pipeline.reset();
+    m.overlap.reset();
     m.workspace.reset();
     m.barrier_pad.reset();
     m.signals.reset();
@@ -234,7 +234,7 @@ Communicator::~Communicator() {
     if (m.check_comm) ncclCommDestroy(m.check_comm);
     if (m.has_dev_comm) ncclDevCommDestroy(m.comm, &m.dev_comm);
   } else {
-    (void)m.pipeline.release();
+    (void)m.overlap.release();
     (void)m.workspace.release();
     (void)m.barrier_pad.release();
     (void)m.signals.release();

@@ -20,7 +20,7 @@
 namespace asynctp {
 
 namespace algo {
-class PipelineResources;
+class OverlapResources;
 }
 
 // int64 slots each rank contributes to an argument check (see ops/cross_rank_check.cc).
@@ -63,7 +63,7 @@ struct Communicator::Impl {
   void* scratch = nullptr;            // ordinary device memory for the algorithms' local buffers
   size_t scratch_bytes = 0;
   std::vector<const SymmetricBuffer*> symmetric_buffers;  // every live buffer made on this communicator
-  std::unique_ptr<algo::PipelineResources> pipeline;      // made by the first pipelined call
+  std::unique_ptr<algo::OverlapResources> overlap;       // made by the first pipelined or fused call
 
   // The live SymmetricBuffer that holds all of [p, p + bytes) on this rank, or null.
   const SymmetricBuffer* find_symmetric(const void* p, size_t bytes) const;

@@ -13,14 +13,9 @@
 #include <cstdio>
 
 #include "common/device_fault.h"
+#include "kernels/wait_context.h"
 
 namespace asynctp::kernels {
-
-struct WaitContext {
-  detail::DeviceFault* fault;  // where a timeout is reported
-  uint64_t timeout_ns;
-  int32_t rank;  // the waiting rank, for the report
-};
 
 __device__ __forceinline__ uint32_t ld_acquire_sys(const uint32_t* p) {
   uint32_t v;
@@ -48,9 +43,9 @@ __device__ __forceinline__ bool epoch_reached(uint32_t seen, uint32_t expected) 
   return static_cast<int32_t>(seen - expected) >= 0;
 }
 
-static __device__ __noinline__ void report_timeout_and_trap(const WaitContext& ctx, detail::FaultSite site,
-                                                      int owner, int index, uint32_t expected, uint32_t seen,
-                                                      uint64_t waited_ns) {
+// Leaves the report in the process's fault record (host memory, read by the next failing CUDA call).
+__device__ __forceinline__ void record_timeout(const WaitContext& ctx, detail::FaultSite site, int owner, int index,
+                                               uint32_t expected, uint32_t seen, uint64_t waited_ns) {
   detail::DeviceFault* f = ctx.fault;
   // The record is host memory, where atomics may not reach (PCIe), so the first reporter is found by a
   // plain read; two waiters giving up in the same instant could mix fields, which costs only detail.
@@ -65,13 +60,22 @@ static __device__ __noinline__ void report_timeout_and_trap(const WaitContext& c
     __threadfence_system();
     st_release_sys(&f->raised, 1u);
   }
+}
+
+static __device__ __noinline__ void report_timeout_and_trap(const WaitContext& ctx, detail::FaultSite site,
+                                                            int owner, int index, uint32_t expected, uint32_t seen,
+                                                            uint64_t waited_ns) {
+  record_timeout(ctx, site, owner, index, expected, seen, waited_ns);
   printf("asynctp: rank %d: %s timed out after %llu ms: flag %d of rank %d is %u, expected >= %u\n", ctx.rank,
          site == detail::FaultSite::kBarrier ? "barrier wait" : "signal wait",
          static_cast<unsigned long long>(waited_ns / 1000000ull), index, owner, seen, expected);
   __trap();
 }
 
-// Spins until *flag >= expected (one thread). `owner` and `index` only label the report.
+// Spins until *flag >= expected (one thread). `owner` and `index` only label the report. kPrint false:
+// the report goes to the fault record only, with no printf, because any function call in a kernel
+// that issues WGMMA makes ptxas serialize the WGMMAs (warning C7510).
+template <bool kPrint = true>
 __device__ __forceinline__ uint32_t wait_flag_sys(const uint32_t* flag, uint32_t expected, int owner, int index,
                                                   const WaitContext& ctx,
                                                   detail::FaultSite site = detail::FaultSite::kSignalWait) {
@@ -84,7 +88,14 @@ __device__ __forceinline__ uint32_t wait_flag_sys(const uint32_t* flag, uint32_t
     // %globaltimer is read rarely: it is slow compared with a load that hits.
     if ((spin & 255u) == 0u) {
       const uint64_t waited = global_timer_ns() - start;
-      if (waited > ctx.timeout_ns) report_timeout_and_trap(ctx, site, owner, index, expected, seen, waited);
+      if (waited > ctx.timeout_ns) {
+        if constexpr (kPrint) {
+          report_timeout_and_trap(ctx, site, owner, index, expected, seen, waited);
+        } else {
+          record_timeout(ctx, site, owner, index, expected, seen, waited);
+          __trap();
+        }
+      }
     }
   }
 }

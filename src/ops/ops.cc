@@ -1,6 +1,7 @@
 // The public ops: validate, agree across ranks, then run the chosen algorithm.
 #include "asynctp/ops.h"
 
+#include "algo/fused.h"
 #include "algo/pipelined.h"
 #include "algo/sequential.h"
 #include "asynctp/communicator.h"
@@ -52,7 +53,7 @@ void all_gather_matmul(Communicator& comm, const TensorRef& a_shard, const std::
   // Pipelined: peers read a shard in symmetric memory in place, so every rank must keep it at the same
   // offset. Looked up before validation, so only where the tensor is well formed enough to measure.
   const SymmetricBuffer* a_symmetric = nullptr;
-  if (options.algorithm == Algorithm::kPipelined) {
+  if (options.algorithm == Algorithm::kPipelined || options.algorithm == Algorithm::kFused) {
     const bool well_formed = a_shard.data != nullptr && a_shard.ndim > 0 && a_shard.ndim <= TensorRef::kMaxDims;
     a_symmetric = well_formed ? comm.impl().find_symmetric(a_shard.data, a_shard.bytes()) : nullptr;
     signature.add("a_shard's offset in symmetric memory (-1: none)",
@@ -65,6 +66,9 @@ void all_gather_matmul(Communicator& comm, const TensorRef& a_shard, const std::
   if (options.algorithm == Algorithm::kPipelined) {
     algo::pipelined_all_gather_matmul(comm, plan, a_shard, a_symmetric, bs, outputs, gathered_a, stream, agree,
                                       options.chunks_per_rank);
+  } else if (options.algorithm == Algorithm::kFused) {
+    algo::fused_all_gather_matmul(comm, plan, a_shard, a_symmetric, bs, outputs, gathered_a, stream, agree,
+                                  options.chunks_per_rank);
   } else {
     algo::sequential_all_gather_matmul(comm, plan, a_shard, bs, outputs, gathered_a, stream, agree);
   }

@@ -4,7 +4,7 @@
 #include <chrono>
 
 #include "comm/communicator_impl.h"
-#include "ops_test_cases.h"
+#include "ops_problems.h"
 
 namespace asynctp {
 namespace {
@@ -17,12 +17,6 @@ OpOptions pipelined(int chunks = 0) {
   o.chunks_per_rank = chunks;
   return o;
 }
-
-struct Stream {
-  cudaStream_t s = nullptr;
-  Stream() { RANK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~Stream() { cudaStreamDestroy(s); }
-};
 
 int pieces_per_rank(RankContext& ctx) {
   auto comm = make_comm(ctx);
@@ -79,76 +73,6 @@ TEST(PipelinedOps, ReduceScatterSumsInTheGemmOrInTheKernel) {
   RUN_RANKS(2, both_ways_of_summing);
 }
 
-// A whole all_gather_matmul problem (gather_dim 0, bf16): this rank's shard, B, and the reference.
-struct AgProblem {
-  int64_t m, K, N, M;
-  Buf b, ref;
-  AgProblem(int ws, int64_t m_, int64_t K_, int64_t N_, cudaStream_t s)
-      : m(m_), K(K_), N(N_), M(m_ * ws), b(K_ * N_ * 2), ref(m_ * ws * N_ * 4) {
-    reference::fill(b.p, DType::kBF16, K, N, false, GenMatrix{5, 0, 0}, 0, 0, s);
-  }
-  // Writes this rank's shard of the A generated from `seed` into `a`, and the reference for it into `ref`.
-  void make(uint64_t seed, int rank, void* a, float* ref_out, reference::Fp32Gemm& fp32, cudaStream_t s) {
-    reference::fill(a, DType::kBF16, m, K, false, GenMatrix{seed, m, 0}, rank * m, 0, s);
-    Buf a_full(M * K * 4), b_full(K * N * 4);
-    reference::fill_fp32(a_full.f(), M, K, GenMatrix{seed, m, 0}, 0, 0, s);
-    reference::fill_fp32(b_full.f(), K, N, GenMatrix{5, 0, 0}, 0, 0, s);
-    fp32.run(a_full.f(), b_full.f(), ref_out, M, N, K, s);
-    RANK_CUDA(cudaStreamSynchronize(s));
-  }
-  TensorRef a_ref(void* a) const { return TensorRef::dense(a, DType::kBF16, {m, K}); }
-  TensorRef b_ref() const { return TensorRef::dense(b.p, DType::kBF16, {K, N}); }
-  TensorRef out_ref(void* out) const { return TensorRef::dense(out, DType::kBF16, {M, N}); }
-  void check(const void* out, const float* ref_in, const char* what, cudaStream_t s) const {
-    const auto cmp = reference::compare(out, DType::kBF16, M, N, ref_in, N, 0, 0, 1.0f,
-                                        reference::tolerance(DType::kBF16, 1), s);
-    RANK_CHECK(cmp.ok(), what, ": ", cmp.bad, " bad elements, max err ", cmp.max_abs_err);
-  }
-};
-
-// A whole matmul_reduce_scatter problem (scatter_dim 0, bf16, sum).
-struct RsProblem {
-  int64_t M, N, K, kl, rows;
-  Buf b, ref;
-  RsProblem(int ws, int rank, int64_t M_, int64_t N_, int64_t K_, cudaStream_t s)
-      : M(M_), N(N_), K(K_), kl(K_ / ws), rows(M_ / ws), b(K_ / ws * N_ * 2), ref(M_ * N_ * 4) {
-    reference::fill(b.p, DType::kBF16, kl, N, false, GenMatrix{43, kl, 0}, rank * kl, 0, s);
-  }
-  void make(uint64_t seed, int rank, void* a, float* ref_out, reference::Fp32Gemm& fp32, cudaStream_t s) {
-    reference::fill(a, DType::kBF16, M, kl, false, GenMatrix{seed, 0, kl}, 0, rank * kl, s);
-    Buf a_full(M * K * 4), b_full(K * N * 4);
-    reference::fill_fp32(a_full.f(), M, K, GenMatrix{seed, 0, kl}, 0, 0, s);
-    reference::fill_fp32(b_full.f(), K, N, GenMatrix{43, kl, 0}, 0, 0, s);
-    fp32.run(a_full.f(), b_full.f(), ref_out, M, N, K, s);
-    RANK_CUDA(cudaStreamSynchronize(s));
-  }
-  TensorRef a_ref(void* a) const { return TensorRef::dense(a, DType::kBF16, {M, kl}); }
-  TensorRef b_ref() const { return TensorRef::dense(b.p, DType::kBF16, {kl, N}); }
-  TensorRef out_ref(void* out) const { return TensorRef::dense(out, DType::kBF16, {rows, N}); }
-  void check(const void* out, const float* ref_in, int rank, int ws, const char* what, cudaStream_t s) const {
-    const auto cmp = reference::compare(out, DType::kBF16, rows, N, ref_in, N, rank * rows, 0, 1.0f,
-                                        reference::tolerance(DType::kBF16, ws), s);
-    RANK_CHECK(cmp.ok(), what, ": ", cmp.bad, " bad elements, max err ", cmp.max_abs_err);
-  }
-};
-
-// `count` sets of inputs for each op (from different seeds), each with an output buffer and its reference.
-struct InputSets {
-  std::vector<std::unique_ptr<Buf>> ag_a, ag_out, ag_ref, rs_a, rs_out, rs_ref;
-  InputSets(AgProblem& ag, RsProblem& rs, int count, int rank, reference::Fp32Gemm& fp32, cudaStream_t s) {
-    for (int i = 0; i < count; ++i) {
-      ag_a.push_back(std::make_unique<Buf>(ag.m * ag.K * 2));
-      ag_out.push_back(std::make_unique<Buf>(ag.M * ag.N * 2));
-      ag_ref.push_back(std::make_unique<Buf>(ag.M * ag.N * 4));
-      ag.make(100 + i, rank, ag_a[i]->p, ag_ref[i]->f(), fp32, s);
-      rs_a.push_back(std::make_unique<Buf>(rs.M * rs.kl * 2));
-      rs_out.push_back(std::make_unique<Buf>(rs.rows * rs.N * 2));
-      rs_ref.push_back(std::make_unique<Buf>(rs.M * rs.N * 4));
-      rs.make(200 + i, rank, rs_a[i]->p, rs_ref[i]->f(), fp32, s);
-    }
-  }
-};
-
 TEST(PipelinedOps, ShardInSymmetricMemoryIsReadInPlace) {
   REQUIRE_GPUS(2);
   RUN_RANKS(2, [](RankContext& ctx) {
@@ -175,124 +99,19 @@ TEST(PipelinedOps, ShardInSymmetricMemoryIsReadInPlace) {
   });
 }
 
-// A communicator and a small problem of each op, for the tests that run both.
-struct BothOps {
-  std::unique_ptr<Communicator> comm;
-  Stream st;
-  reference::Fp32Gemm fp32;
-  int ws, r;
-  AgProblem ag;
-  RsProblem rs;
-  explicit BothOps(RankContext& ctx)
-      : comm(make_comm(ctx)),
-        ws(ctx.world_size),
-        r(ctx.rank),
-        ag(ws, 256, 512, 384, st.s),
-        rs(ws, r, 256 * ws, 384, 256 * ws, st.s) {}
-};
-
 TEST(PipelinedOps, CallsBackToBackWithoutWaiting) {
   REQUIRE_GPUS(2);
-  RUN_RANKS(2, [](RankContext& ctx) {
-    BothOps t(ctx);
-    auto& comm = t.comm;
-    auto& st = t.st;
-    auto& ag = t.ag;
-    auto& rs = t.rs;
-    const int ws = t.ws, r = t.r;
-    constexpr int kCalls = 8;
-    InputSets in(ag, rs, kCalls, r, t.fp32, st.s);
-    // Every call reuses the same workspace and flags: a peer that ran ahead would overwrite what this
-    // rank has yet to read.
-    for (int i = 0; i < kCalls; ++i) {
-      all_gather_matmul(*comm, ag.a_ref(in.ag_a[i]->p), {ag.b_ref()}, 0, {ag.out_ref(in.ag_out[i]->p)}, TensorRef{},
-                        st.s, pipelined());
-      matmul_reduce_scatter(*comm, rs.a_ref(in.rs_a[i]->p), rs.b_ref(), 0, ReduceOp::kSum, rs.out_ref(in.rs_out[i]->p),
-                            st.s, pipelined());
-    }
-    for (int i = 0; i < kCalls; ++i) {
-      ag.check(in.ag_out[i]->p, in.ag_ref[i]->f(), detail::cat("all_gather_matmul call ", i).c_str(), st.s);
-      rs.check(in.rs_out[i]->p, in.rs_ref[i]->f(), r, ws, detail::cat("matmul_reduce_scatter call ", i).c_str(), st.s);
-    }
-    return 0;
-  });
+  RUN_RANKS(2, [](RankContext& ctx) { return calls_back_to_back(ctx, pipelined(), pipelined()); });
 }
 
 TEST(PipelinedOps, CapturedGraphReplays1000TimesWithChangingInputs) {
   REQUIRE_GPUS(2);
-  RUN_RANKS(2, [](RankContext& ctx) {
-    BothOps t(ctx);
-    auto& comm = t.comm;
-    auto& st = t.st;
-    auto& ag = t.ag;
-    auto& rs = t.rs;
-    const int ws = t.ws, r = t.r;
-    // Two sets of inputs; before each replay one is copied into the inputs the graph reads. A rank
-    // that read a peer's data too early (a stale flag) would see the other set.
-    Buf ag_a(ag.m * ag.K * 2), ag_out(ag.M * ag.N * 2), rs_a(rs.M * rs.kl * 2), rs_out(rs.rows * rs.N * 2);
-    InputSets in(ag, rs, 2, r, t.fp32, st.s);
-    auto step = [&] {
-      all_gather_matmul(*comm, ag.a_ref(ag_a.p), {ag.b_ref()}, 0, {ag.out_ref(ag_out.p)}, TensorRef{}, st.s, pipelined());
-      matmul_reduce_scatter(*comm, rs.a_ref(rs_a.p), rs.b_ref(), 0, ReduceOp::kSum, rs.out_ref(rs_out.p), st.s,
-                            pipelined());
-    };
-    step();  // outside capture: streams, flags, workspace and GEMM plans are made here
-    comm->synchronize(st.s);
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    RANK_CUDA(cudaStreamBeginCapture(st.s, cudaStreamCaptureModeThreadLocal));
-    step();
-    RANK_CUDA(cudaStreamEndCapture(st.s, &graph));
-    RANK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-    for (int i = 0; i < 1000; ++i) {
-      const int v = (i * 7 / 3) % 2;  // not a plain alternation
-      RANK_CUDA(cudaMemcpyAsync(ag_a.p, in.ag_a[v]->p, ag.m * ag.K * 2, cudaMemcpyDeviceToDevice, st.s));
-      RANK_CUDA(cudaMemcpyAsync(rs_a.p, in.rs_a[v]->p, rs.M * rs.kl * 2, cudaMemcpyDeviceToDevice, st.s));
-      reference::poison(ag_out.p, ag.M * ag.N * 2, st.s);
-      reference::poison(rs_out.p, rs.rows * rs.N * 2, st.s);
-      RANK_CUDA(cudaGraphLaunch(exec, st.s));
-      ag.check(ag_out.p, in.ag_ref[v]->f(), detail::cat("all_gather_matmul replay ", i).c_str(), st.s);
-      rs.check(rs_out.p, in.rs_ref[v]->f(), r, ws, detail::cat("matmul_reduce_scatter replay ", i).c_str(), st.s);
-    }
-    std::printf("rank %d: 1000 replays correct\n", r);
-    RANK_CUDA(cudaGraphExecDestroy(exec));
-    RANK_CUDA(cudaGraphDestroy(graph));
-    return 0;
-  });
+  RUN_RANKS(2, [](RankContext& ctx) { return graph_replays(ctx, pipelined(), pipelined(), 1000); });
 }
 
 TEST(PipelinedOps, APeerThatNeverComesEndsWithTheTimeoutReport) {
   REQUIRE_GPUS(2);
-  RUN_RANKS(2, [](RankContext& ctx) {
-    auto comm = make_comm(ctx, /*timeout_ms=*/1500);
-    Stream st;
-    reference::Fp32Gemm fp32;
-    AgProblem p(ctx.world_size, 128, 256, 256, st.s);
-    Buf a(p.m * p.K * 2), out(p.M * p.N * 2);
-    p.make(7, ctx.rank, a.p, p.ref.f(), fp32, st.s);
-    all_gather_matmul(*comm, p.a_ref(a.p), {p.b_ref()}, 0, {p.out_ref(out.p)}, TensorRef{}, st.s, pipelined());
-    comm->synchronize(st.s);  // both ranks made the first call together
-    if (ctx.rank == 0) {
-      OpOptions o = pipelined();
-      o.check_across_ranks = false;  // the host check would name the absent rank first; test the GPU's wait
-      const auto t0 = std::chrono::steady_clock::now();
-      all_gather_matmul(*comm, p.a_ref(a.p), {p.b_ref()}, 0, {p.out_ref(out.p)}, TensorRef{}, st.s, o);
-      std::string message;
-      try {
-        comm->synchronize(st.s);
-      } catch (const Error& e) {
-        message = e.what();
-      }
-      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      std::printf("after %.2f s: %s\n", took, message.c_str());
-      RANK_CHECK(contains(message, "timed out after"), message);
-      RANK_CHECK(contains(message, "of rank 1"), message);
-      RANK_CHECK(took >= 1.4 && took < 10.0, "took ", took, " s");
-    }
-    ctx.allgather("done");
-    if (ctx.rank == 1) (void)comm.release();  // rank 0's context is gone: no collective teardown
-    return 0;
-  });
+  RUN_RANKS(2, [](RankContext& ctx) { return absent_peer_times_out(ctx, pipelined()); });
 }
 
 }  // namespace

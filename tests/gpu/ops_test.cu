@@ -2,7 +2,7 @@
 // fp32 cuBLASLt GEMM): every option combination, odd shapes, 1 and 2 ranks; arguments that differ
 // across ranks or are refused on one rank fail on every rank with the outputs untouched. The pipelined
 // algorithm's own cases (pieces, a shard in symmetric memory, calls back to back, CUDA graph replays,
-// an absent peer) are in ops_pipelined_test.cu.
+// an absent peer) are in ops_pipelined_test.cu, the fused algorithm's in ops_fused_test.cu.
 #include "ops_test_cases.h"
 
 namespace asynctp {
@@ -120,6 +120,16 @@ TEST(PipelinedOps, ShapesThatDifferAcrossRanksFailOnEveryRank) {
 TEST(PipelinedOps, ArgumentsRefusedOnOneRankFailOnEveryRank) {
   REQUIRE_GPUS(2);
   RUN_RANKS(2, [](RankContext& ctx) { return expect_refused_everywhere(ctx, false, Algorithm::kPipelined); });
+}
+
+TEST(FusedOps, ShapesThatDifferAcrossRanksFailOnEveryRank) {
+  REQUIRE_GPUS(2);
+  RUN_RANKS(2, [](RankContext& ctx) { return expect_refused_everywhere(ctx, true, Algorithm::kFused); });
+}
+
+TEST(FusedOps, ArgumentsRefusedOnOneRankFailOnEveryRank) {
+  REQUIRE_GPUS(2);
+  RUN_RANKS(2, [](RankContext& ctx) { return expect_refused_everywhere(ctx, false, Algorithm::kFused); });
 }
 
 TEST(SequentialOps, CapturedInACudaGraph) {

@@ -74,8 +74,16 @@ TEST(AllGatherMatmulPlan, RefusesEachBadArgumentByName) {
                  "gathered_a has shape [1024, 512]; expected [2048, 512]");
   OpOptions fused;
   fused.algorithm = Algorithm::kFused;
-  EXPECT_REFUSED(plan_all_gather_matmul(2, a, {b}, 0, {out}, TensorRef{}, fused),
-                 "algorithm 'fused' is not built yet in this version of asynctp; use 'sequential' or 'pipelined'");
+  EXPECT_NO_THROW(plan_all_gather_matmul(2, a, {b}, 0, {out}, TensorRef{}, fused));
+  EXPECT_REFUSED(plan_matmul_reduce_scatter(2, t(0, {1024, 256}), t(1, {256, 768}), 0, ReduceOp::kSum,
+                                            t(3, {512, 768}), fused),
+                 "matmul_reduce_scatter: algorithm 'fused' is not built yet in this version of asynctp; use "
+                 "'sequential' or 'pipelined'");
+  OpOptions automatic;
+  automatic.algorithm = Algorithm::kAuto;
+  EXPECT_REFUSED(plan_all_gather_matmul(2, a, {b}, 0, {out}, TensorRef{}, automatic),
+                 "algorithm 'auto' is not built yet in this version of asynctp; use 'sequential', 'pipelined' or "
+                 "'fused'");
   OpOptions pieces;
   pieces.algorithm = Algorithm::kPipelined;
   pieces.chunks_per_rank = kMaxChunksPerRank + 1;

@@ -14,6 +14,7 @@
 #include "bench/json.h"
 #include "comm/communicator_impl.h"
 #include "common/check.h"
+#include "kernels/fused/ag_gemm.h"
 #include "reference/reference.h"
 
 namespace asynctp::bench {
@@ -140,7 +141,7 @@ class Case {
 
     Timer timer(ctx_, args_, stream_);
     // Baselines: the GEMM each GPU does, alone, and the collective alone.
-    double gemm_us = 0, comm_us = 0;
+    double gemm_us = 0, comm_us = 0, fused_gemm_us = NAN;
     {
       const int64_t gm = M, gk = ag_ ? K : kl;
       DeviceBuffer ga(gm * gk * es), gc(gm * N * es), gb(gk * N * es);
@@ -149,6 +150,15 @@ class Case {
       gemm::Problem p;
       p.M = gm, p.N = N, p.K = gk, p.dtype = args_.dtype, p.b_layout = args_.b_layout;
       gemm_us = timer.median_us([&] { comm_.impl().gemm.run(p, ga.p, gb.p, gc.p, stream_); });
+      // The fused all-gather's kernel with every chunk already in place: the same GEMM, our kernel.
+      const bool fused = std::find(args_.algorithms.begin(), args_.algorithms.end(), Algorithm::kFused) !=
+                         args_.algorithms.end();
+      kernels::fused::AgGemmArgs g;
+      g.dtype = args_.dtype, g.b_layout = args_.b_layout, g.M = gm, g.N = N, g.K = gk;
+      g.a = ga.p, g.b = gb.p, g.c = gc.p;
+      if (ag_ && fused && *kernels::fused::ag_gemm_unsupported(g) == '\0') {
+        fused_gemm_us = timer.median_us([&] { kernels::fused::run_ag_gemm(g, stream_); });
+      }
       const ncclDataType_t t = args_.dtype == DType::kBF16 ? ncclBfloat16 : ncclFloat16;
       if (ag_) {
         comm_us = timer.median_us([&] {
@@ -212,6 +222,10 @@ class Case {
                 ag_ ? "all_gather_matmul" : "matmul_reduce_scatter", shape_text(s_).c_str(), ws_,
                 dtype_name(args_.dtype), ag_ ? "gather" : "scatter", dim_name, col ? "col-major" : "row-major", gemm_us,
                 ag_ ? "all-gather" : "reduce-scatter", comm_us);
+    if (!std::isnan(fused_gemm_us)) {
+      std::printf("  fused kernel as a GEMM alone (every chunk in place): %.1f us, %.1f%% of cuBLAS's throughput\n",
+                  fused_gemm_us, 100.0 * gemm_us / fused_gemm_us);
+    }
     std::printf("  %-11s %10s %9s %10s %9s %10s  %s\n", "algorithm", "median_us", "TFLOP/s", "vs_seq", "overlap",
                 "max_err", "check");
     double seq_us = NAN;
@@ -233,6 +247,7 @@ class Case {
       j.add("b_layout", col ? "col" : "row").add("median_us", row.median_us).add("tflops", tflops);
       j.add("max_abs_err", row.max_err).add("correct", row.correct).add("gemm_alone_us", gemm_us);
       j.add("comm_alone_us", comm_us).add("speedup_vs_sequential", seq_us / row.median_us);
+      if (!std::isnan(fused_gemm_us)) j.add("fused_gemm_alone_us", fused_gemm_us);
       j.add("overlap_efficiency", overlap).add("flush_l2", args_.flush_l2).add("iters", args_.iters);
       j.add("gpu", prop.name);
       if (!row.error.empty()) j.add("error", row.error);

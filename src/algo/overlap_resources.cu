@@ -1,4 +1,4 @@
-#include "algo/pipeline_resources.h"
+#include "algo/overlap_resources.h"
 
 #include "comm/communicator_impl.h"
 #include "common/check.h"
@@ -19,49 +19,45 @@ __global__ void __launch_bounds__(32) begin_epoch_kernel(const uint32_t* pad, ui
 }
 
 __global__ void __launch_bounds__(32) wait_ready_kernel(const uint32_t* pad, const uint32_t* epoch,
-                                                        PipelineResources::FlagList list, kernels::WaitContext ctx) {
+                                                        OverlapResources::FlagList list, kernels::WaitContext ctx) {
   if (threadIdx.x != 0) return;
   const uint32_t current = *epoch;
   for (int i = 0; i < list.count; ++i) kernels::wait_flag_sys(pad + list.flag[i], current, list.owner[i], list.flag[i], ctx);
 }
 
-kernels::WaitContext wait_context(Communicator& comm) {
-  return kernels::WaitContext{comm.impl().fault, timeout_ns(comm), comm.rank()};
-}
-
 }  // namespace
 
-void PipelineResources::FlagList::add(int f, int o) {
-  ASYNCTP_CHECK(count < kMax, "pipelined: more than ", kMax, " flags in one wait");
+void OverlapResources::FlagList::add(int f, int o) {
+  ASYNCTP_CHECK(count < kMax, "overlapped op: more than ", kMax, " flags in one wait");
   flag[count] = f;
   owner[count] = o;
   ++count;
 }
 
-PipelineResources& PipelineResources::of(Communicator& comm, cudaStream_t stream) {
+OverlapResources& OverlapResources::of(Communicator& comm, cudaStream_t stream) {
   Communicator::Impl& m = comm.impl();
-  if (!m.pipeline) {
+  if (!m.overlap) {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     ASYNCTP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
     ASYNCTP_CHECK(capture == cudaStreamCaptureStatusNone,
-                  "pipelined: the first pipelined call on a communicator sets up streams, flags and memory, which "
-                  "cannot happen while a CUDA graph is being captured; make one call before capturing");
-    m.pipeline.reset(new PipelineResources(comm));
+                  "pipelined/fused: the first pipelined or fused call on a communicator sets up streams, flags and "
+                  "memory, which cannot happen while a CUDA graph is being captured; make one call before capturing");
+    m.overlap.reset(new OverlapResources(comm));
   }
-  return *m.pipeline;
+  return *m.overlap;
 }
 
-PipelineResources::PipelineResources(Communicator& comm) : comm_(comm) {
+OverlapResources::OverlapResources(Communicator& comm) : comm_(comm) {
   Communicator::Impl& m = comm.impl();
   lsa_size_ = m.lsa.size;
-  pad_ = SignalPad::create(comm, lsa_size_ * (1 + kMaxChunksPerRank));
+  pad_ = SignalPad::create(comm, lsa_size_ * (1 + 2 * kMaxChunksPerRank));
   ASYNCTP_CUDA_CHECK(cudaMalloc(&epoch_, sizeof(uint32_t)));
   ASYNCTP_CUDA_CHECK(cudaMemsetAsync(epoch_, 0, sizeof(uint32_t), m.setup_stream));
   int least = 0, greatest = 0;
   ASYNCTP_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
   ASYNCTP_CUDA_CHECK(cudaStreamCreateWithPriority(&signal_, cudaStreamNonBlocking, greatest));
-  pulls_.resize(lsa_size_);
-  for (cudaStream_t& s : pulls_) ASYNCTP_CUDA_CHECK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, greatest));
+  peer_streams_.resize(lsa_size_);
+  for (cudaStream_t& s : peer_streams_) ASYNCTP_CUDA_CHECK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, greatest));
   for (cudaStream_t& s : gemms_) ASYNCTP_CUDA_CHECK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, least));
   // Enough for the largest call: a fork, joins, and an event per piece per peer for each of two kinds.
   events_.resize(8 + 4 * static_cast<size_t>(lsa_size_) * (kMaxChunksPerRank + 1));
@@ -70,39 +66,58 @@ PipelineResources::PipelineResources(Communicator& comm) : comm_(comm) {
   ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(m.setup_stream));
 }
 
-PipelineResources::~PipelineResources() {
+kernels::WaitContext OverlapResources::wait_context() const {
+  return kernels::WaitContext{comm_.impl().fault, timeout_ns(comm_), comm_.rank()};
+}
+
+const uint32_t* OverlapResources::pad() const { return pad_->local(); }
+
+SymmetricBuffer& OverlapResources::gathered(size_t bytes, cudaStream_t stream) {
+  if (!gathered_ || gathered_->size() < bytes) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    ASYNCTP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    ASYNCTP_CHECK(capture == cudaStreamCaptureStatusNone, "fused all_gather_matmul: this call needs a gathered "
+                  "buffer of ", bytes, " bytes, larger than the one made so far, and symmetric memory cannot be "
+                  "allocated while a CUDA graph is being captured; make one call of the largest shape before capturing");
+    gathered_.reset();  // collective: drains the GPU first
+    gathered_ = SymmetricBuffer::create(comm_, bytes);
+  }
+  return *gathered_;
+}
+
+OverlapResources::~OverlapResources() {
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
   for (cudaStream_t s : gemms_) cudaStreamDestroy(s);
-  for (cudaStream_t s : pulls_) cudaStreamDestroy(s);
+  for (cudaStream_t s : peer_streams_) cudaStreamDestroy(s);
   cudaStreamDestroy(signal_);
   cudaFree(epoch_);
 }
 
-cudaEvent_t PipelineResources::record(cudaStream_t from) {
-  ASYNCTP_CHECK(next_event_ < events_.size(), "pipelined: more than ", events_.size(), " events in one call");
+cudaEvent_t OverlapResources::record(cudaStream_t from) {
+  ASYNCTP_CHECK(next_event_ < events_.size(), "overlapped op: more than ", events_.size(), " events in one call");
   cudaEvent_t e = events_[next_event_++];
   ASYNCTP_CUDA_CHECK(cudaEventRecord(e, from));
   return e;
 }
 
-void PipelineResources::follow(cudaStream_t to, cudaEvent_t event) {
+void OverlapResources::follow(cudaStream_t to, cudaEvent_t event) {
   ASYNCTP_CUDA_CHECK(cudaStreamWaitEvent(to, event, 0));
 }
 
-void PipelineResources::follow(cudaStream_t to, cudaStream_t from) { follow(to, record(from)); }
+void OverlapResources::follow(cudaStream_t to, cudaStream_t from) { follow(to, record(from)); }
 
-void PipelineResources::launch_done_kernel(cudaStream_t stream, bool wait, bool advance) {
+void OverlapResources::launch_done_kernel(cudaStream_t stream, bool wait, bool advance) {
   begin_epoch_kernel<<<1, 32, 0, stream>>>(pad_->local(), epoch_, lsa_size_, comm_.impl().lsa.rank, wait, advance,
-                                           wait_context(comm_));
+                                           wait_context());
   ASYNCTP_CUDA_CHECK(cudaGetLastError());
 }
 
-void PipelineResources::wait_ready(cudaStream_t stream, const FlagList& flags) {
-  wait_ready_kernel<<<1, 32, 0, stream>>>(pad_->local(), epoch_, flags, wait_context(comm_));
+void OverlapResources::wait_ready(cudaStream_t stream, const FlagList& flags) {
+  wait_ready_kernel<<<1, 32, 0, stream>>>(pad_->local(), epoch_, flags, wait_context());
   ASYNCTP_CUDA_CHECK(cudaGetLastError());
 }
 
-void PipelineResources::signal(cudaStream_t stream, int peer, int flag) {
+void OverlapResources::signal(cudaStream_t stream, int peer, int flag) {
   // A 4-byte copy-engine copy: it starts after earlier work on `stream` has finished (so the data it
   // announces is in place) and reads the epoch when it runs, not when it was enqueued.
   ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(pad_->peer(peer) + flag, epoch_, sizeof(uint32_t), cudaMemcpyDeviceToDevice,

@@ -1,17 +1,21 @@
-// Internal: what the pipelined algorithm keeps per communicator, made by its first call: side streams,
-// a pool of events, a pad of cross-rank flags and the epoch those flags carry.
+// Internal: what the overlapped algorithms (pipelined and fused) keep per communicator, made by the
+// first such call: side streams, a pool of events, a pad of cross-rank flags, the epoch those flags
+// carry, and the symmetric buffer the fused all-gather's peers push their shards into.
 //
-// The flag protocol (docs/pipelined.md tells it in full):
-//  - every pipelined call advances a device-resident epoch E; ranks advance theirs in step because the
-//    ops are collective;
+// The flag protocol (docs/pipelined.md and docs/fused.md tell it in full):
+//  - every pipelined or fused call advances a device-resident epoch E; ranks advance theirs in step
+//    because the ops are collective (and a communicator's calls are ordered on the GPU);
 //  - a rank tells a peer "ready" or "done" by a copy-engine copy of its epoch word into the peer's flag,
 //    so a signal behind a copy needs no SM and reads the epoch when it runs (CUDA graph replays carry
 //    on counting);
 //  - a wait is a one-warp kernel that spins with acquire loads, bounded by the communicator's timeout;
 //    it is placed at the head of its stream so that it is resident before the GEMMs fill the GPU.
 // Flag indices in the pad (one pad per rank):
-//   done(p)      peer p has finished reading this rank's buffers in the call that carried epoch E;
-//   ready(p, j)  piece j of what peer p offers this rank is in place.
+//   done(p)        peer p is finished with the call that carried epoch E: it no longer reads this
+//                  rank's buffers, nor reads its own buffers that this rank writes into;
+//   ready(p, j)    piece j of what peer p offers this rank is in place (pipelined: peers pull);
+//   arrived(p, j)  piece j of peer p's shard has landed in this rank's gathered buffer (fused: peers
+//                  push; the fused GEMM waits on these flags itself).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -23,25 +27,37 @@
 #include "asynctp/communicator.h"
 #include "asynctp/ops.h"
 #include "asynctp/signal.h"
+#include "asynctp/symmetric.h"
+#include "kernels/wait_context.h"
 
 namespace asynctp::algo {
 
-class PipelineResources {
+class OverlapResources {
  public:
   // The communicator's resources, made on first use (collective). Refused while `stream` is being
-  // captured into a CUDA graph: the first pipelined call must run outside capture.
-  static PipelineResources& of(Communicator& comm, cudaStream_t stream);
-  ~PipelineResources();
-  PipelineResources(const PipelineResources&) = delete;
-  PipelineResources& operator=(const PipelineResources&) = delete;
+  // captured into a CUDA graph: the first pipelined or fused call must run outside capture.
+  static OverlapResources& of(Communicator& comm, cudaStream_t stream);
+  ~OverlapResources();
+  OverlapResources(const OverlapResources&) = delete;
+  OverlapResources& operator=(const OverlapResources&) = delete;
 
   static int done_flag(int peer) { return peer; }
   int ready_flag(int peer, int piece) const { return lsa_size_ + peer * kMaxChunksPerRank + piece; }
+  int arrived_flag(int peer, int piece) const { return lsa_size_ * (1 + kMaxChunksPerRank) + peer * kMaxChunksPerRank + piece; }
+  // This rank's pad and epoch, for kernels that wait on flags themselves.
+  const uint32_t* pad() const;
+  const uint32_t* epoch() const { return epoch_; }
+  kernels::WaitContext wait_context() const;
 
-  // Streams of this communicator. The pull streams run at the device's highest priority so that the
-  // wait kernel at their head is placed before a GEMM's thread blocks.
+  // Fused all_gather_matmul: the symmetric buffer peers push their shards into, at least `bytes`.
+  // Collective; grows (after draining the GPU) when a call needs more, so not during graph capture.
+  SymmetricBuffer& gathered(size_t bytes, cudaStream_t stream);
+
+  // Streams of this communicator. peer_stream(p) moves data to or from peer p (pipelined pulls, fused
+  // pushes). It and the signal stream run at the device's highest priority so that a wait kernel at
+  // their head is placed before a GEMM's thread blocks.
   cudaStream_t signal_stream() const { return signal_; }
-  cudaStream_t pull_stream(int peer) const { return pulls_[peer]; }
+  cudaStream_t peer_stream(int peer) const { return peer_streams_[peer]; }
   cudaStream_t gemm_stream(int lane) const { return gemms_[lane]; }
   static constexpr int kGemmStreams = 2;
 
@@ -60,7 +76,7 @@ class PipelineResources {
   void wait_done(cudaStream_t stream) { launch_done_kernel(stream, /*wait=*/true, /*advance=*/false); }
   // Flags of this rank's pad, each with the peer that sets it (named in a timeout report).
   struct FlagList {
-    static constexpr int kMax = 64;
+    static constexpr int kMax = 8 * kMaxChunksPerRank;
     int count = 0;
     int flag[kMax];
     int owner[kMax];
@@ -72,14 +88,15 @@ class PipelineResources {
   void signal(cudaStream_t stream, int peer, int flag);
 
  private:
-  explicit PipelineResources(Communicator& comm);
+  explicit OverlapResources(Communicator& comm);
   void launch_done_kernel(cudaStream_t stream, bool wait, bool advance);
   Communicator& comm_;
   int lsa_size_ = 0;
   std::unique_ptr<SignalPad> pad_;
-  uint32_t* epoch_ = nullptr;  // device: the epoch of the current (or last) pipelined call
+  std::unique_ptr<SymmetricBuffer> gathered_;
+  uint32_t* epoch_ = nullptr;  // device: the epoch of the current (or last) overlapped call
   cudaStream_t signal_ = nullptr;
-  std::vector<cudaStream_t> pulls_;
+  std::vector<cudaStream_t> peer_streams_;
   cudaStream_t gemms_[kGemmStreams] = {};
   std::vector<cudaEvent_t> events_;
   size_t next_event_ = 0;
@@ -90,7 +107,7 @@ class PipelineResources {
 // stream used. Under CUDA graph capture that is what brings the side streams into the graph.
 class Fanout {
  public:
-  Fanout(PipelineResources& pr, cudaStream_t origin) : pr_(pr), origin_(origin), fork_(pr.record(origin)) {}
+  Fanout(OverlapResources& pr, cudaStream_t origin) : pr_(pr), origin_(origin), fork_(pr.record(origin)) {}
   cudaStream_t use(cudaStream_t side) {
     for (cudaStream_t s : used_) {
       if (s == side) return side;
@@ -104,7 +121,7 @@ class Fanout {
   }
 
  private:
-  PipelineResources& pr_;
+  OverlapResources& pr_;
   cudaStream_t origin_;
   cudaEvent_t fork_;
   std::vector<cudaStream_t> used_;

@@ -1,0 +1,23 @@
+// Internal: the fused algorithm. all_gather_matmul (gather_dim 0): every rank pushes its shard into
+// each peer's symmetric gathered buffer with the copy engine, piece by piece, and flags each piece;
+// one persistent CUTLASS kernel per B multiplies the rows as their flags come up, this rank's own rows
+// first, read in place. docs/fused.md explains it. gather_dim last runs `pipelined`.
+#pragma once
+
+#include <vector>
+
+#include "algo/sequential.h"
+
+namespace asynctp::algo {
+
+void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan& plan, const TensorRef& a_shard,
+                             const SymmetricBuffer* a_symmetric, const std::vector<TensorRef>& bs,
+                             const std::vector<TensorRef>& outputs, const TensorRef& gathered_a, cudaStream_t stream,
+                             const AgreeFn& agree, int chunks_per_rank);
+
+// Pieces each rank's shard is pushed in: `requested`, or kFusedDefaultPieces where it is 0; at most
+// `rows_per_rank`.
+constexpr int kFusedDefaultPieces = 4;
+int resolve_fused_pieces(int requested, int64_t rows_per_rank);
+
+}  // namespace asynctp::algo

@@ -1,0 +1,173 @@
+// Fused all_gather_matmul: copy-engine pushes into the peers' gathered buffers, one flag per piece,
+// and a persistent GEMM that waits for each tile's rows itself (kernels/fused/).
+#include <algorithm>
+
+#include "algo/bytes.h"
+#include "algo/fused.h"
+#include "algo/overlap_resources.h"
+#include "algo/pipelined.h"
+#include "comm/communicator_impl.h"
+#include "common/check.h"
+#include "kernels/fused/ag_gemm.h"
+
+namespace asynctp::algo {
+
+int resolve_fused_pieces(int requested, int64_t rows_per_rank) {
+  const int pieces = requested > 0 ? requested : kFusedDefaultPieces;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(pieces, rows_per_rank)));
+}
+
+namespace {
+
+kernels::fused::AgGemmArgs gemm_args(const ops::AllGatherMatmulPlan& plan, const void* a, const TensorRef& b,
+                                     const TensorRef& c, size_t i) {
+  kernels::fused::AgGemmArgs g;
+  g.dtype = plan.dtype;
+  g.b_layout = plan.b_layout;
+  g.M = plan.M;
+  g.N = plan.N[i];
+  g.K = plan.K;
+  g.a = a;
+  g.b = b.data;
+  g.c = c.data;
+  return g;
+}
+
+}  // namespace
+
+void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan& plan, const TensorRef& a_shard,
+                             const SymmetricBuffer* a_symmetric, const std::vector<TensorRef>& bs,
+                             const std::vector<TensorRef>& outputs, const TensorRef& gathered_a, cudaStream_t stream,
+                             const AgreeFn& agree, int chunks_per_rank) {
+  if (plan.gather_last) {
+    // Every row needs every rank's columns, so no row can start early: the pipelined algorithm's
+    // row pieces are the overlap there.
+    pipelined_all_gather_matmul(comm, plan, a_shard, a_symmetric, bs, outputs, gathered_a, stream, agree,
+                                chunks_per_rank);
+    return;
+  }
+  agree();
+  require_one_node(comm, "all_gather_matmul");
+  Communicator::Impl& m = comm.impl();
+  const int ws = m.world_size, me = m.rank;
+  const size_t es = dtype_size(plan.dtype);
+  const int64_t rows = plan.m_local;
+  const size_t row_bytes = static_cast<size_t>(plan.K) * es;
+  const size_t shard_bytes = static_cast<size_t>(rows) * row_bytes;
+
+  if (ws == 1) {
+    for (size_t i = 0; i < bs.size(); ++i) {
+      kernels::fused::AgGemmArgs g = gemm_args(plan, a_shard.data, bs[i], outputs[i], i);
+      if (*kernels::fused::ag_gemm_unsupported(g) == '\0') {
+        kernels::fused::run_ag_gemm(g, stream);
+      } else {
+        gemm::Problem p{plan.M, plan.N[i], plan.K, plan.dtype, plan.b_layout};
+        m.gemm.run(p, a_shard.data, bs[i].data, outputs[i].data, stream);
+      }
+    }
+    if (plan.return_a) {
+      ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(gathered_a.data, a_shard.data, shard_bytes, cudaMemcpyDeviceToDevice, stream));
+    }
+    return;
+  }
+
+  OverlapResources& pr = OverlapResources::of(comm, stream);
+  SymmetricBuffer& gathered = pr.gathered(static_cast<size_t>(plan.M) * row_bytes, stream);
+  char* mine = bytes(gathered.local());
+  const int pieces = resolve_fused_pieces(chunks_per_rank, rows);
+  const int64_t piece_rows = (rows + pieces - 1) / pieces;
+  const int used_pieces = static_cast<int>((rows + piece_rows - 1) / piece_rows);
+  auto piece = [&](int j) { return RowRange{j * piece_rows, std::min<int64_t>(rows, (j + 1) * piece_rows)}; };
+
+  // Each B's kernel, or where the kernel cannot take the problem on this rank, cuBLAS once every
+  // piece is in (a local choice: the peers' side of the protocol is the same either way).
+  std::vector<kernels::fused::AgGemmArgs> kernels_args;
+  bool all_kernel = true;
+  for (size_t i = 0; i < bs.size(); ++i) {
+    kernels_args.push_back(gemm_args(plan, mine, bs[i], outputs[i], i));
+    all_kernel = all_kernel && *kernels::fused::ag_gemm_unsupported(kernels_args.back()) == '\0';
+  }
+  // The kernel reads this rank's rows from the caller's tensor where TMA can address it (16-byte
+  // aligned); rows of a tile that also holds a neighbour's rows come from the gathered buffer.
+  const bool read_in_place = all_kernel && (reinterpret_cast<uintptr_t>(a_shard.data) & 15u) == 0;
+  const int64_t tile = kernels::fused::kTileRows;
+  const int64_t begin = me * rows, end = begin + rows;
+  const bool straddles = begin % tile != 0 || (end % tile != 0 && end != plan.M);
+  const bool own_rows_in_gathered = !read_in_place || straddles;
+
+  pr.begin_call();
+  // Peers write into this rank's gathered buffer, so each must be done with the last call first.
+  pr.begin_epoch(stream, /*wait_done=*/true);
+  Fanout fan(pr, stream);
+
+  // Push this rank's shard to each peer, piece by piece, rank me-1 first: it multiplies these rows
+  // right after its own, while rank me-i multiplies them i-th.
+  cudaStream_t push = fan.use(pr.peer_stream(me));
+  for (int i = 1; i < ws; ++i) {
+    const int q = (me - i + ws) % ws;
+    char* dst = bytes(gathered.peer(q)) + begin * row_bytes;
+    for (int j = 0; j < used_pieces; ++j) {
+      const RowRange r = piece(j);
+      ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(dst + r.begin * row_bytes, bytes(a_shard.data) + r.begin * row_bytes,
+                                         r.size() * row_bytes, cudaMemcpyDeviceToDevice, push));
+      pr.signal(push, q, pr.arrived_flag(me, j));
+    }
+  }
+  // This rank's own rows, where the GEMM reads them from the gathered buffer.
+  cudaStream_t local = fan.use(pr.signal_stream());
+  if (own_rows_in_gathered) {
+    ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(mine + begin * row_bytes, a_shard.data, shard_bytes, cudaMemcpyDeviceToDevice, local));
+    for (int j = 0; j < used_pieces; ++j) pr.signal(local, me, pr.arrived_flag(me, j));
+  }
+  if (plan.return_a) {
+    char* out = bytes(gathered_a.data);
+    ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(out + begin * row_bytes, a_shard.data, shard_bytes, cudaMemcpyDeviceToDevice, local));
+    // The peers' rows, once all have landed (a one-warp wait beside the GEMM).
+    OverlapResources::FlagList landed;
+    for (int i = 1; i < ws; ++i) {
+      for (int j = 0; j < used_pieces; ++j) landed.add(pr.arrived_flag((me + i) % ws, j), (me + i) % ws);
+    }
+    pr.wait_ready(local, landed);
+    if (begin > 0) ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(out, mine, begin * row_bytes, cudaMemcpyDeviceToDevice, local));
+    if (end < plan.M) {
+      ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(out + end * row_bytes, mine + end * row_bytes, (plan.M - end) * row_bytes,
+                                         cudaMemcpyDeviceToDevice, local));
+    }
+  }
+
+  if (all_kernel) {
+    for (size_t i = 0; i < bs.size(); ++i) {
+      kernels::fused::AgGemmArgs& g = kernels_args[i];
+      if (read_in_place) {
+        g.a_local = a_shard.data;
+        g.local_begin = begin;
+        g.local_end = end;
+      }
+      if (i == 0) {  // later kernels run after the first has seen every flag
+        g.chunks.flags = pr.pad() + pr.arrived_flag(0, 0);
+        g.chunks.epoch = pr.epoch();
+        g.chunks.flag_stride = kMaxChunksPerRank;
+        g.chunks.rows_per_rank = static_cast<int32_t>(rows);
+        g.chunks.rows_per_piece = static_cast<int32_t>(piece_rows);
+        g.chunks.pad_index = pr.arrived_flag(0, 0);
+        g.chunks.wait = pr.wait_context();
+      }
+      kernels::fused::run_ag_gemm(g, stream);
+    }
+  } else {
+    OverlapResources::FlagList all;
+    for (int q = 0; q < ws; ++q) {
+      for (int j = 0; j < used_pieces; ++j) all.add(pr.arrived_flag(q, j), q);
+    }
+    pr.wait_ready(stream, all);
+    for (size_t i = 0; i < bs.size(); ++i) {
+      gemm::Problem p{plan.M, plan.N[i], plan.K, plan.dtype, plan.b_layout};
+      m.gemm.run(p, mine, bs[i].data, outputs[i].data, stream);
+    }
+  }
+  fan.join();
+  // This rank no longer reads its gathered buffer: peers may push the next call's pieces.
+  for (int i = 1; i < ws; ++i) pr.signal(stream, (me + i) % ws, OverlapResources::done_flag(me));
+}
+
+}  // namespace asynctp::algo

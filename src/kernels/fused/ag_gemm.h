@@ -1,0 +1,43 @@
+// Internal: the fused all-gather GEMM, seen from the host. C = A @ B on one GPU, where the rows of A
+// arrive in chunks while the kernel runs (one persistent CUTLASS Hopper kernel: the async-input
+// scheduler and mainloop in this folder). No CUTLASS here, so algorithms include it freely.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "asynctp/ops.h"
+#include "asynctp/tensor.h"
+#include "kernels/fused/chunk_flags.h"
+
+namespace asynctp::kernels::fused {
+
+// Rows of A per output tile: a tile whose rows come from two ranks waits for both.
+constexpr int64_t kTileRows = 128;
+
+struct AgGemmArgs {
+  DType dtype = DType::kBF16;
+  BLayout b_layout = BLayout::kRowMajor;
+  int64_t M = 0, N = 0, K = 0;
+  const void* a = nullptr;        // A [M, K], row-major: rows appear as their chunk flags are set
+  const void* a_local = nullptr;  // this rank's rows [local_begin, local_end) of A, there from the start
+  int64_t local_begin = 0, local_end = 0;
+  const void* b = nullptr;        // [K, N] (kRowMajor) or [N, K] (kColMajor)
+  void* c = nullptr;              // [M, N], row-major
+  ChunkFlags chunks;              // chunks.flags null: every row of `a` is in place (a plain GEMM)
+  int band_m = 0;                 // tile order (async_input_scheduler.cuh); 0 picks the default
+};
+
+// Why the kernel cannot take this problem ("" when it can): the TMA needs 16-byte aligned rows (N and
+// K multiples of 8) and 16-byte aligned pointers, and indices fit in 32 bits.
+const char* ag_gemm_unsupported(const AgGemmArgs& args);
+
+// The tile width (224 or 256) for an M x N output on `sms` SMs: the one with the fewer, cheaper rounds
+// of tiles. ASYNCTP_FUSED_TILE_N=224|256 overrides it for measurement.
+int pick_tile_n(int64_t M, int64_t N, int sms);
+
+// Enqueues the kernel on `stream`. Throws asynctp::Error if CUTLASS refuses the problem or the launch fails.
+void run_ag_gemm(const AgGemmArgs& args, cudaStream_t stream);
+
+}  // namespace asynctp::kernels::fused

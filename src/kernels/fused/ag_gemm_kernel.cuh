@@ -1,0 +1,156 @@
+// The fused all-gather GEMM assembled from CUTLASS 3 pieces, and its host launch. Included by one
+// generated .cu file per instantiation (ag_gemm_instances.h).
+//
+// The kernel is CUTLASS's Hopper warp-specialized cooperative GEMM (one producer warpgroup issuing
+// TMA loads, two consumer warpgroups issuing WGMMA on a 128 x kTileN x 64 tile, a TMA epilogue) with two of
+// our pieces in it: the async-input mainloop (waits for a tile's rows, reads the local shard in
+// place) and the async-input tile scheduler (own rows first). On one H200 this configuration with a
+// 2x1x1 cluster ran at 94-103% of cuBLAS at the seed shapes (docs/fused.md has the current figures).
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/cutlass.h>
+#include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+#include <cutlass/gemm/kernel/gemm_universal.hpp>
+#include <cutlass/kernel_hardware_info.h>
+
+#include <mutex>
+#include <type_traits>
+
+#include "common/check.h"
+#include "kernels/fused/ag_gemm.h"
+#include "kernels/fused/async_input_mainloop.cuh"
+#include "kernels/fused/async_input_scheduler.cuh"
+
+#if !defined(NDEBUG)
+// Without NDEBUG, CUTLASS's device asserts turn WGMMA sequences into function calls that ptxas must
+// serialize (warning C7510), which costs 5-10% of throughput.
+#error "build the fused kernels with -DNDEBUG (CMake does this for them)"
+#endif
+
+namespace asynctp::kernels::fused {
+
+template <DType kDType>
+using CutlassElement = std::conditional_t<kDType == DType::kBF16, cutlass::bfloat16_t, cutlass::half_t>;
+// asynctp's kRowMajor B is [K, N] with N contiguous: CUTLASS's RowMajor B. kColMajor ([N, K]) is its ColumnMajor.
+template <BLayout kBLayout>
+using CutlassLayoutB =
+    std::conditional_t<kBLayout == BLayout::kRowMajor, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
+
+template <class Element, class LayoutB, int kTileN>
+struct AgGemmKernel {
+  using TileShape = cute::Shape<cute::_128, cute::Int<kTileN>, cute::_64>;
+  using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
+  static constexpr int kAlign = 16 / sizeof(Element);  // elements per 16 bytes: what TMA needs
+  static_assert(cute::size<0>(TileShape{}) == kTileRows, "kTileRows (ag_gemm.h) must match the tile's M");
+
+  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float,
+      void, cutlass::layout::RowMajor, kAlign,  // no C: D = A @ B
+      Element, cutlass::layout::RowMajor, kAlign,
+      cutlass::epilogue::TmaWarpSpecializedCooperative>::CollectiveOp;
+
+  using BaseMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+      Element, cutlass::layout::RowMajor, kAlign,
+      Element, LayoutB, kAlign,
+      float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+      cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
+  using Mainloop = AsyncInputMainloop<BaseMainloop>;
+
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
+                                                      AsyncInputSchedule>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+};
+
+namespace detail {
+
+// A packed stride of CUTLASS's (MN, K, L) form for a matrix of `mn` x `k`: whichever of the first two
+// modes is the static 1 is the contiguous one.
+template <class Stride>
+Stride packed_stride(int64_t mn, int64_t k) {
+  Stride s{};
+  if constexpr (cute::is_static_v<cute::remove_cvref_t<decltype(cute::get<0>(s))>>) {
+    cute::get<1>(s) = mn;
+  } else {
+    cute::get<0>(s) = k;
+  }
+  cute::get<2>(s) = mn * k;
+  return s;
+}
+
+// SM count and co-resident clusters of `Kernel` on the current device, asked once per device.
+template <class Kernel>
+cutlass::KernelHardwareInfo hardware_info() {
+  static std::mutex mu;
+  static int cached_device = -1;
+  static cutlass::KernelHardwareInfo cached;
+  int device = 0;
+  ASYNCTP_CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mu);
+  if (device != cached_device) {
+    cached = cutlass::KernelHardwareInfo::make_kernel_hardware_info<Kernel>(device);
+    cached_device = device;
+  }
+  return cached;
+}
+
+}  // namespace detail
+
+template <class Element, class LayoutB, int kTileN>
+void launch_ag_gemm(const AgGemmArgs& a, cudaStream_t stream) {
+  using K = AgGemmKernel<Element, LayoutB, kTileN>;
+  using Gemm = typename K::Gemm;
+  using Kernel = typename K::Kernel;
+  constexpr int kClusterRows = cute::size<0>(typename K::TileShape{}) * cute::size<0>(typename K::ClusterShape{});
+
+  typename Gemm::Arguments args{};
+  args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+  args.problem_shape = {static_cast<int>(a.M), static_cast<int>(a.N), static_cast<int>(a.K), 1};
+
+  auto& ml = args.mainloop;
+  ml.gathered.ptr_A = static_cast<const Element*>(a.a);
+  ml.gathered.dA = detail::packed_stride<typename Kernel::StrideA>(a.M, a.K);
+  ml.gathered.ptr_B = static_cast<const Element*>(a.b);
+  ml.gathered.dB = detail::packed_stride<typename Kernel::StrideB>(a.N, a.K);
+  if (a.a_local != nullptr && a.local_end > a.local_begin) {
+    // The descriptor addresses the local rows as rows [local_begin, local_end) of a matrix as tall as A;
+    // only those rows are ever loaded through it.
+    ml.ptr_A_local = reinterpret_cast<const Element*>(reinterpret_cast<uintptr_t>(a.a_local) -
+                                                      static_cast<uintptr_t>(a.local_begin * a.K) * sizeof(Element));
+    ml.local_begin = static_cast<int32_t>(a.local_begin);
+    ml.local_end = static_cast<int32_t>(a.local_end);
+  }
+  ml.chunks = a.chunks;
+
+  args.epilogue.thread.alpha = 1.0f;
+  args.epilogue.thread.beta = 0.0f;
+  args.epilogue.ptr_C = nullptr;
+  args.epilogue.ptr_D = static_cast<Element*>(a.c);
+  args.epilogue.dD = detail::packed_stride<typename Kernel::StrideD>(a.M, a.N);
+
+  args.hw_info = detail::hardware_info<Kernel>();
+  // Start at the first cluster row that begins inside the local rows (a row that straddles into the
+  // previous rank's rows would wait for the last chunk to arrive).
+  args.scheduler.first_m_cluster = static_cast<int>((a.local_begin + kClusterRows - 1) / kClusterRows);
+  args.scheduler.band_m = a.band_m > 0 ? a.band_m : 1;
+
+  Gemm gemm;
+  cutlass::Status status = gemm.can_implement(args);
+  ASYNCTP_CHECK(status == cutlass::Status::kSuccess, "fused all_gather_matmul: CUTLASS cannot run M=", a.M, " N=", a.N,
+                " K=", a.K, ": ", cutlassGetStatusString(status));
+  ASYNCTP_CHECK(Gemm::get_workspace_size(args) == 0, "fused all_gather_matmul: the kernel unexpectedly needs a workspace");
+  status = gemm.initialize(args, nullptr, stream);
+  ASYNCTP_CHECK(status == cutlass::Status::kSuccess, "fused all_gather_matmul: kernel set-up failed: ",
+                cutlassGetStatusString(status));
+  status = gemm.run(stream);
+  ASYNCTP_CUDA_CHECK(cudaGetLastError());
+  ASYNCTP_CHECK(status == cutlass::Status::kSuccess, "fused all_gather_matmul: kernel launch failed: ",
+                cutlassGetStatusString(status));
+}
+
+}  // namespace asynctp::kernels::fused

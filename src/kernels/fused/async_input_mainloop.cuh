@@ -1,0 +1,105 @@
+// A CUTLASS Hopper TMA mainloop whose A rows arrive chunk by chunk.
+//
+// AsyncInputMainloop<Base> wraps a collective built by CUTLASS's CollectiveBuilder (Base, the
+// warp-specialized TMA + WGMMA mainloop) and changes only its producer side, in load():
+//  - before the first TMA load of a tile, the producer warp waits until every chunk of A rows the
+//    tile covers has landed: an acquire load of the chunk's flag (set by the copy engine that moved
+//    the chunk, after the data), bounded by the communicator's timeout, then `fence.proxy.async`, so
+//    that the TMA unit (the async proxy) reads what the flag announced;
+//  - a tile whose rows all lie in this rank's own shard is read straight from the caller's tensor
+//    through a second TMA descriptor, so the GEMM starts before any copy of the shard exists.
+// The consumer side (WGMMA, the pipeline, the epilogue) is Base's, untouched.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/cutlass.h>
+
+#include "kernels/fused/chunk_flags.h"
+#include "kernels/signal.cuh"
+
+namespace asynctp::kernels::fused {
+
+template <class Base>
+struct AsyncInputMainloop : Base {
+  using typename Base::ElementA;
+  using typename Base::MainloopPipeline;
+  using typename Base::PipelineState;
+  using typename Base::TensorStorage;
+  using BaseParams = typename Base::Params;
+  static constexpr int kTileM = cute::size<0>(typename Base::TileShape{});
+
+  struct Arguments {
+    typename Base::Arguments gathered;  // A as gathered, and B
+    // The caller's own rows, addressed as if they were the whole of A: rows [local_begin, local_end)
+    // of A are read from here. Null: every row is read from `gathered`.
+    ElementA const* ptr_A_local = nullptr;
+    int32_t local_begin = 0, local_end = 0;
+    ChunkFlags chunks{};
+  };
+
+  struct Params : BaseParams {
+    BaseParams local;  // Base's parameters with the TMA descriptor of the caller's own rows
+    int32_t M = 0;
+    int32_t local_begin = 0, local_end = 0;
+    ChunkFlags chunks{};
+  };
+
+  template <class ProblemShape>
+  static Params to_underlying_arguments(ProblemShape const& problem_shape, Arguments const& args, void* workspace) {
+    Params p;
+    static_cast<BaseParams&>(p) = Base::to_underlying_arguments(problem_shape, args.gathered, workspace);
+    typename Base::Arguments local = args.gathered;
+    if (args.ptr_A_local != nullptr) local.ptr_A = args.ptr_A_local;
+    p.local = Base::to_underlying_arguments(problem_shape, local, workspace);
+    p.M = static_cast<int32_t>(cute::get<0>(problem_shape));
+    p.local_begin = args.ptr_A_local != nullptr ? args.local_begin : 0;
+    p.local_end = args.ptr_A_local != nullptr ? args.local_end : 0;
+    p.chunks = args.chunks;
+    return p;
+  }
+
+  template <class ProblemShape>
+  static bool can_implement(ProblemShape const& problem_shape, Arguments const& args) {
+    const bool chunks_ok = args.chunks.flags == nullptr ||
+                           (args.chunks.epoch != nullptr && args.chunks.rows_per_rank > 0 && args.chunks.rows_per_piece > 0);
+    return chunks_ok && Base::can_implement(problem_shape, args.gathered);
+  }
+
+  CUTLASS_DEVICE static void prefetch_tma_descriptors(Params const& params) {
+    Base::prefetch_tma_descriptors(params);
+    if (params.local_end > params.local_begin) Base::prefetch_tma_descriptors(params.local);
+  }
+
+  // Producer warp: wait for the tile's rows, then Base's TMA loads from the right descriptor.
+  template <class TensorA, class TensorB, class KTileIterator, class BlockCoord>
+  CUTLASS_DEVICE void load(Params const& params, MainloopPipeline pipeline, PipelineState smem_pipe_write,
+                           cute::tuple<TensorA, TensorB> const& load_inputs, BlockCoord const& blk_coord,
+                           KTileIterator k_tile_iter, int k_tile_count, int thread_idx, uint32_t block_rank_in_cluster,
+                           TensorStorage& shared_tensors) {
+    const int32_t row0 = static_cast<int32_t>(cute::get<0>(blk_coord)) * kTileM;
+    const int32_t row1 = min(row0 + kTileM, params.M);
+    const bool local = row0 >= params.local_begin && row1 <= params.local_end;
+    if (!local && params.chunks.flags != nullptr && row0 < row1) wait_for_rows(params.chunks, row0, row1);
+    Base::load(local ? params.local : static_cast<BaseParams const&>(params), pipeline, smem_pipe_write, load_inputs,
+               blk_coord, k_tile_iter, k_tile_count, thread_idx, block_rank_in_cluster, shared_tensors);
+  }
+
+ private:
+  // Every lane waits (the loads coalesce) and fences, so whichever lane Base elects to issue the TMA
+  // loads has itself acquired the flags.
+  CUTLASS_DEVICE static void wait_for_rows(ChunkFlags const& c, int32_t row0, int32_t row1) {
+    const uint32_t expected = *c.epoch;
+    for (int32_t r = row0; r < row1;) {
+      const int32_t rank = r / c.rows_per_rank;
+      const int32_t rank_row0 = rank * c.rows_per_rank;
+      const int32_t piece = (r - rank_row0) / c.rows_per_piece;
+      const int32_t index = rank * c.flag_stride + piece;
+      wait_flag_sys</*kPrint=*/false>(c.flags + index, expected, rank, c.pad_index + index, c.wait);
+      r = min(rank_row0 + (piece + 1) * c.rows_per_piece, rank_row0 + c.rows_per_rank);
+    }
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+    __syncwarp();
+  }
+};
+
+}  // namespace asynctp::kernels::fused
