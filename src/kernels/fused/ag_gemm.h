@@ -15,6 +15,8 @@ namespace asynctp::kernels::fused {
 
 // Rows of A per output tile: a tile whose rows come from two ranks waits for both.
 constexpr int64_t kTileRows = 128;
+// Rows of A per cluster of CTAs (two tiles along M share B's loads): the scheduler's unit of order.
+constexpr int64_t kClusterRows = 2 * kTileRows;
 
 struct AgGemmArgs {
   DType dtype = DType::kBF16;
@@ -32,10 +34,6 @@ struct AgGemmArgs {
 // Why the kernel cannot take this problem ("" when it can): the TMA needs 16-byte aligned rows (N and
 // K multiples of 8) and 16-byte aligned pointers, and indices fit in 32 bits.
 const char* ag_gemm_unsupported(const AgGemmArgs& args);
-
-// The tile width (224 or 256) for an M x N output on `sms` SMs: the one with the fewer, cheaper rounds
-// of tiles. ASYNCTP_FUSED_TILE_N=224|256 overrides it for measurement.
-int pick_tile_n(int64_t M, int64_t N, int sms);
 
 // Enqueues the kernel on `stream`. Throws asynctp::Error if CUTLASS refuses the problem or the launch fails.
 void run_ag_gemm(const AgGemmArgs& args, cudaStream_t stream);

@@ -106,7 +106,8 @@ void launch_ag_gemm(const AgGemmArgs& a, cudaStream_t stream) {
   using K = AgGemmKernel<Element, LayoutB, kTileN>;
   using Gemm = typename K::Gemm;
   using Kernel = typename K::Kernel;
-  constexpr int kClusterRows = cute::size<0>(typename K::TileShape{}) * cute::size<0>(typename K::ClusterShape{});
+  static_assert(cute::size<0>(typename K::TileShape{}) * cute::size<0>(typename K::ClusterShape{}) == kClusterRows,
+                "kClusterRows (ag_gemm.h) must match the tile and cluster shape");
 
   typename Gemm::Arguments args{};
   args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
