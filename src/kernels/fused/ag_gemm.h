@@ -35,6 +35,11 @@ struct AgGemmArgs {
 // K multiples of 8) and 16-byte aligned pointers, and indices fit in 32 bits.
 const char* ag_gemm_unsupported(const AgGemmArgs& args);
 
+// The tile width (192 or 256) for an M x N output on `sms` SMs: the one whose rounds of tiles,
+// times the tile's width, cost less (by 5% for the narrower). ASYNCTP_FUSED_TILE_N=192|256 overrides
+// it for measurement.
+int pick_tile_n(int64_t M, int64_t N, int sms);
+
 // Enqueues the kernel on `stream`. Throws asynctp::Error if CUTLASS refuses the problem or the launch fails.
 void run_ag_gemm(const AgGemmArgs& args, cudaStream_t stream);
 

@@ -9,9 +9,9 @@
 
 namespace asynctp::kernels::fused {
 
-// One tile width is compiled, 256. A 128 x 224 tile would fill the last round of tiles better at N =
-// 3584, but measured 75% of cuBLAS with B row-major (224 is not a multiple of the 64-element swizzle
-// atom); docs/fused.md has the figures.
+// Tile widths compiled: 256, and 192 for shapes where 256-wide tiles leave most of the last round of
+// tiles idle (pick_tile_n). 224 would divide N = 3584 exactly but measured 75% of cuBLAS with B
+// row-major: it is not a multiple of the 64-element swizzle atom (docs/fused.md).
 template <DType kDType, BLayout kBLayout, int kTileN>
 void launch_ag_gemm_instance(const AgGemmArgs& args, cudaStream_t stream);
 
@@ -22,6 +22,10 @@ ASYNCTP_AG_GEMM_DECLARE(kBF16, kRowMajor, 256)
 ASYNCTP_AG_GEMM_DECLARE(kBF16, kColMajor, 256)
 ASYNCTP_AG_GEMM_DECLARE(kFP16, kRowMajor, 256)
 ASYNCTP_AG_GEMM_DECLARE(kFP16, kColMajor, 256)
+ASYNCTP_AG_GEMM_DECLARE(kBF16, kRowMajor, 192)
+ASYNCTP_AG_GEMM_DECLARE(kBF16, kColMajor, 192)
+ASYNCTP_AG_GEMM_DECLARE(kFP16, kRowMajor, 192)
+ASYNCTP_AG_GEMM_DECLARE(kFP16, kColMajor, 192)
 #undef ASYNCTP_AG_GEMM_DECLARE
 
 }  // namespace asynctp::kernels::fused
