@@ -17,7 +17,7 @@ void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan&
 
 // Pieces each rank's shard is pushed in: `requested`, or kFusedDefaultPieces where it is 0; at most
 // `rows_per_rank`.
-constexpr int kFusedDefaultPieces = 2;
+constexpr int kFusedDefaultPieces = 1;
 int resolve_fused_pieces(int requested, int64_t rows_per_rank);
 
 }  // namespace asynctp::algo

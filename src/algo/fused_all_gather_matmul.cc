@@ -96,13 +96,17 @@ void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan&
   const bool own_rows_in_gathered = !read_in_place || straddles;
 
   pr.begin_call();
-  // Peers write into this rank's gathered buffer, so each must be done with the last call first.
-  pr.begin_epoch(stream, /*wait_done=*/true);
+  // This rank pushes into its peers' gathered buffers, so each peer must be done with the last call
+  // first. Outside graph capture only the pushes wait for that, on their stream and without an SM, so
+  // the GEMM starts on this rank's own rows at once; under capture the whole call waits (docs/fused.md).
+  const bool pushes_wait = pr.host_knows_epoch(stream);
+  pr.begin_epoch(stream, /*wait_done=*/!pushes_wait);
   Fanout fan(pr, stream);
 
   // Push this rank's shard to each peer, piece by piece, rank me-1 first: it multiplies these rows
   // right after its own, while rank me-i multiplies them i-th.
   cudaStream_t push = fan.use(pr.peer_stream(me));
+  if (pushes_wait) pr.wait_previous_done_without_sm(push);
   for (int i = 1; i < ws; ++i) {
     const int q = (me - i + ws) % ws;
     char* dst = bytes(gathered.peer(q)) + begin * row_bytes;

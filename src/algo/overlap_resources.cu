@@ -106,7 +106,23 @@ void OverlapResources::follow(cudaStream_t to, cudaEvent_t event) {
 
 void OverlapResources::follow(cudaStream_t to, cudaStream_t from) { follow(to, record(from)); }
 
+bool OverlapResources::host_knows_epoch(cudaStream_t stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  ASYNCTP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  if (capture != cudaStreamCaptureStatusNone) host_knows_epoch_ = false;
+  return host_knows_epoch_;
+}
+
+void OverlapResources::wait_previous_done_without_sm(cudaStream_t stream) {
+  ASYNCTP_CHECK(host_knows_epoch_, "overlapped op: the host does not know the epoch (a call was captured)");
+  const int me = comm_.impl().lsa.rank;
+  for (int p = 0; p < lsa_size_; ++p) {
+    if (p != me) pad_->wait(stream, me, done_flag(p), host_epoch_ - 1, WaitMode::kStreamMemOp);
+  }
+}
+
 void OverlapResources::launch_done_kernel(cudaStream_t stream, bool wait, bool advance) {
+  if (advance && host_knows_epoch(stream)) ++host_epoch_;
   begin_epoch_kernel<<<1, 32, 0, stream>>>(pad_->local(), epoch_, lsa_size_, comm_.impl().lsa.rank, wait, advance,
                                            wait_context());
   ASYNCTP_CUDA_CHECK(cudaGetLastError());

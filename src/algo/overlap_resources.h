@@ -74,6 +74,17 @@ class OverlapResources {
   void begin_epoch(cudaStream_t stream, bool wait_done) { launch_done_kernel(stream, wait_done, /*advance=*/true); }
   // Stream-ordered: waits (bounded) until every peer's done flag has reached the current epoch.
   void wait_done(cudaStream_t stream) { launch_done_kernel(stream, /*wait=*/true, /*advance=*/false); }
+
+  // Outside CUDA graph capture the host mirrors the device epoch, so a side stream can wait for the
+  // peers' "done" of the previous call with a stream memory operation, which needs no SM and so can
+  // wait beside a GEMM that fills the GPU. Once any call on this communicator has been captured the
+  // host no longer knows the epoch a replay runs with, and this returns false for good: the call must
+  // then wait in begin_epoch. Call before begin_epoch.
+  bool host_knows_epoch(cudaStream_t stream);
+  // After begin_epoch, where host_knows_epoch(): `stream` waits until every peer's done flag shows it
+  // has finished the previous call. Unbounded by itself; used only where a bounded wait of the same
+  // call depends on what follows it (docs/fused.md).
+  void wait_previous_done_without_sm(cudaStream_t stream);
   // Flags of this rank's pad, each with the peer that sets it (named in a timeout report).
   struct FlagList {
     static constexpr int kMax = 8 * kMaxChunksPerRank;
@@ -95,6 +106,8 @@ class OverlapResources {
   std::unique_ptr<SignalPad> pad_;
   std::unique_ptr<SymmetricBuffer> gathered_;
   uint32_t* epoch_ = nullptr;  // device: the epoch of the current (or last) overlapped call
+  uint32_t host_epoch_ = 0;    // the same, as the host knows it while host_knows_epoch_
+  bool host_knows_epoch_ = true;
   cudaStream_t signal_ = nullptr;
   std::vector<cudaStream_t> peer_streams_;
   cudaStream_t gemms_[kGemmStreams] = {};
