@@ -21,7 +21,7 @@ class Communicator;
 enum class Algorithm {
   kSequential,  // NCCL collective, then cuBLASLt: the baseline; any topology
   kPipelined,   // copy-engine chunks and per-chunk GEMMs on several streams; one node (NVLink/P2P) only
-  kFused,       // one persistent CUTLASS Hopper GEMM fed by per-chunk flags (not built yet)
+  kFused,       // one persistent CUTLASS Hopper GEMM fed by per-chunk flags; all_gather_matmul only so far
   kAuto,        // chosen per shape from measured tuning (not built yet)
 };
 
@@ -46,12 +46,16 @@ struct OpOptions {
   // kMaxChunksPerRank). More pieces start the first GEMM sooner but make every GEMM smaller. 0 picks
   // the default: 2 for all_gather_matmul with gather_dim last (where the first piece cannot overlap
   // anything) and for a two-rank matmul_reduce_scatter that sums in its GEMM (docs/pipelined.md), else
-  // 1. Other algorithms ignore it.
+  // 1. kFused: how many pieces each rank's shard is pushed in, each with its own flag (0: 1, the
+  // fastest at the seed shapes, docs/fused.md). kSequential ignores it.
   int chunks_per_rank = 0;
 };
 
 constexpr int kMaxChunksPerRank = 16;
 
+// kFused, all_gather_matmul: gather_dim 0 runs one persistent GEMM per B that multiplies the gathered
+// rows as they arrive (docs/fused.md); gather_dim last runs kPipelined. One node only, like kPipelined.
+//
 // kPipelined, all_gather_matmul: where a_shard lies inside a SymmetricBuffer of this communicator (at
 // the same offset on every rank), peers read it there; otherwise it is first copied into the
 // communicator's symmetric workspace. Either way the op does not complete on `stream` before every

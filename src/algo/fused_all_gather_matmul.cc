@@ -103,42 +103,7 @@ void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan&
   pr.begin_epoch(stream, /*wait_done=*/!pushes_wait);
   Fanout fan(pr, stream);
 
-  // Push this rank's shard to each peer, piece by piece, rank me-1 first: it multiplies these rows
-  // right after its own, while rank me-i multiplies them i-th.
-  cudaStream_t push = fan.use(pr.peer_stream(me));
-  if (pushes_wait) pr.wait_previous_done_without_sm(push);
-  for (int i = 1; i < ws; ++i) {
-    const int q = (me - i + ws) % ws;
-    char* dst = bytes(gathered.peer(q)) + begin * row_bytes;
-    for (int j = 0; j < used_pieces; ++j) {
-      const RowRange r = piece(j);
-      ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(dst + r.begin * row_bytes, bytes(a_shard.data) + r.begin * row_bytes,
-                                         r.size() * row_bytes, cudaMemcpyDeviceToDevice, push));
-      pr.signal(push, q, pr.arrived_flag(me, j));
-    }
-  }
-  // This rank's own rows, where the GEMM reads them from the gathered buffer.
-  cudaStream_t local = fan.use(pr.signal_stream());
-  if (own_rows_in_gathered) {
-    ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(mine + begin * row_bytes, a_shard.data, shard_bytes, cudaMemcpyDeviceToDevice, local));
-    for (int j = 0; j < used_pieces; ++j) pr.signal(local, me, pr.arrived_flag(me, j));
-  }
-  if (plan.return_a) {
-    char* out = bytes(gathered_a.data);
-    ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(out + begin * row_bytes, a_shard.data, shard_bytes, cudaMemcpyDeviceToDevice, local));
-    // The peers' rows, once all have landed (a one-warp wait beside the GEMM).
-    OverlapResources::FlagList landed;
-    for (int i = 1; i < ws; ++i) {
-      for (int j = 0; j < used_pieces; ++j) landed.add(pr.arrived_flag((me + i) % ws, j), (me + i) % ws);
-    }
-    pr.wait_ready(local, landed);
-    if (begin > 0) ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(out, mine, begin * row_bytes, cudaMemcpyDeviceToDevice, local));
-    if (end < plan.M) {
-      ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(out + end * row_bytes, mine + end * row_bytes, (plan.M - end) * row_bytes,
-                                         cudaMemcpyDeviceToDevice, local));
-    }
-  }
-
+  // The GEMM first: it starts on this rank's own rows, so the sooner it is enqueued the better.
   if (all_kernel) {
     for (size_t i = 0; i < bs.size(); ++i) {
       kernels::fused::AgGemmArgs& g = kernels_args[i];
@@ -169,6 +134,43 @@ void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan&
       m.gemm.run(p, mine, bs[i].data, outputs[i].data, stream);
     }
   }
+  // Push this rank's shard to each peer, piece by piece, rank me-1 first: it multiplies these rows
+  // right after its own, while rank me-i multiplies them i-th.
+  cudaStream_t push = fan.use(pr.peer_stream(me));
+  if (pushes_wait) pr.wait_previous_done_without_sm(push);
+  for (int i = 1; i < ws; ++i) {
+    const int q = (me - i + ws) % ws;
+    char* dst = bytes(gathered.peer(q)) + begin * row_bytes;
+    for (int j = 0; j < used_pieces; ++j) {
+      const RowRange r = piece(j);
+      ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(dst + r.begin * row_bytes, bytes(a_shard.data) + r.begin * row_bytes,
+                                         r.size() * row_bytes, cudaMemcpyDeviceToDevice, push));
+      pr.signal(push, q, pr.arrived_flag(me, j));
+    }
+  }
+  // This rank's own rows, where the GEMM reads them from the gathered buffer.
+  cudaStream_t local = fan.use(pr.signal_stream());
+  if (own_rows_in_gathered) {
+    ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(mine + begin * row_bytes, a_shard.data, shard_bytes, cudaMemcpyDeviceToDevice, local));
+    for (int j = 0; j < used_pieces; ++j) pr.signal(local, me, pr.arrived_flag(me, j));
+  }
+  if (plan.return_a) {
+    char* out = bytes(gathered_a.data);
+    ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(out + begin * row_bytes, a_shard.data, shard_bytes, cudaMemcpyDeviceToDevice, local));
+    // The peers' rows, once all have landed: a one-warp wait, which finds an SM only when the kernel
+    // ends (the kernel fills them all), so the copy never delays the GEMM.
+    OverlapResources::FlagList landed;
+    for (int i = 1; i < ws; ++i) {
+      for (int j = 0; j < used_pieces; ++j) landed.add(pr.arrived_flag((me + i) % ws, j), (me + i) % ws);
+    }
+    pr.wait_ready(local, landed);
+    if (begin > 0) ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(out, mine, begin * row_bytes, cudaMemcpyDeviceToDevice, local));
+    if (end < plan.M) {
+      ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(out + end * row_bytes, mine + end * row_bytes, (plan.M - end) * row_bytes,
+                                         cudaMemcpyDeviceToDevice, local));
+    }
+  }
+
   fan.join();
   // This rank no longer reads its gathered buffer: peers may push the next call's pieces.
   for (int i = 1; i < ws; ++i) pr.signal(stream, (me + i) % ws, OverlapResources::done_flag(me));

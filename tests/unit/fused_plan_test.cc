@@ -12,9 +12,9 @@ TEST(FusedPlan, TileWidthFillsTheLastRoundOfTiles) {
   // 132 SMs (H100 SXM, H200). At 4096 x 3584, 256-wide tiles make 448 tiles: 3.4 rounds, so 4; 192-wide
   // make 608: 4.6 rounds, so 5, each 3/4 as long (960 against 1024).
   EXPECT_EQ(pick_tile_n(4096, 3584, 132), 192);
-  // 7 rounds of 256 (832 tiles: 6.3 rounds) against 9 of 192: 1792 against 1728, 3.6% less.
-  EXPECT_EQ(pick_tile_n(4096, 6656, 132), 192);
-  // 2 rounds of 256 against 3 of 192; 32 against 42 (1.6% less): the wide tile stays.
+  // 7 rounds of 256 (832 tiles: 6.3 rounds) against 9 of 192: 3.6% less, under the 5% margin (192
+  // measured slower there); 2 rounds against 3; 32 against 42 (1.6% less): the wide tile stays.
+  EXPECT_EQ(pick_tile_n(4096, 6656, 132), 256);
   EXPECT_EQ(pick_tile_n(2048, 3584, 132), 256);
   EXPECT_EQ(pick_tile_n(16384, 8192, 132), 256);
 }

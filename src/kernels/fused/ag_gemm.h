@@ -36,7 +36,7 @@ struct AgGemmArgs {
 const char* ag_gemm_unsupported(const AgGemmArgs& args);
 
 // The tile width (192 or 256) for an M x N output on `sms` SMs: the one whose rounds of tiles,
-// times the tile's width, cost less (by 3% for the narrower). ASYNCTP_FUSED_TILE_N=192|256 overrides
+// times the tile's width, cost less (by 5% for the narrower). ASYNCTP_FUSED_TILE_N=192|256 overrides
 // it for measurement.
 int pick_tile_n(int64_t M, int64_t N, int sms);
 

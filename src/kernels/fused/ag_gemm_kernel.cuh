@@ -16,7 +16,10 @@
 #include <cutlass/gemm/kernel/gemm_universal.hpp>
 #include <cutlass/kernel_hardware_info.h>
 
+#include <algorithm>
+#include <memory>
 #include <mutex>
+#include <vector>
 #include <type_traits>
 
 #include "common/check.h"
@@ -68,6 +71,17 @@ struct AgGemmKernel {
 };
 
 namespace detail {
+
+// Whether two launches would build the same kernel parameters (the device is fixed per process).
+inline bool same_launch(const AgGemmArgs& x, const AgGemmArgs& y) {
+  const ChunkFlags &p = x.chunks, &q = y.chunks;
+  return x.dtype == y.dtype && x.b_layout == y.b_layout && x.M == y.M && x.N == y.N && x.K == y.K && x.a == y.a &&
+         x.a_local == y.a_local && x.local_begin == y.local_begin && x.local_end == y.local_end && x.b == y.b &&
+         x.c == y.c && x.band_m == y.band_m && p.flags == q.flags && p.epoch == q.epoch &&
+         p.flag_stride == q.flag_stride && p.rows_per_rank == q.rows_per_rank && p.rows_per_piece == q.rows_per_piece &&
+         p.pad_index == q.pad_index && p.wait.fault == q.wait.fault && p.wait.timeout_ns == q.wait.timeout_ns &&
+         p.wait.rank == q.wait.rank;
+}
 
 // A packed stride of CUTLASS's (MN, K, L) form for a matrix of `mn` x `k`: whichever of the first two
 // modes is the static 1 is the contiguous one.
@@ -140,7 +154,30 @@ void launch_ag_gemm(const AgGemmArgs& a, cudaStream_t stream) {
   args.scheduler.first_m_cluster = static_cast<int>((a.local_begin + kClusterRows - 1) / kClusterRows);
   args.scheduler.band_m = a.band_m > 0 ? a.band_m : 1;
 
-  Gemm gemm;
+  // Building the kernel's parameters encodes five TMA descriptors on the host; a call with the same
+  // arguments as one of the last few reuses them, so a training loop pays that once.
+  struct Cached {
+    AgGemmArgs args;
+    Gemm gemm;
+  };
+  static std::mutex mu;
+  static std::vector<std::unique_ptr<Cached>> cache;  // most recent last
+  std::lock_guard<std::mutex> lock(mu);
+  for (size_t i = 0; i < cache.size(); ++i) {
+    if (detail::same_launch(cache[i]->args, a)) {
+      std::rotate(cache.begin() + i, cache.begin() + i + 1, cache.end());
+      const cutlass::Status status = cache.back()->gemm.run(stream);
+      ASYNCTP_CUDA_CHECK(cudaGetLastError());
+      ASYNCTP_CHECK(status == cutlass::Status::kSuccess, "fused all_gather_matmul: kernel launch failed: ",
+                    cutlassGetStatusString(status));
+      return;
+    }
+  }
+  constexpr size_t kCached = 8;
+  if (cache.size() == kCached) cache.erase(cache.begin());
+  cache.push_back(std::make_unique<Cached>());
+  cache.back()->args = a;
+  Gemm& gemm = cache.back()->gemm;
   cutlass::Status status = gemm.can_implement(args);
   ASYNCTP_CHECK(status == cutlass::Status::kSuccess, "fused all_gather_matmul: CUTLASS cannot run M=", a.M, " N=", a.N,
                 " K=", a.K, ": ", cutlassGetStatusString(status));
