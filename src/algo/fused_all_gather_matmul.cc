@@ -72,6 +72,7 @@ void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan&
   }
 
   OverlapResources& pr = OverlapResources::of(comm, stream);
+  kernels::fused::load_ag_gemm_kernels();
   SymmetricBuffer& gathered = pr.gathered(static_cast<size_t>(plan.M) * row_bytes, stream);
   char* mine = bytes(gathered.local());
   const int pieces = resolve_fused_pieces(chunks_per_rank, rows);
@@ -103,37 +104,6 @@ void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan&
   pr.begin_epoch(stream, /*wait_done=*/!pushes_wait);
   Fanout fan(pr, stream);
 
-  // The GEMM first: it starts on this rank's own rows, so the sooner it is enqueued the better.
-  if (all_kernel) {
-    for (size_t i = 0; i < bs.size(); ++i) {
-      kernels::fused::AgGemmArgs& g = kernels_args[i];
-      if (read_in_place) {
-        g.a_local = a_shard.data;
-        g.local_begin = begin;
-        g.local_end = end;
-      }
-      if (i == 0) {  // later kernels run after the first has seen every flag
-        g.chunks.flags = pr.pad() + pr.arrived_flag(0, 0);
-        g.chunks.epoch = pr.epoch();
-        g.chunks.flag_stride = kMaxChunksPerRank;
-        g.chunks.rows_per_rank = static_cast<int32_t>(rows);
-        g.chunks.rows_per_piece = static_cast<int32_t>(piece_rows);
-        g.chunks.pad_index = pr.arrived_flag(0, 0);
-        g.chunks.wait = pr.wait_context();
-      }
-      kernels::fused::run_ag_gemm(g, stream);
-    }
-  } else {
-    OverlapResources::FlagList all;
-    for (int q = 0; q < ws; ++q) {
-      for (int j = 0; j < used_pieces; ++j) all.add(pr.arrived_flag(q, j), q);
-    }
-    pr.wait_ready(stream, all);
-    for (size_t i = 0; i < bs.size(); ++i) {
-      gemm::Problem p{plan.M, plan.N[i], plan.K, plan.dtype, plan.b_layout};
-      m.gemm.run(p, mine, bs[i].data, outputs[i].data, stream);
-    }
-  }
   // Push this rank's shard to each peer, piece by piece, rank me-1 first: it multiplies these rows
   // right after its own, while rank me-i multiplies them i-th.
   cudaStream_t push = fan.use(pr.peer_stream(me));
@@ -171,6 +141,38 @@ void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan&
     }
   }
 
+  // The kernels last: should a launch fail, the peers have their rows all the same and do not wait
+  // for this rank until they time out.
+  if (all_kernel) {
+    for (size_t i = 0; i < bs.size(); ++i) {
+      kernels::fused::AgGemmArgs& g = kernels_args[i];
+      if (read_in_place) {
+        g.a_local = a_shard.data;
+        g.local_begin = begin;
+        g.local_end = end;
+      }
+      if (i == 0) {  // later kernels run after the first has seen every flag
+        g.chunks.flags = pr.pad() + pr.arrived_flag(0, 0);
+        g.chunks.epoch = pr.epoch();
+        g.chunks.flag_stride = kMaxChunksPerRank;
+        g.chunks.rows_per_rank = static_cast<int32_t>(rows);
+        g.chunks.rows_per_piece = static_cast<int32_t>(piece_rows);
+        g.chunks.pad_index = pr.arrived_flag(0, 0);
+        g.chunks.wait = pr.wait_context();
+      }
+      kernels::fused::run_ag_gemm(g, stream);
+    }
+  } else {
+    OverlapResources::FlagList all;
+    for (int q = 0; q < ws; ++q) {
+      for (int j = 0; j < used_pieces; ++j) all.add(pr.arrived_flag(q, j), q);
+    }
+    pr.wait_ready(stream, all);
+    for (size_t i = 0; i < bs.size(); ++i) {
+      gemm::Problem p{plan.M, plan.N[i], plan.K, plan.dtype, plan.b_layout};
+      m.gemm.run(p, mine, bs[i].data, outputs[i].data, stream);
+    }
+  }
   fan.join();
   // This rank no longer reads its gathered buffer: peers may push the next call's pieces.
   for (int i = 1; i < ws; ++i) pr.signal(stream, (me + i) % ws, OverlapResources::done_flag(me));

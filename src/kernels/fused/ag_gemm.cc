@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <mutex>
+#include <set>
 
 #include "common/check.h"
 #include "common/env.h"
@@ -44,12 +46,34 @@ int tile_n_for(const AgGemmArgs& a) {
   return pick_tile_n(a.M, a.N, sm_count());
 }
 
-template <DType kDType, BLayout kBLayout>
-void launch(const AgGemmArgs& a, int tile_n, cudaStream_t stream) {
-  if (tile_n == 192) {
-    launch_ag_gemm_instance<kDType, kBLayout, 192>(a, stream);
+// Launches (or, kLoad, only loads) the instantiation for a's dtype and B layout and `tile_n`.
+template <bool kLoad, DType kDType, BLayout kBLayout, int kTileN>
+void launch_one(const AgGemmArgs& a, cudaStream_t stream) {
+  if constexpr (kLoad) {
+    load_ag_gemm_instance<kDType, kBLayout, kTileN>();
   } else {
-    launch_ag_gemm_instance<kDType, kBLayout, 256>(a, stream);
+    launch_ag_gemm_instance<kDType, kBLayout, kTileN>(a, stream);
+  }
+}
+
+template <bool kLoad, DType kDType, BLayout kBLayout>
+void launch_tile(const AgGemmArgs& a, int tile_n, cudaStream_t stream) {
+  if (tile_n == 192) {
+    launch_one<kLoad, kDType, kBLayout, 192>(a, stream);
+  } else {
+    launch_one<kLoad, kDType, kBLayout, 256>(a, stream);
+  }
+}
+
+template <bool kLoad>
+void launch_dispatch(const AgGemmArgs& a, int tile_n, cudaStream_t stream) {
+  const bool row_b = a.b_layout == BLayout::kRowMajor;
+  if (a.dtype == DType::kBF16) {
+    row_b ? launch_tile<kLoad, DType::kBF16, BLayout::kRowMajor>(a, tile_n, stream)
+          : launch_tile<kLoad, DType::kBF16, BLayout::kColMajor>(a, tile_n, stream);
+  } else {
+    row_b ? launch_tile<kLoad, DType::kFP16, BLayout::kRowMajor>(a, tile_n, stream)
+          : launch_tile<kLoad, DType::kFP16, BLayout::kColMajor>(a, tile_n, stream);
   }
 }
 
@@ -77,20 +101,31 @@ const char* ag_gemm_unsupported(const AgGemmArgs& a) {
   return "";
 }
 
+void load_ag_gemm_kernels() {
+  static std::mutex mu;
+  static std::set<int> loaded;
+  int device = 0;
+  ASYNCTP_CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mu);
+  if (!loaded.insert(device).second) return;
+  for (int tile_n : {256, 192}) {
+    for (DType dtype : {DType::kBF16, DType::kFP16}) {
+      for (BLayout layout : {BLayout::kRowMajor, BLayout::kColMajor}) {
+        AgGemmArgs a;
+        a.dtype = dtype;
+        a.b_layout = layout;
+        launch_dispatch</*kLoad=*/true>(a, tile_n, nullptr);
+      }
+    }
+  }
+}
+
 void run_ag_gemm(const AgGemmArgs& args, cudaStream_t stream) {
   const char* why = ag_gemm_unsupported(args);
   ASYNCTP_CHECK(*why == '\0', "fused all_gather_matmul: ", why);
   AgGemmArgs a = args;
   if (a.band_m <= 0) a.band_m = band_m_for(a);
-  const int tile_n = tile_n_for(a);
-  const bool row_b = a.b_layout == BLayout::kRowMajor;
-  if (a.dtype == DType::kBF16) {
-    row_b ? launch<DType::kBF16, BLayout::kRowMajor>(a, tile_n, stream)
-          : launch<DType::kBF16, BLayout::kColMajor>(a, tile_n, stream);
-  } else {
-    row_b ? launch<DType::kFP16, BLayout::kRowMajor>(a, tile_n, stream)
-          : launch<DType::kFP16, BLayout::kColMajor>(a, tile_n, stream);
-  }
+  launch_dispatch</*kLoad=*/false>(a, tile_n_for(a), stream);
 }
 
 }  // namespace asynctp::kernels::fused

@@ -40,6 +40,12 @@ const char* ag_gemm_unsupported(const AgGemmArgs& args);
 // it for measurement.
 int pick_tile_n(int64_t M, int64_t N, int sms);
 
+// Loads every instantiation onto the current device and sets its shared-memory limit, once per
+// device. CUDA loads a kernel lazily, at its first launch, and a load can wait for the device to go
+// idle; with a fused kernel already spinning on flags that a peer sets only later, that wait would
+// not end. Call before enqueuing the first fused call's work.
+void load_ag_gemm_kernels();
+
 // Enqueues the kernel on `stream`. Throws asynctp::Error if CUTLASS refuses the problem or the launch fails.
 void run_ag_gemm(const AgGemmArgs& args, cudaStream_t stream);
 

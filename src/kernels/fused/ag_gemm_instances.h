@@ -15,9 +15,15 @@ namespace asynctp::kernels::fused {
 template <DType kDType, BLayout kBLayout, int kTileN>
 void launch_ag_gemm_instance(const AgGemmArgs& args, cudaStream_t stream);
 
-#define ASYNCTP_AG_GEMM_DECLARE(dtype, layout, tile_n) \
-  template <>                                          \
-  void launch_ag_gemm_instance<DType::dtype, BLayout::layout, tile_n>(const AgGemmArgs&, cudaStream_t);
+// Loads the instantiation (see load_ag_gemm_kernels in ag_gemm.h).
+template <DType kDType, BLayout kBLayout, int kTileN>
+void load_ag_gemm_instance();
+
+#define ASYNCTP_AG_GEMM_DECLARE(dtype, layout, tile_n)                                                      \
+  template <>                                                                                               \
+  void launch_ag_gemm_instance<DType::dtype, BLayout::layout, tile_n>(const AgGemmArgs&, cudaStream_t);     \
+  template <>                                                                                               \
+  void load_ag_gemm_instance<DType::dtype, BLayout::layout, tile_n>();
 ASYNCTP_AG_GEMM_DECLARE(kBF16, kRowMajor, 256)
 ASYNCTP_AG_GEMM_DECLARE(kBF16, kColMajor, 256)
 ASYNCTP_AG_GEMM_DECLARE(kFP16, kRowMajor, 256)

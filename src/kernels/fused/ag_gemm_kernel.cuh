@@ -116,6 +116,14 @@ cutlass::KernelHardwareInfo hardware_info() {
 }  // namespace detail
 
 template <class Element, class LayoutB, int kTileN>
+void load_ag_gemm() {
+  using Kernel = typename AgGemmKernel<Element, LayoutB, kTileN>::Kernel;
+  (void)detail::hardware_info<Kernel>();  // the occupancy query loads the kernel
+  ASYNCTP_CUDA_CHECK(cudaFuncSetAttribute(cutlass::device_kernel<Kernel>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(Kernel::SharedStorageSize)));
+}
+
+template <class Element, class LayoutB, int kTileN>
 void launch_ag_gemm(const AgGemmArgs& a, cudaStream_t stream) {
   using K = AgGemmKernel<Element, LayoutB, kTileN>;
   using Gemm = typename K::Gemm;
