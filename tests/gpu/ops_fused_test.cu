@@ -22,21 +22,8 @@ int every_combination(RankContext& ctx) {
   auto comm = make_comm(ctx);
   Stream st;
   reference::Fp32Gemm fp32;
-  const int ws = ctx.world_size;
-  int n = 0;
-  // Rows per rank 65 and N 200 are not multiples of the tile; K 72 is not a multiple of 64. gather_dim
-  // last runs the pipelined algorithm (documented), and is checked here through the same API.
-  const std::vector<std::vector<int64_t>> a_shapes = {{256 * ws, 512}, {65 * ws, 72}, {2 * ws, 33, 72}};
-  for (const auto& shape : a_shapes)
-    for (bool last : {false, true})
-      for (bool col : {false, true})
-        for (bool ret : {false, true})
-          for (int nb : {1, 3})
-            for (DType dt : {DType::kBF16, DType::kFP16}) {
-              run_ag_case(*comm, AgCase{shape, shape.back() == 512 ? 384 : 200, last, col, ret, nb, dt}, st.s, fp32,
-                          with(Algorithm::kFused));
-              ++n;
-            }
+  // gather_dim last runs the pipelined algorithm (documented), and is checked through the same API.
+  const int n = run_every_ag_combination(*comm, st.s, fp32, with(Algorithm::kFused));
   std::printf("rank %d: fused: %d cases correct\n", ctx.rank, n);
   return 0;
 }

@@ -18,18 +18,7 @@ int every_combination(RankContext& ctx, Algorithm algorithm) {
   RANK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   reference::Fp32Gemm fp32;
   const int ws = ctx.world_size;
-  int n = 0;
-  // Odd shapes: rows per rank 65 and N 200 are not multiples of 128; K 72 is not a multiple of 64.
-  const std::vector<std::vector<int64_t>> a_shapes = {{256, 512}, {65 * ws, 72}, {2 * ws, 33, 72}};
-  for (const auto& shape : a_shapes)
-    for (bool last : {false, true})
-      for (bool col : {false, true})
-        for (bool ret : {false, true})
-          for (int nb : {1, 3})
-            for (DType dt : {DType::kBF16, DType::kFP16}) {
-              run_ag_case(*comm, AgCase{shape, shape.back() == 512 ? 384 : 200, last, col, ret, nb, dt}, s, fp32, o);
-              ++n;
-            }
+  int n = run_every_ag_combination(*comm, s, fp32, o);
   for (const auto& [M, N, K] : std::vector<std::array<int64_t, 3>>{{256, 384, 512}, {130 * ws, 200, 72 * ws}})
     for (bool last : {false, true})
       for (bool col : {false, true})
