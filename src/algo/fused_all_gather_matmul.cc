@@ -33,6 +33,13 @@ kernels::fused::AgGemmArgs gemm_args(const ops::AllGatherMatmulPlan& plan, const
   return g;
 }
 
+// outputs[i] = a @ bs[i] with cuBLASLt, where the fused kernel cannot take the problem.
+void cublas_gemm(Communicator::Impl& m, const ops::AllGatherMatmulPlan& plan, const void* a, const TensorRef& b,
+                 const TensorRef& c, size_t i, cudaStream_t stream) {
+  gemm::Problem p{plan.M, plan.N[i], plan.K, plan.dtype, plan.b_layout};
+  m.gemm.run(p, a, b.data, c.data, stream);
+}
+
 }  // namespace
 
 void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan& plan, const TensorRef& a_shard,
@@ -61,8 +68,7 @@ void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan&
       if (*kernels::fused::ag_gemm_unsupported(g) == '\0') {
         kernels::fused::run_ag_gemm(g, stream);
       } else {
-        gemm::Problem p{plan.M, plan.N[i], plan.K, plan.dtype, plan.b_layout};
-        m.gemm.run(p, a_shard.data, bs[i].data, outputs[i].data, stream);
+        cublas_gemm(m, plan, a_shard.data, bs[i], outputs[i], i, stream);
       }
     }
     if (plan.return_a) {
@@ -88,13 +94,13 @@ void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan&
     kernels_args.push_back(gemm_args(plan, mine, bs[i], outputs[i], i));
     all_kernel = all_kernel && *kernels::fused::ag_gemm_unsupported(kernels_args.back()) == '\0';
   }
-  // The kernel reads this rank's rows from the caller's tensor where TMA can address it (16-byte
-  // aligned); rows of a tile that also holds a neighbour's rows come from the gathered buffer.
-  const bool read_in_place = all_kernel && (reinterpret_cast<uintptr_t>(a_shard.data) & 15u) == 0;
+  // The kernel reads this rank's rows from the caller's tensor (which the plan has checked is 16-byte
+  // aligned, as TMA needs); rows of a tile that also holds a neighbour's rows come from the gathered
+  // buffer, and so do all rows for cuBLASLt.
   const int64_t tile = kernels::fused::kTileRows;
   const int64_t begin = me * rows, end = begin + rows;
   const bool straddles = begin % tile != 0 || (end % tile != 0 && end != plan.M);
-  const bool own_rows_in_gathered = !read_in_place || straddles;
+  const bool own_rows_in_gathered = !all_kernel || straddles;
 
   pr.begin_call();
   // This rank pushes into its peers' gathered buffers, so each peer must be done with the last call
@@ -146,11 +152,9 @@ void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan&
   if (all_kernel) {
     for (size_t i = 0; i < bs.size(); ++i) {
       kernels::fused::AgGemmArgs& g = kernels_args[i];
-      if (read_in_place) {
-        g.a_local = a_shard.data;
-        g.local_begin = begin;
-        g.local_end = end;
-      }
+      g.a_local = a_shard.data;
+      g.local_begin = begin;
+      g.local_end = end;
       if (i == 0) {  // later kernels run after the first has seen every flag
         g.chunks.flags = pr.pad() + pr.arrived_flag(0, 0);
         g.chunks.epoch = pr.epoch();
@@ -168,10 +172,7 @@ void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan&
       for (int j = 0; j < used_pieces; ++j) all.add(pr.arrived_flag(q, j), q);
     }
     pr.wait_ready(stream, all);
-    for (size_t i = 0; i < bs.size(); ++i) {
-      gemm::Problem p{plan.M, plan.N[i], plan.K, plan.dtype, plan.b_layout};
-      m.gemm.run(p, mine, bs[i].data, outputs[i].data, stream);
-    }
+    for (size_t i = 0; i < bs.size(); ++i) cublas_gemm(m, plan, mine, bs[i], outputs[i], i, stream);
   }
   fan.join();
   // This rank no longer reads its gathered buffer: peers may push the next call's pieces.

@@ -25,6 +25,12 @@ __global__ void __launch_bounds__(32) wait_ready_kernel(const uint32_t* pad, con
   for (int i = 0; i < list.count; ++i) kernels::wait_flag_sys(pad + list.flag[i], current, list.owner[i], list.flag[i], ctx);
 }
 
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  ASYNCTP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  return capture != cudaStreamCaptureStatusNone;
+}
+
 }  // namespace
 
 void OverlapResources::FlagList::add(int f, int o) {
@@ -37,9 +43,7 @@ void OverlapResources::FlagList::add(int f, int o) {
 OverlapResources& OverlapResources::of(Communicator& comm, cudaStream_t stream) {
   Communicator::Impl& m = comm.impl();
   if (!m.overlap) {
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    ASYNCTP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-    ASYNCTP_CHECK(capture == cudaStreamCaptureStatusNone,
+    ASYNCTP_CHECK(!capturing(stream),
                   "pipelined/fused: the first pipelined or fused call on a communicator sets up streams, flags and "
                   "memory, which cannot happen while a CUDA graph is being captured; make one call before capturing");
     m.overlap.reset(new OverlapResources(comm));
@@ -74,9 +78,7 @@ const uint32_t* OverlapResources::pad() const { return pad_->local(); }
 
 SymmetricBuffer& OverlapResources::gathered(size_t bytes, cudaStream_t stream) {
   if (!gathered_ || gathered_->size() < bytes) {
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    ASYNCTP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-    ASYNCTP_CHECK(capture == cudaStreamCaptureStatusNone, "fused all_gather_matmul: this call needs a gathered "
+    ASYNCTP_CHECK(!capturing(stream), "fused all_gather_matmul: this call needs a gathered "
                   "buffer of ", bytes, " bytes, larger than the one made so far, and symmetric memory cannot be "
                   "allocated while a CUDA graph is being captured; make one call of the largest shape before capturing");
     gathered_.reset();  // collective: drains the GPU first
@@ -107,9 +109,7 @@ void OverlapResources::follow(cudaStream_t to, cudaEvent_t event) {
 void OverlapResources::follow(cudaStream_t to, cudaStream_t from) { follow(to, record(from)); }
 
 bool OverlapResources::host_knows_epoch(cudaStream_t stream) {
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  ASYNCTP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-  if (capture != cudaStreamCaptureStatusNone) host_knows_epoch_ = false;
+  if (capturing(stream)) host_knows_epoch_ = false;
   return host_knows_epoch_;
 }
 

@@ -123,15 +123,15 @@ void load_ag_gemm() {
                                           static_cast<int>(Kernel::SharedStorageSize)));
 }
 
+// CUTLASS's arguments for one launch.
 template <class Element, class LayoutB, int kTileN>
-void launch_ag_gemm(const AgGemmArgs& a, cudaStream_t stream) {
+typename AgGemmKernel<Element, LayoutB, kTileN>::Gemm::Arguments cutlass_arguments(const AgGemmArgs& a) {
   using K = AgGemmKernel<Element, LayoutB, kTileN>;
-  using Gemm = typename K::Gemm;
   using Kernel = typename K::Kernel;
   static_assert(cute::size<0>(typename K::TileShape{}) * cute::size<0>(typename K::ClusterShape{}) == kClusterRows,
                 "kClusterRows (ag_gemm.h) must match the tile and cluster shape");
 
-  typename Gemm::Arguments args{};
+  typename K::Gemm::Arguments args{};
   args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
   args.problem_shape = {static_cast<int>(a.M), static_cast<int>(a.N), static_cast<int>(a.K), 1};
 
@@ -161,39 +161,41 @@ void launch_ag_gemm(const AgGemmArgs& a, cudaStream_t stream) {
   // previous rank's rows would wait for the last chunk to arrive).
   args.scheduler.first_m_cluster = static_cast<int>((a.local_begin + kClusterRows - 1) / kClusterRows);
   args.scheduler.band_m = a.band_m > 0 ? a.band_m : 1;
+  return args;
+}
 
+template <class Element, class LayoutB, int kTileN>
+void launch_ag_gemm(const AgGemmArgs& a, cudaStream_t stream) {
+  using Gemm = typename AgGemmKernel<Element, LayoutB, kTileN>::Gemm;
   // Building the kernel's parameters encodes five TMA descriptors on the host; a call with the same
-  // arguments as one of the last few reuses them, so a training loop pays that once.
+  // arguments as one of the last few reuses them, so a training loop pays that once. Only a set-up
+  // that succeeded is kept.
   struct Cached {
     AgGemmArgs args;
     Gemm gemm;
   };
+  constexpr size_t kCached = 8;
   static std::mutex mu;
   static std::vector<std::unique_ptr<Cached>> cache;  // most recent last
   std::lock_guard<std::mutex> lock(mu);
-  for (size_t i = 0; i < cache.size(); ++i) {
-    if (detail::same_launch(cache[i]->args, a)) {
-      std::rotate(cache.begin() + i, cache.begin() + i + 1, cache.end());
-      const cutlass::Status status = cache.back()->gemm.run(stream);
-      ASYNCTP_CUDA_CHECK(cudaGetLastError());
-      ASYNCTP_CHECK(status == cutlass::Status::kSuccess, "fused all_gather_matmul: kernel launch failed: ",
-                    cutlassGetStatusString(status));
-      return;
-    }
+  auto hit = std::find_if(cache.begin(), cache.end(), [&](const auto& c) { return detail::same_launch(c->args, a); });
+  if (hit != cache.end()) {
+    std::rotate(hit, hit + 1, cache.end());
+  } else {
+    const auto args = cutlass_arguments<Element, LayoutB, kTileN>(a);
+    auto fresh = std::make_unique<Cached>();
+    fresh->args = a;
+    cutlass::Status status = fresh->gemm.can_implement(args);
+    ASYNCTP_CHECK(status == cutlass::Status::kSuccess, "fused all_gather_matmul: CUTLASS cannot run M=", a.M,
+                  " N=", a.N, " K=", a.K, ": ", cutlassGetStatusString(status));
+    ASYNCTP_CHECK(Gemm::get_workspace_size(args) == 0, "fused all_gather_matmul: the kernel unexpectedly needs a workspace");
+    status = fresh->gemm.initialize(args, nullptr, stream);
+    ASYNCTP_CHECK(status == cutlass::Status::kSuccess, "fused all_gather_matmul: kernel set-up failed: ",
+                  cutlassGetStatusString(status));
+    if (cache.size() == kCached) cache.erase(cache.begin());
+    cache.push_back(std::move(fresh));
   }
-  constexpr size_t kCached = 8;
-  if (cache.size() == kCached) cache.erase(cache.begin());
-  cache.push_back(std::make_unique<Cached>());
-  cache.back()->args = a;
-  Gemm& gemm = cache.back()->gemm;
-  cutlass::Status status = gemm.can_implement(args);
-  ASYNCTP_CHECK(status == cutlass::Status::kSuccess, "fused all_gather_matmul: CUTLASS cannot run M=", a.M, " N=", a.N,
-                " K=", a.K, ": ", cutlassGetStatusString(status));
-  ASYNCTP_CHECK(Gemm::get_workspace_size(args) == 0, "fused all_gather_matmul: the kernel unexpectedly needs a workspace");
-  status = gemm.initialize(args, nullptr, stream);
-  ASYNCTP_CHECK(status == cutlass::Status::kSuccess, "fused all_gather_matmul: kernel set-up failed: ",
-                cutlassGetStatusString(status));
-  status = gemm.run(stream);
+  const cutlass::Status status = cache.back()->gemm.run(stream);
   ASYNCTP_CUDA_CHECK(cudaGetLastError());
   ASYNCTP_CHECK(status == cutlass::Status::kSuccess, "fused all_gather_matmul: kernel launch failed: ",
                 cutlassGetStatusString(status));
