@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "algo/sequential.h"
+#include "kernels/fused/ag_gemm.h"
 
 namespace asynctp::algo {
 
@@ -14,6 +15,11 @@ void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan&
                              const SymmetricBuffer* a_symmetric, const std::vector<TensorRef>& bs,
                              const std::vector<TensorRef>& outputs, const TensorRef& gathered_a, cudaStream_t stream,
                              const AgreeFn& agree, int chunks_per_rank);
+
+// Gives `g` the communicator's workspace for splitting the kernel's last round of tiles along K
+// (allocated on first use; none while that first use is captured, and the kernel computes every tile
+// whole).
+void attach_tail_split(Communicator& comm, kernels::fused::AgGemmArgs& g, cudaStream_t stream);
 
 // Pieces each rank's shard is pushed in: `requested`, or kFusedDefaultPieces where it is 0; at most
 // `rows_per_rank`.

@@ -17,10 +17,17 @@ int resolve_fused_pieces(int requested, int64_t rows_per_rank) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(pieces, rows_per_rank)));
 }
 
+void attach_tail_split(Communicator& comm, kernels::fused::AgGemmArgs& g, cudaStream_t stream) {
+  Communicator::Impl& m = comm.impl();
+  g.split_workspace = m.tail_split_workspace(stream);
+  g.split_sms = m.tail_split_sms;
+  g.split_wait = kernels::WaitContext{m.fault, timeout_ns(comm), m.rank};
+}
+
 namespace {
 
-kernels::fused::AgGemmArgs gemm_args(const ops::AllGatherMatmulPlan& plan, const void* a, const TensorRef& b,
-                                     const TensorRef& c, size_t i) {
+kernels::fused::AgGemmArgs gemm_args(Communicator& comm, const ops::AllGatherMatmulPlan& plan, const void* a,
+                                     const TensorRef& b, const TensorRef& c, size_t i, cudaStream_t stream) {
   kernels::fused::AgGemmArgs g;
   g.dtype = plan.dtype;
   g.b_layout = plan.b_layout;
@@ -30,6 +37,7 @@ kernels::fused::AgGemmArgs gemm_args(const ops::AllGatherMatmulPlan& plan, const
   g.a = a;
   g.b = b.data;
   g.c = c.data;
+  attach_tail_split(comm, g, stream);
   return g;
 }
 
@@ -64,7 +72,7 @@ void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan&
 
   if (ws == 1) {
     for (size_t i = 0; i < bs.size(); ++i) {
-      kernels::fused::AgGemmArgs g = gemm_args(plan, a_shard.data, bs[i], outputs[i], i);
+      kernels::fused::AgGemmArgs g = gemm_args(comm, plan, a_shard.data, bs[i], outputs[i], i, stream);
       if (*kernels::fused::ag_gemm_unsupported(g) == '\0') {
         kernels::fused::run_ag_gemm(g, stream);
       } else {
@@ -91,7 +99,7 @@ void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan&
   std::vector<kernels::fused::AgGemmArgs> kernels_args;
   bool all_kernel = true;
   for (size_t i = 0; i < bs.size(); ++i) {
-    kernels_args.push_back(gemm_args(plan, mine, bs[i], outputs[i], i));
+    kernels_args.push_back(gemm_args(comm, plan, mine, bs[i], outputs[i], i, stream));
     all_kernel = all_kernel && *kernels::fused::ag_gemm_unsupported(kernels_args.back()) == '\0';
   }
   // The kernel reads this rank's rows from the caller's tensor (which the plan has checked is 16-byte

@@ -12,6 +12,7 @@
 #include "common/check.h"
 #include "common/device_fault.h"
 #include "common/env.h"
+#include "kernels/fused/tail_split.h"
 
 namespace asynctp {
 namespace {
@@ -142,6 +143,27 @@ void* Communicator::Impl::scratch_for(size_t bytes) {
   return scratch;
 }
 
+void* Communicator::Impl::tail_split_workspace(cudaStream_t stream) {
+  if (tail_split != nullptr) return tail_split;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  ASYNCTP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  if (capture != cudaStreamCaptureStatusNone) return nullptr;
+  int sms = 0;
+  ASYNCTP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const size_t bytes = kernels::fused::tail_split_workspace_bytes(sms);
+  void* p = nullptr;
+  ASYNCTP_CUDA_CHECK(cudaMalloc(&p, bytes));
+  cudaError_t zeroed = cudaMemsetAsync(p, 0, bytes, setup_stream);
+  if (zeroed == cudaSuccess) zeroed = cudaStreamSynchronize(setup_stream);
+  if (zeroed != cudaSuccess) {
+    cudaFree(p);
+    ASYNCTP_CUDA_CHECK(zeroed);
+  }
+  tail_split = p;
+  tail_split_sms = sms;
+  return tail_split;
+}
+
 std::unique_ptr<Communicator> Communicator::create(int rank, int world_size, const ncclUniqueId& id,
                                                    const CommunicatorOptions& options) {
   ASYNCTP_CHECK(world_size >= 1, "Communicator::create: world_size must be >= 1, got ", world_size);
@@ -231,6 +253,7 @@ Communicator::~Communicator() {
     cudaFree(m.check_buf);
     cudaFreeHost(m.check_host);
     cudaFree(m.scratch);
+    cudaFree(m.tail_split);
     if (m.check_comm) ncclCommDestroy(m.check_comm);
     if (m.has_dev_comm) ncclDevCommDestroy(m.comm, &m.dev_comm);
   } else {

@@ -64,12 +64,19 @@ struct Communicator::Impl {
   size_t scratch_bytes = 0;
   std::vector<const SymmetricBuffer*> symmetric_buffers;  // every live buffer made on this communicator
   std::unique_ptr<algo::OverlapResources> overlap;       // made by the first pipelined or fused call
+  void* tail_split = nullptr;  // the fused GEMM's split-K workspace (kernels/fused/tail_split.h)
+  int tail_split_sms = 0;      // the SM count it is sized for
 
   // The live SymmetricBuffer that holds all of [p, p + bytes) on this rank, or null.
   const SymmetricBuffer* find_symmetric(const void* p, size_t bytes) const;
 
   // At least `bytes` of scratch; grows (after draining the GPU) when needed, so not during graph capture.
   void* scratch_for(size_t bytes);
+
+  // The fused GEMM's workspace for splitting its last round of tiles, allocated (counters zeroed) on
+  // first use; null where that first use is being captured into a CUDA graph, which allocates nothing
+  // (the kernel then computes every tile whole).
+  void* tail_split_workspace(cudaStream_t stream);
 
   // Every rank's `mine` (at most 31 bytes), by rank. Collective and host-synchronous.
   std::vector<std::string> allgather_short(const std::string& mine);

@@ -33,6 +33,11 @@ std::string describe_device_fault() {
     return cat("a barrier on rank ", f.rank, " timed out after ", f.waited_ms, " ms: LSA rank ", f.index,
                " did not arrive (its flag is ", f.seen, ", expected >= ", f.expected, ")", remedy);
   }
+  if (static_cast<FaultSite>(f.site) == FaultSite::kSplitReduction) {
+    return cat("the fused GEMM on rank ", f.rank, " timed out after ", f.waited_ms,
+               " ms adding the partial sums of split tile ", f.index, ": ", f.seen, " of ", f.expected,
+               " other splits had finished (a bug in asynctp: please report it)");
+  }
   return cat("a signal wait on rank ", f.rank, " timed out after ", f.waited_ms, " ms: flag ", f.index, " of rank ",
              f.owner, " is ", f.seen, ", expected >= ", f.expected, remedy);
 }

@@ -10,7 +10,9 @@
 
 namespace asynctp::detail {
 
-enum class FaultSite : uint32_t { kNone = 0, kSignalWait = 1, kBarrier = 2 };
+// kSplitReduction: the fused GEMM's last split of a tile waited for the others (index: the tile's
+// workspace row; expected: splits - 1; seen: how many had finished).
+enum class FaultSite : uint32_t { kNone = 0, kSignalWait = 1, kBarrier = 2, kSplitReduction = 3 };
 
 struct DeviceFault {
   uint32_t raised;     // 0 until a kernel reports; set last, with a system-scope fence before it

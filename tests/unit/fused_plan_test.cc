@@ -3,20 +3,81 @@
 
 #include "algo/fused.h"
 #include "kernels/fused/ag_gemm.h"
+#include "kernels/fused/tail_split.h"
 
 namespace asynctp {
 namespace {
 
-TEST(FusedPlan, TileWidthFillsTheLastRoundOfTiles) {
-  using kernels::fused::pick_tile_n;
-  // 132 SMs (H100 SXM, H200). At 4096 x 3584, 256-wide tiles make 448 tiles: 3.4 rounds, so 4; 192-wide
-  // make 608: 4.6 rounds, so 5, each 3/4 as long (960 against 1024).
-  EXPECT_EQ(pick_tile_n(4096, 3584, 132), 192);
-  // 7 rounds of 256 (832 tiles: 6.3 rounds) against 9 of 192: 3.6% less, under the 5% margin (192
-  // measured slower there); 2 rounds against 3; 32 against 42 (1.6% less): the wide tile stays.
-  EXPECT_EQ(pick_tile_n(4096, 6656, 132), 256);
-  EXPECT_EQ(pick_tile_n(2048, 3584, 132), 256);
-  EXPECT_EQ(pick_tile_n(16384, 8192, 132), 256);
+using kernels::fused::kMaxTailSplits;
+using kernels::fused::pick_tile_n;
+using kernels::fused::plan_tail_split;
+using kernels::fused::tail_split_rounds;
+
+TEST(FusedPlan, TileWidthWithoutSplitsFillsTheLastRoundOfTiles) {
+  // 132 SMs (H100 SXM, H200): 66 clusters of two 128-row tiles. At 4096 x 3584, 256-wide tiles make
+  // 224 cluster tiles: 3.4 rounds, so 4; 192-wide make 304: 4.6 rounds, so 5, each 3/4 as long (960
+  // against 1024).
+  EXPECT_EQ(pick_tile_n(4096, 3584, 8192, 132, 1), 192);
+  // 7 rounds of 256 against 9 of 192: 3.6% less, under the 5% margin (192 measured slower there);
+  // 2 rounds against 3; 32 against 42 (1.6% less): the wide tile stays.
+  EXPECT_EQ(pick_tile_n(4096, 6656, 16384, 132, 1), 256);
+  EXPECT_EQ(pick_tile_n(2048, 3584, 8192, 132, 1), 256);
+  EXPECT_EQ(pick_tile_n(16384, 8192, 8192, 132, 1), 256);
+}
+
+TEST(FusedPlan, TileWidthCountsTheSplitLastRound) {
+  // 4096 x 3584: 256-wide, 3 rounds and 26 tiles split 2 ways (3.5 x 256 = 896) against 192-wide, 4
+  // rounds and 40 tiles, too many to split (5 x 192 = 960).
+  EXPECT_EQ(pick_tile_n(4096, 3584, 8192, 132, kMaxTailSplits), 256);
+  // 2048 x 3584: 256-wide, 1 round and 46 tiles (2 x 256 = 512) against 192-wide, 2 rounds and 20
+  // tiles split 3 ways (2.33 x 192 = 448).
+  EXPECT_EQ(pick_tile_n(2048, 3584, 8192, 132, kMaxTailSplits), 192);
+  // 6 rounds and 20 tiles split 3 ways (1621) against 8 rounds and 32 split 2 ways (1632).
+  EXPECT_EQ(pick_tile_n(4096, 6656, 16384, 132, kMaxTailSplits), 256);
+  EXPECT_EQ(pick_tile_n(16384, 8192, 8192, 132, kMaxTailSplits), 256);
+}
+
+TEST(FusedPlan, TailSplitTakesOnlyALastRoundAtMostHalfFull) {
+  // 4096 x 6656 with 128 x 256 tiles: 416 cluster tiles on 66 clusters, 256 steps along K.
+  auto s = plan_tail_split(416, 66, 256);
+  EXPECT_EQ(s.whole, 396);
+  EXPECT_EQ(s.tail, 20);
+  EXPECT_EQ(s.splits, 3);
+  EXPECT_EQ(s.units(), 456);
+  EXPECT_DOUBLE_EQ(tail_split_rounds(s, 66), 6.0 + 1.0 / 3.0);
+  // One tile: split as far as allowed; and only as far as K has 4 steps per split.
+  s = plan_tail_split(1, 66, 64);
+  EXPECT_EQ(s.splits, kMaxTailSplits);
+  EXPECT_EQ(plan_tail_split(1, 66, 9).splits, 2);
+  EXPECT_EQ(plan_tail_split(1, 66, 7).splits, 1);
+  // A last round more than half full, a full last round, and max_splits 1: nothing split.
+  for (const auto& p : {plan_tail_split(112, 66, 128), plan_tail_split(132, 66, 128), plan_tail_split(20, 66, 128, 1)}) {
+    EXPECT_EQ(p.splits, 1);
+    EXPECT_EQ(p.tail, 0);
+  }
+  EXPECT_EQ(plan_tail_split(112, 66, 128).whole, 112);
+  EXPECT_DOUBLE_EQ(tail_split_rounds(plan_tail_split(112, 66, 128), 66), 2.0);
+}
+
+TEST(FusedPlan, EverySplitOfTheTailRunsInTheLastRoundAndFitsTheWorkspace) {
+  // What the scheduler relies on: the tail's units fit in one round (tail * splits <= clusters), the
+  // whole tiles fill full rounds, and partial sums and counters fit a workspace sized by SM count.
+  for (int64_t clusters : {1, 2, 33, 66, 67}) {
+    for (int64_t tiles = 1; tiles < 5 * clusters; ++tiles) {
+      for (int64_t k_tiles : {1, 8, 16, 1000}) {
+        const auto s = plan_tail_split(tiles, clusters, k_tiles);
+        ASSERT_EQ(s.whole + s.tail, tiles);
+        if (s.splits == 1) continue;
+        EXPECT_EQ(s.whole % clusters, 0);
+        EXPECT_LE(s.tail * s.splits, clusters);
+        EXPECT_LE(s.splits, kMaxTailSplits);
+        EXPECT_GE(k_tiles / s.splits, kernels::fused::kMinKTilesPerSplit);
+        const int64_t sms = 2 * clusters, ctas = 2;
+        EXPECT_LE(s.tail * ctas, sms);
+        EXPECT_LE(s.tail * ctas * (s.splits - 1), sms);
+      }
+    }
+  }
 }
 
 TEST(FusedPlan, PiecesPerRank) {

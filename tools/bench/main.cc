@@ -12,6 +12,7 @@
 #include "asynctp/asynctp.h"
 #include "bench/cli.h"
 #include "bench/json.h"
+#include "algo/fused.h"
 #include "comm/communicator_impl.h"
 #include "common/check.h"
 #include "kernels/fused/ag_gemm.h"
@@ -157,6 +158,7 @@ class Case {
       g.dtype = args_.dtype, g.b_layout = args_.b_layout, g.M = gm, g.N = N, g.K = gk;
       g.a = ga.p, g.b = gb.p, g.c = gc.p;
       if (ag_ && fused && *kernels::fused::ag_gemm_unsupported(g) == '\0') {
+        algo::attach_tail_split(comm_, g, stream_);
         fused_gemm_us = timer.median_us([&] { kernels::fused::run_ag_gemm(g, stream_); });
       }
       const ncclDataType_t t = args_.dtype == DType::kBF16 ? ncclBfloat16 : ncclFloat16;

@@ -11,6 +11,7 @@
 #include "common/check.h"
 #include "common/env.h"
 #include "kernels/fused/ag_gemm_instances.h"
+#include "kernels/fused/tail_split.h"
 
 namespace asynctp::kernels::fused {
 namespace {
@@ -43,7 +44,7 @@ int tile_n_for(const AgGemmArgs& a) {
     ASYNCTP_CHECK(forced == 192 || forced == 256, "ASYNCTP_FUSED_TILE_N is ", forced, "; expected 192 or 256");
     return forced;
   }
-  return pick_tile_n(a.M, a.N, sm_count());
+  return pick_tile_n(a.M, a.N, a.K, sm_count(), a.split_workspace != nullptr ? a.max_splits : 1);
 }
 
 // Launches (or, kLoad, only loads) the instantiation for a's dtype and B layout and `tile_n`.
@@ -79,13 +80,16 @@ void launch_dispatch(const AgGemmArgs& a, int tile_n, cudaStream_t stream) {
 
 }  // namespace
 
-int pick_tile_n(int64_t M, int64_t N, int sms) {
-  // A tile's time grows with its width, and the kernel takes as many rounds as its busiest SM has
-  // tiles; the narrower tile is taken only where it saves at least 5% of that estimate (at 4096 x 6656,
-  // 3.6% less by this estimate, 192 measured slower than 256: its tiles run a little below).
+int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits) {
+  // A tile's time grows with its width, and the kernel takes as many rounds as its busiest cluster
+  // has tiles; the narrower tile is taken only where it saves at least 5% of that estimate (192-wide
+  // tiles run a little below 256-wide ones: docs/fused.md).
+  const int64_t clusters = std::max(1, sms / static_cast<int>(kClusterRows / kTileRows));
+  const int64_t cluster_rows = (M + kClusterRows - 1) / kClusterRows;
+  const int64_t k_tiles = (K + kTileK - 1) / kTileK;
   auto cost = [&](int64_t tile_n) {
-    const int64_t tiles = ((M + kTileRows - 1) / kTileRows) * ((N + tile_n - 1) / tile_n);
-    return static_cast<double>((tiles + sms - 1) / sms) * static_cast<double>(tile_n);
+    const TailSplit split = plan_tail_split(cluster_rows * ((N + tile_n - 1) / tile_n), clusters, k_tiles, max_splits);
+    return tail_split_rounds(split, clusters) * static_cast<double>(tile_n);
   };
   return cost(192) < 0.95 * cost(256) ? 192 : 256;
 }
@@ -125,6 +129,8 @@ void run_ag_gemm(const AgGemmArgs& args, cudaStream_t stream) {
   ASYNCTP_CHECK(*why == '\0', "fused all_gather_matmul: ", why);
   AgGemmArgs a = args;
   if (a.band_m <= 0) a.band_m = band_m_for(a);
+  static const int max_splits = detail::env_positive_int("ASYNCTP_FUSED_MAX_SPLITS", kMaxTailSplits);
+  if (a.max_splits <= 0) a.max_splits = max_splits;
   launch_dispatch</*kLoad=*/false>(a, tile_n_for(a), stream);
 }
 

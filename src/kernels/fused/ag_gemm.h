@@ -17,6 +17,8 @@ namespace asynctp::kernels::fused {
 constexpr int64_t kTileRows = 128;
 // Rows of A per cluster of CTAs (two tiles along M share B's loads): the scheduler's unit of order.
 constexpr int64_t kClusterRows = 2 * kTileRows;
+// Depth of a tile along K (one step of the mainloop).
+constexpr int64_t kTileK = 64;
 
 struct AgGemmArgs {
   DType dtype = DType::kBF16;
@@ -29,16 +31,24 @@ struct AgGemmArgs {
   void* c = nullptr;              // [M, N], row-major
   ChunkFlags chunks;              // chunks.flags null: every row of `a` is in place (a plain GEMM)
   int band_m = 0;                 // tile order (async_input_scheduler.cuh); 0 picks the default
+  // Lets the kernel split its last round of tiles along K (tail_split.h): tail_split_workspace_bytes(
+  // split_sms) bytes whose counters start at zero (Communicator::Impl::tail_split_workspace). Null:
+  // every tile is computed whole. split_wait bounds the wait of a tile's last split for the others.
+  void* split_workspace = nullptr;
+  int split_sms = 0;
+  int max_splits = 0;  // 0: kMaxTailSplits, or ASYNCTP_FUSED_MAX_SPLITS where set (1: no split)
+  WaitContext split_wait{};
 };
 
 // Why the kernel cannot take this problem ("" when it can): the TMA needs 16-byte aligned rows (N and
 // K multiples of 8) and 16-byte aligned pointers, and indices fit in 32 bits.
 const char* ag_gemm_unsupported(const AgGemmArgs& args);
 
-// The tile width (192 or 256) for an M x N output on `sms` SMs: the one whose rounds of tiles,
-// times the tile's width, cost less (by 5% for the narrower). ASYNCTP_FUSED_TILE_N=192|256 overrides
-// it for measurement.
-int pick_tile_n(int64_t M, int64_t N, int sms);
+// The tile width (192 or 256) for an M x N x K GEMM on `sms` SMs: the one whose rounds of tiles
+// (the last one split along K where tail_split.h would), times the tile's width, cost less (by 5%
+// for the narrower; no more than `max_splits` ways). ASYNCTP_FUSED_TILE_N=192|256 overrides it for
+// measurement.
+int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits);
 
 // Loads every instantiation onto the current device and sets its shared-memory limit, once per
 // device. CUDA loads a kernel lazily, at its first launch, and a load can wait for the device to go

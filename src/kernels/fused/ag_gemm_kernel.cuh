@@ -44,7 +44,7 @@ using CutlassLayoutB =
 
 template <class Element, class LayoutB, int kTileN>
 struct AgGemmKernel {
-  using TileShape = cute::Shape<cute::_128, cute::Int<kTileN>, cute::_64>;
+  using TileShape = cute::Shape<cute::_128, cute::Int<kTileN>, cute::Int<static_cast<int>(kTileK)>>;
   using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
   static constexpr int kAlign = 16 / sizeof(Element);  // elements per 16 bytes: what TMA needs
   static_assert(cute::size<0>(TileShape{}) == kTileRows, "kTileRows (ag_gemm.h) must match the tile's M");
@@ -80,7 +80,9 @@ inline bool same_launch(const AgGemmArgs& x, const AgGemmArgs& y) {
          x.c == y.c && x.band_m == y.band_m && p.flags == q.flags && p.epoch == q.epoch &&
          p.flag_stride == q.flag_stride && p.rows_per_rank == q.rows_per_rank && p.rows_per_piece == q.rows_per_piece &&
          p.pad_index == q.pad_index && p.wait.fault == q.wait.fault && p.wait.timeout_ns == q.wait.timeout_ns &&
-         p.wait.rank == q.wait.rank;
+         p.wait.rank == q.wait.rank && x.split_workspace == y.split_workspace && x.split_sms == y.split_sms && x.max_splits == y.max_splits &&
+         x.split_wait.fault == y.split_wait.fault && x.split_wait.timeout_ns == y.split_wait.timeout_ns &&
+         x.split_wait.rank == y.split_wait.rank;
 }
 
 // A packed stride of CUTLASS's (MN, K, L) form for a matrix of `mn` x `k`: whichever of the first two
@@ -161,6 +163,10 @@ typename AgGemmKernel<Element, LayoutB, kTileN>::Gemm::Arguments cutlass_argumen
   // previous rank's rows would wait for the last chunk to arrive).
   args.scheduler.first_m_cluster = static_cast<int>((a.local_begin + kClusterRows - 1) / kClusterRows);
   args.scheduler.band_m = a.band_m > 0 ? a.band_m : 1;
+  args.scheduler.workspace = a.split_workspace;
+  args.scheduler.workspace_sms = a.split_sms;
+  args.scheduler.max_splits = a.max_splits;
+  args.scheduler.wait = a.split_wait;
   return args;
 }
 

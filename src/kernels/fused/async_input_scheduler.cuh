@@ -12,9 +12,15 @@
 //    row by row), which trades A reuse for B reuse in L2.
 // Walking in that rotated order makes the rows a tile needs non-decreasing in arrival time, so a
 // cluster that waits for a chunk never holds up one that could run. The waiting itself is the
-// mainloop's job (async_input_mainloop.cuh), which keeps this a scheduler and nothing else.
+// mainloop's job (async_input_mainloop.cuh).
 //
-// No split-K, no stream-K, no workspace: one CTA computes each output tile whole.
+// Where the last round of tiles would leave most clusters idle, its tiles are split along K
+// (tail_split.h): clusters take work units rather than tiles, the tail's units all fall in the last
+// round, and fixup() has every split but the last store its fp32 partial sums to the workspace and
+// count up a per-thread counter, and the last split wait for the others and add them in split order
+// (so the result is the same bits on every run). A tile's splits are in one round of a persistent
+// grid, so each is resident or will be once a cluster that does not wait ends; the wait is bounded
+// all the same.
 #pragma once
 
 #include <cute/arch/cluster_sm90.hpp>
@@ -22,6 +28,9 @@
 #include <cutlass/gemm/kernel/tile_scheduler.hpp>
 #include <cutlass/kernel_hardware_info.hpp>
 #include <cutlass/pipeline/pipeline.hpp>
+
+#include "kernels/fused/tail_split.h"
+#include "kernels/signal.cuh"
 
 namespace asynctp::kernels::fused {
 
@@ -52,6 +61,11 @@ class AsyncInputTileScheduler {
     RasterOrderOptions raster_order = RasterOrderOptions::AlongN;
     int first_m_cluster = 0;  // cluster row visited first
     int band_m = 1;           // cluster rows walked down before moving along N
+    // tail_split_workspace_bytes(workspace_sms) bytes, counters zero; null: no tile is split.
+    void* workspace = nullptr;
+    int workspace_sms = 0;
+    int max_splits = kMaxTailSplits;
+    asynctp::kernels::WaitContext wait{};  // bounds the last split's wait for the others
   };
 
   struct Params {
@@ -62,6 +76,12 @@ class AsyncInputTileScheduler {
     int32_t first_m_cluster = 0;
     int32_t band_m = 1;
     int32_t total = 0;                              // clusters_m * clusters_n
+    int32_t whole = 0, tail = 0, splits = 1;        // tail_split.h
+    int32_t units = 0;                              // whole + tail * splits
+    int32_t k_tiles = 0;                            // steps along K of a whole tile
+    uint32_t* counters = nullptr;                   // [tail tile * CTAs per cluster + CTA][consumer thread]
+    float* partials = nullptr;                      // [counters' row * (splits - 1) + split][element][thread]
+    asynctp::kernels::WaitContext wait{};
   };
 
   struct WorkTileInfo {
@@ -69,9 +89,12 @@ class AsyncInputTileScheduler {
     int32_t N_idx = 0;
     int32_t L_idx = 0;
     bool is_valid_tile = false;
+    int32_t k_begin = 0, k_count = 0;  // this unit's steps along K
+    int32_t split = 0, splits = 1;     // which of the tile's splits; 1: the tile is whole
+    int32_t tail_slot = 0;             // the tile's row in the workspace, where split
     CUTLASS_HOST_DEVICE bool is_valid() const { return is_valid_tile; }
     CUTLASS_HOST_DEVICE static WorkTileInfo invalid_work_tile() { return {-1, -1, -1, false}; }
-    CUTLASS_HOST_DEVICE bool is_final_split(uint32_t) const { return true; }
+    CUTLASS_HOST_DEVICE bool is_final_split(uint32_t) const { return split + 1 == splits; }
     CUTLASS_HOST_DEVICE int32_t reduction_subtile_idx() const { return -1; }
   };
 
@@ -79,8 +102,8 @@ class AsyncInputTileScheduler {
 
   template <class ProblemShapeMNKL, class TileShape, class ClusterShape>
   static Params to_underlying_arguments(ProblemShapeMNKL problem_shape_mnkl, TileShape, ClusterShape,
-                                        cutlass::KernelHardwareInfo const&, Arguments const& args, void* = nullptr,
-                                        uint32_t = 1, uint32_t = 1) {
+                                        cutlass::KernelHardwareInfo const& hw_info, Arguments const& args,
+                                        void* = nullptr, uint32_t = 1, uint32_t = 1) {
     static_assert(cute::is_static<TileShape>::value && cute::is_static<ClusterShape>::value,
                   "AsyncInputTileScheduler needs compile-time tile and cluster shapes");
     Params p;
@@ -93,6 +116,21 @@ class AsyncInputTileScheduler {
     p.total = p.clusters_m * p.clusters_n;
     p.first_m_cluster = p.clusters_m > 0 ? args.first_m_cluster % p.clusters_m : 0;
     p.band_m = args.band_m < 1 ? 1 : args.band_m;
+    p.k_tiles = static_cast<int32_t>(cute::ceil_div(cute::get<2>(problem_shape_mnkl), cute::get<2>(TileShape{})));
+    p.whole = p.units = p.total;
+    p.wait = args.wait;
+    const TailSplit split = plan_tail_split(p.total, clusters(p, hw_info), p.k_tiles, args.max_splits);
+    const int64_t ctas = static_cast<int64_t>(p.cluster_m) * p.cluster_n;
+    // Room for the plan's counters and partial sums (a workspace sized for fewer SMs has none).
+    const bool fits = split.tail * ctas <= args.workspace_sms && split.tail * ctas * (split.splits - 1) <= args.workspace_sms;
+    if (args.workspace != nullptr && split.splits > 1 && fits) {
+      p.whole = static_cast<int32_t>(split.whole);
+      p.tail = static_cast<int32_t>(split.tail);
+      p.splits = static_cast<int32_t>(split.splits);
+      p.units = static_cast<int32_t>(split.units());
+      p.counters = static_cast<uint32_t*>(args.workspace);
+      p.partials = reinterpret_cast<float*>(p.counters + static_cast<size_t>(args.workspace_sms) * kConsumerThreads);
+    }
     return p;
   }
 
@@ -116,11 +154,8 @@ class AsyncInputTileScheduler {
   template <class ProblemShapeMNK, class TileShape, class ClusterShape>
   static dim3 get_grid_shape(Params const& params, ProblemShapeMNK, TileShape, ClusterShape,
                              cutlass::KernelHardwareInfo hw_info, Arguments const&) {
-    const int cluster_size = params.cluster_m * params.cluster_n;
-    int slots = hw_info.max_active_clusters > 0 ? hw_info.max_active_clusters : hw_info.sm_count / cluster_size;
-    if (slots < 1) slots = 1;
-    const int clusters = params.total < slots ? params.total : slots;
-    return dim3(params.cluster_m, params.cluster_n, clusters > 0 ? clusters : 1);
+    const int n = clusters(params, hw_info);
+    return dim3(params.cluster_m, params.cluster_n, n > 0 ? n : 1);
   }
 
   // ---- device side ----
@@ -157,23 +192,91 @@ class AsyncInputTileScheduler {
 
   CUTLASS_HOST_DEVICE static bool valid_warpgroup_in_work_tile(WorkTileInfo const&) { return true; }
   CUTLASS_HOST_DEVICE static bool requires_separate_reduction(Params const&) { return false; }
-  CUTLASS_HOST_DEVICE static bool compute_epilogue(WorkTileInfo const&, Params const&) { return true; }
 
-  template <class FrgTensorC>
-  CUTLASS_DEVICE static void fixup(Params const&, WorkTileInfo const&, FrgTensorC&, uint32_t, uint32_t) {}
-
-  template <class ProblemShapeMNKL, class TileShape>
-  CUTLASS_HOST_DEVICE static int get_work_k_tile_count(WorkTileInfo const&, ProblemShapeMNKL problem_shape,
-                                                       TileShape tile_shape) {
-    return static_cast<int>(cute::ceil_div(cute::get<2>(problem_shape), cute::get<2>(tile_shape)));
+  CUTLASS_HOST_DEVICE static bool compute_epilogue(WorkTileInfo const& work, Params const&) {
+    return work.split + 1 == work.splits;
   }
 
-  CUTLASS_HOST_DEVICE static uint32_t get_work_k_tile_start(WorkTileInfo const&) { return 0; }
+  // The consumer warpgroups, after a unit's mainloop: a split tile's partial sums meet in its last split.
+  // Thread i of every split holds the same elements of the tile, so each thread hands over its own
+  // registers through its own counter, and no thread waits for another of its CTA.
+  template <class FrgTensorC>
+  CUTLASS_DEVICE static void fixup(Params const& params, WorkTileInfo const& work, FrgTensorC& accumulators,
+                                   uint32_t mma_warpgroups, uint32_t warpgroup) {
+#if defined(__CUDA_ARCH__)
+    if (work.splits <= 1) return;
+    constexpr int kElements = decltype(cute::size(accumulators))::value;
+    static_assert(kElements * kConsumerThreads <= kMaxTileElements, "a tile's partial sums outgrow their slot");
+    const uint32_t threads = mma_warpgroups * cutlass::NumThreadsPerWarpGroup;
+    const uint32_t thread = warpgroup * cutlass::NumThreadsPerWarpGroup + threadIdx.x % cutlass::NumThreadsPerWarpGroup;
+    uint32_t* counter = params.counters + static_cast<size_t>(work.tail_slot) * kConsumerThreads + thread;
+    float* slots = params.partials + static_cast<size_t>(work.tail_slot) * (work.splits - 1) * kMaxTileElements + thread;
+    if (work.split + 1 < work.splits) {
+      float* mine = slots + static_cast<size_t>(work.split) * kMaxTileElements;
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kElements; ++i) mine[i * threads] = accumulators(i);
+      asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
+      return;
+    }
+    const uint32_t others = static_cast<uint32_t>(work.splits - 1);
+    if (ld_acquire_gpu(counter) != others) wait_for_splits(params, counter, others, work.tail_slot);
+    for (int j = 0; j < work.splits - 1; ++j) {
+      const float* theirs = slots + static_cast<size_t>(j) * kMaxTileElements;
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kElements; ++i) accumulators(i) += theirs[i * threads];
+    }
+    *counter = 0;  // ready for the next launch, which runs after this one ends
+#endif
+  }
+
+  template <class ProblemShapeMNKL, class TileShape>
+  CUTLASS_HOST_DEVICE static int get_work_k_tile_count(WorkTileInfo const& work, ProblemShapeMNKL, TileShape) {
+    return work.k_count;
+  }
+
+  CUTLASS_HOST_DEVICE static uint32_t get_work_k_tile_start(WorkTileInfo const& work) {
+    return static_cast<uint32_t>(work.k_begin);
+  }
 
  private:
-  // Cluster tile t: the band of band_m cluster rows it falls in, then down the band's rows first.
-  CUTLASS_DEVICE WorkTileInfo work_for(int32_t t) const {
-    if (t >= params_.total) return WorkTileInfo::invalid_work_tile();
+  // Clusters in the grid: one per co-resident slot (hw_info.max_active_clusters, from the occupancy
+  // query), no more than there are cluster tiles.
+  static int clusters(Params const& p, cutlass::KernelHardwareInfo const& hw_info) {
+    const int cluster_size = p.cluster_m * p.cluster_n;
+    int slots = hw_info.max_active_clusters > 0 ? hw_info.max_active_clusters : hw_info.sm_count / cluster_size;
+    if (slots < 1) slots = 1;
+    return p.total < slots ? p.total : slots;
+  }
+
+  // Bounded like every wait in asynctp; a timeout here means a split never ran, which is a bug.
+  CUTLASS_DEVICE static void wait_for_splits(Params const& params, const uint32_t* counter, uint32_t others,
+                                             int32_t slot) {
+    const uint64_t start = global_timer_ns();
+    for (uint32_t spin = 1;; ++spin) {
+      const uint32_t seen = ld_acquire_gpu(counter);
+      if (seen == others) return;
+      if ((spin & 255u) == 0u) {
+        const uint64_t waited = global_timer_ns() - start;
+        if (waited > params.wait.timeout_ns) {
+          record_timeout(params.wait, asynctp::detail::FaultSite::kSplitReduction, params.wait.rank, slot, others,
+                         seen, waited);
+          __trap();
+        }
+      }
+    }
+  }
+
+  // Work unit u: a whole cluster tile, or one split of a tail tile (tail tile u % tail, split u / tail,
+  // so a tile's splits go to different clusters of the last round).
+  CUTLASS_DEVICE WorkTileInfo work_for(int32_t u) const {
+    if (u >= params_.units) return WorkTileInfo::invalid_work_tile();
+    int32_t t = u, split = 0, tail_tile = 0;
+    if (u >= params_.whole) {
+      const int32_t v = u - params_.whole;
+      tail_tile = v % params_.tail;
+      split = v / params_.tail;
+      t = params_.whole + tail_tile;
+    }
     const int32_t band_tiles = params_.band_m * params_.clusters_n;
     const int32_t band = t / band_tiles;
     const int32_t in_band = t - band * band_tiles;
@@ -184,8 +287,18 @@ class AsyncInputTileScheduler {
     if (m_cluster >= params_.clusters_m) m_cluster -= params_.clusters_m;
     auto [cta_m, cta_n, cta_l] = cute::block_id_in_cluster();
     (void)cta_l;
-    return {m_cluster * params_.cluster_m + static_cast<int32_t>(cta_m),
-            n_cluster * params_.cluster_n + static_cast<int32_t>(cta_n), 0, true};
+    WorkTileInfo w;
+    w.M_idx = m_cluster * params_.cluster_m + static_cast<int32_t>(cta_m);
+    w.N_idx = n_cluster * params_.cluster_n + static_cast<int32_t>(cta_n);
+    w.L_idx = 0;
+    w.is_valid_tile = true;
+    w.splits = u >= params_.whole ? params_.splits : 1;
+    w.split = split;
+    w.k_begin = static_cast<int32_t>(static_cast<int64_t>(split) * params_.k_tiles / w.splits);
+    w.k_count = static_cast<int32_t>(static_cast<int64_t>(split + 1) * params_.k_tiles / w.splits) - w.k_begin;
+    w.tail_slot = tail_tile * params_.cluster_m * params_.cluster_n + static_cast<int32_t>(cta_m) +
+                  static_cast<int32_t>(cta_n) * params_.cluster_m;
+    return w;
   }
 
   Params params_;

@@ -1,0 +1,111 @@
+// The fused GEMM kernel itself, called directly (never the cuBLASLt fallback), as a plain GEMM: whole
+// tiles and a last round split along K (tail_split.h), odd shapes, both dtypes and B layouts. A split
+// tile's last split adds the others' partial sums in a fixed order, so a second launch gives the same
+// bits; a launch with new inputs right after checks that each launch leaves the split counters ready
+// for the next (a stale counter would let a last split add the previous launch's partial sums).
+#include <cstring>
+#include <vector>
+
+#include "algo/fused.h"
+#include "comm/communicator_impl.h"
+#include "kernels/fused/ag_gemm.h"
+#include "kernels/fused/tail_split.h"
+#include "ops_test_cases.h"
+
+namespace asynctp {
+namespace {
+
+using namespace testing;
+
+struct KernelCase {
+  int64_t M, N, K;
+  DType dtype;
+  bool col_major;
+  bool expect_split;  // on a GPU of 132 SMs (H100 SXM, H200); checked against the plan where that holds
+};
+
+std::vector<char> host_copy(const Buf& b, size_t bytes) {
+  std::vector<char> h(bytes);
+  RANK_CUDA(cudaMemcpy(h.data(), b.p, bytes, cudaMemcpyDeviceToHost));
+  return h;
+}
+
+// Fills A and B from `seed`, runs the kernel with at most `max_splits` splits, checks C against the
+// fp32 GEMM of the same inputs, and returns C's bytes.
+std::vector<char> run_checked(Communicator& comm, const KernelCase& c, uint64_t seed, int max_splits,
+                              reference::Fp32Gemm& fp32, cudaStream_t s) {
+  const size_t es = dtype_size(c.dtype);
+  Buf a(c.M * c.K * es), b(c.K * c.N * es), out(c.M * c.N * es);
+  Buf a32(c.M * c.K * 4), b32(c.K * c.N * 4), ref(c.M * c.N * 4);
+  const GenMatrix ga{seed, 0, 0}, gb{seed + 1, 0, 0};
+  reference::fill(a.p, c.dtype, c.M, c.K, false, ga, 0, 0, s);
+  reference::fill(b.p, c.dtype, c.K, c.N, c.col_major, gb, 0, 0, s);
+  reference::fill_fp32(a32.f(), c.M, c.K, ga, 0, 0, s);
+  reference::fill_fp32(b32.f(), c.K, c.N, gb, 0, 0, s);
+  fp32.run(a32.f(), b32.f(), ref.f(), c.M, c.N, c.K, s);
+  reference::poison(out.p, c.M * c.N * es, s);
+
+  kernels::fused::AgGemmArgs g;
+  g.dtype = c.dtype;
+  g.b_layout = c.col_major ? BLayout::kColMajor : BLayout::kRowMajor;
+  g.M = c.M, g.N = c.N, g.K = c.K;
+  g.a = a.p, g.b = b.p, g.c = out.p;
+  algo::attach_tail_split(comm, g, s);
+  RANK_CHECK(g.split_workspace != nullptr, "no split workspace outside graph capture");
+  g.max_splits = max_splits;
+  RANK_CHECK(*kernels::fused::ag_gemm_unsupported(g) == '\0', "the kernel refused ", c.M, "x", c.N, "x", c.K);
+  kernels::fused::run_ag_gemm(g, s);
+  const auto cmp = reference::compare(out.p, c.dtype, c.M, c.N, ref.f(), c.N, 0, 0, 1.0f,
+                                      reference::tolerance(c.dtype, 1), s);
+  RANK_CHECK(cmp.ok(), c.M, "x", c.N, "x", c.K, " ", dtype_name(c.dtype), c.col_major ? " B=col" : " B=row",
+             " max_splits=", max_splits, ": ", cmp.bad, " bad elements, max err ", cmp.max_abs_err);
+  RANK_CUDA(cudaStreamSynchronize(s));
+  return host_copy(out, c.M * c.N * es);
+}
+
+// Whether the kernel's plan splits this case on this GPU (the tile width as run_ag_gemm picks it).
+bool plan_splits(const KernelCase& c, int sms) {
+  using namespace kernels::fused;
+  const int tile_n = pick_tile_n(c.M, c.N, c.K, sms, kMaxTailSplits);
+  const int64_t cluster_tiles = ((c.M + kClusterRows - 1) / kClusterRows) * ((c.N + tile_n - 1) / tile_n);
+  return plan_tail_split(cluster_tiles, sms / 2, (c.K + kTileK - 1) / kTileK).splits > 1;
+}
+
+TEST(FusedKernel, SplitLastRoundMatchesReferenceAndRepeatsBitForBit) {
+  REQUIRE_GPUS(1);
+  RUN_RANKS(1, [](RankContext& ctx) {
+    auto comm = make_comm(ctx);
+    cudaStream_t s = nullptr;
+    RANK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    reference::Fp32Gemm fp32;
+    int sms = 0;
+    RANK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, comm->impl().device));
+    const std::vector<KernelCase> cases = {
+        {256, 256, 4096, DType::kBF16, false, true},     // one tile, split 4 ways
+        {1000, 520, 1000, DType::kFP16, true, true},     // ragged in M, N and K
+        {4096, 6656, 1024, DType::kBF16, true, true},    // 6 full rounds and 20 tail tiles, split 3 ways
+        {520, 264, 520, DType::kBF16, false, true},      // K of 9 steps: splits of 4 and 5
+        {512, 8448, 512, DType::kFP16, false, false},    // 66 tiles: one full round, nothing to split
+        {16384, 4096, 128, DType::kBF16, true, false},   // too shallow in K to split
+    };
+    int split_cases = 0;
+    for (const KernelCase& c : cases) {
+      if (sms == 132) {
+        RANK_CHECK(plan_splits(c, sms) == c.expect_split, c.M, "x", c.N, "x", c.K, ": the plan ",
+                   c.expect_split ? "does not split" : "splits");
+      }
+      split_cases += plan_splits(c, sms) ? 1 : 0;
+      const auto first = run_checked(*comm, c, 11, kernels::fused::kMaxTailSplits, fp32, s);
+      const auto second = run_checked(*comm, c, 11, kernels::fused::kMaxTailSplits, fp32, s);
+      RANK_CHECK(first == second, c.M, "x", c.N, "x", c.K, ": two launches gave different bits");
+      (void)run_checked(*comm, c, 23, kernels::fused::kMaxTailSplits, fp32, s);  // new inputs
+      (void)run_checked(*comm, c, 23, 1, fp32, s);                                // every tile whole
+    }
+    RANK_CHECK(split_cases >= 3, "only ", split_cases, " cases split on ", sms, " SMs");
+    cudaStreamDestroy(s);
+    return 0;
+  });
+}
+
+}  // namespace
+}  // namespace asynctp
