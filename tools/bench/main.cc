@@ -45,27 +45,44 @@ class Timer {
     if (flush_) cudaFree(flush_);
   }
 
-  // Median over iterations of one rank, then the slowest rank's median (as torch_anchor.py does).
-  // Every iteration starts with the ranks lined up by a host barrier.
-  double median_us(const std::function<void()>& fn) {
-    for (int i = 0; i < args_.warmup; ++i) fn();
-    ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    std::vector<float> us;
-    for (int i = 0; i < args_.iters; ++i) {
-      if (flush_) ASYNCTP_CUDA_CHECK(cudaMemsetAsync(flush_, i & 0xFF, kFlushBytes, stream_));
-      ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(stream_));
-      ctx_.allgather("");
-      ASYNCTP_CUDA_CHECK(cudaEventRecord(start_, stream_));
-      fn();
-      ASYNCTP_CUDA_CHECK(cudaEventRecord(stop_, stream_));
-      ASYNCTP_CUDA_CHECK(cudaEventSynchronize(stop_));
-      float ms = 0;
-      ASYNCTP_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
-      us.push_back(ms * 1000.0f);
+  // Times every function in turn, one call of each per round (warm-up rounds first), so that a drift
+  // of clocks or temperature during the run falls on all of them alike. Returns each one's median
+  // over the rounds on this rank, then the slowest rank's median (as torch_anchor.py does). Every
+  // call starts with the ranks lined up by a host barrier.
+  std::vector<double> medians_us(const std::vector<std::function<void()>>& fns) {
+    for (int i = 0; i < args_.warmup; ++i) {
+      for (const auto& fn : fns) fn();
     }
-    std::sort(us.begin(), us.end());
-    double worst = 0;
-    for (const auto& s : ctx_.allgather(std::to_string(us[us.size() / 2]))) worst = std::max(worst, std::stod(s));
+    ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::vector<std::vector<float>> us(fns.size());
+    for (int i = 0; i < args_.iters; ++i) {
+      for (size_t f = 0; f < fns.size(); ++f) {
+        if (flush_) ASYNCTP_CUDA_CHECK(cudaMemsetAsync(flush_, i & 0xFF, kFlushBytes, stream_));
+        ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        ctx_.allgather("");
+        ASYNCTP_CUDA_CHECK(cudaEventRecord(start_, stream_));
+        fns[f]();
+        ASYNCTP_CUDA_CHECK(cudaEventRecord(stop_, stream_));
+        ASYNCTP_CUDA_CHECK(cudaEventSynchronize(stop_));
+        float ms = 0;
+        ASYNCTP_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+        us[f].push_back(ms * 1000.0f);
+      }
+    }
+    std::string mine;
+    for (auto& u : us) {
+      std::sort(u.begin(), u.end());
+      mine += std::to_string(u[u.size() / 2]) + " ";
+    }
+    std::vector<double> worst(fns.size(), 0.0);
+    for (const auto& theirs : ctx_.allgather(mine)) {
+      std::istringstream in(theirs);
+      for (double& w : worst) {
+        double v = 0;
+        in >> v;
+        w = std::max(w, v);
+      }
+    }
     return worst;
   }
 
@@ -140,43 +157,46 @@ class Case {
       ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(stream_));
     }
 
-    Timer timer(ctx_, args_, stream_);
-    // Baselines: the GEMM each GPU does, alone, and the collective alone.
+    // Baselines: the GEMM each GPU does, alone (cuBLAS, and with fused in --algorithms our kernel with
+    // every chunk in place), and the collective alone. They are timed with the algorithms, in turn.
+    std::vector<std::function<void()>> timed;
+    std::vector<double*> results;
     double gemm_us = 0, comm_us = 0, fused_gemm_us = NAN;
-    {
-      const int64_t gm = M, gk = ag_ ? K : kl;
-      DeviceBuffer ga(gm * gk * es), gc(gm * N * es), gb(gk * N * es);
-      reference::fill(ga.p, args_.dtype, gm, gk, false, gen_a, 0, 0, stream_);
-      reference::fill(gb.p, args_.dtype, gk, N, col, reference::GenMatrix{29, 0, 0}, 0, 0, stream_);
-      gemm::Problem p;
-      p.M = gm, p.N = N, p.K = gk, p.dtype = args_.dtype, p.b_layout = args_.b_layout;
-      gemm_us = timer.median_us([&] { comm_.impl().gemm.run(p, ga.p, gb.p, gc.p, stream_); });
-      // The fused all-gather's kernel with every chunk already in place: the same GEMM, our kernel.
-      const bool fused = std::find(args_.algorithms.begin(), args_.algorithms.end(), Algorithm::kFused) !=
-                         args_.algorithms.end();
-      kernels::fused::AgGemmArgs g;
-      g.dtype = args_.dtype, g.b_layout = args_.b_layout, g.M = gm, g.N = N, g.K = gk;
-      g.a = ga.p, g.b = gb.p, g.c = gc.p;
-      if (ag_ && fused && *kernels::fused::ag_gemm_unsupported(g) == '\0') {
-        algo::attach_tail_split(comm_, g, stream_);
-        fused_gemm_us = timer.median_us([&] { kernels::fused::run_ag_gemm(g, stream_); });
-      }
-      const ncclDataType_t t = args_.dtype == DType::kBF16 ? ncclBfloat16 : ncclFloat16;
-      if (ag_) {
-        comm_us = timer.median_us([&] {
-          ASYNCTP_NCCL_CHECK(ncclAllGather(a.p, ga.p, a_rows * a_cols, t, comm_.nccl(), stream_));
-        });
-      } else {
-        comm_us = timer.median_us([&] {
-          ASYNCTP_NCCL_CHECK(ncclReduceScatter(gc.p, out.p, out_rows * out_cols, t, ncclSum, comm_.nccl(), stream_));
-        });
-      }
+    const int64_t gm = M, gk = ag_ ? K : kl;
+    DeviceBuffer ga(gm * gk * es), gc(gm * N * es), gb(gk * N * es);
+    reference::fill(ga.p, args_.dtype, gm, gk, false, gen_a, 0, 0, stream_);
+    reference::fill(gb.p, args_.dtype, gk, N, col, reference::GenMatrix{29, 0, 0}, 0, 0, stream_);
+    gemm::Problem p;
+    p.M = gm, p.N = N, p.K = gk, p.dtype = args_.dtype, p.b_layout = args_.b_layout;
+    timed.push_back([&] { comm_.impl().gemm.run(p, ga.p, gb.p, gc.p, stream_); });
+    results.push_back(&gemm_us);
+    const bool fused = std::find(args_.algorithms.begin(), args_.algorithms.end(), Algorithm::kFused) !=
+                       args_.algorithms.end();
+    kernels::fused::AgGemmArgs g;
+    g.dtype = args_.dtype, g.b_layout = args_.b_layout, g.M = gm, g.N = N, g.K = gk;
+    g.a = ga.p, g.b = gb.p, g.c = gc.p;
+    if (ag_ && fused && *kernels::fused::ag_gemm_unsupported(g) == '\0') {
+      algo::attach_tail_split(comm_, g, stream_);
+      timed.push_back([&] { kernels::fused::run_ag_gemm(g, stream_); });
+      results.push_back(&fused_gemm_us);
     }
+    const ncclDataType_t t = args_.dtype == DType::kBF16 ? ncclBfloat16 : ncclFloat16;
+    if (ag_) {
+      timed.push_back([&] { ASYNCTP_NCCL_CHECK(ncclAllGather(a.p, ga.p, a_rows * a_cols, t, comm_.nccl(), stream_)); });
+    } else {
+      timed.push_back([&] {
+        ASYNCTP_NCCL_CHECK(ncclReduceScatter(gc.p, out.p, out_rows * out_cols, t, ncclSum, comm_.nccl(), stream_));
+      });
+    }
+    results.push_back(&comm_us);
 
+    // Each algorithm is checked first; only a correct one is timed.
     const char* op = ag_ ? "ag" : "rs";
     std::vector<Row> rows;
+    rows.reserve(args_.algorithms.size());
     for (Algorithm algo : args_.algorithms) {
-      Row row;
+      rows.emplace_back();
+      Row& row = rows.back();
       row.algorithm = algorithm_name(algo);
       if (r_ == 0) {
         std::fprintf(stderr, "[%d/%d] %s %s %s\n", ++step, steps, shape_text(s_).c_str(), op, row.algorithm.c_str());
@@ -185,7 +205,7 @@ class Case {
       options.algorithm = algo;
       options.b_layout = args_.b_layout;
       options.chunks_per_rank = args_.chunks_per_rank;
-      auto call = [&] {
+      auto call = [&, options] {
         if (ag_) {
           all_gather_matmul(comm_, ta, {tb}, dim, {tout}, TensorRef{}, stream_, options);
         } else {
@@ -208,12 +228,17 @@ class Case {
           row.max_err = std::max(row.max_err, err);
         }
         row.correct = all_ok;
-        if (all_ok) row.median_us = timer.median_us(call);
+        if (all_ok) {
+          timed.push_back(call);
+          results.push_back(&row.median_us);
+        }
       } catch (const Error& e) {
         row.error = e.what();
       }
-      rows.push_back(row);
     }
+    Timer timer(ctx_, args_, stream_);
+    const std::vector<double> medians = timer.medians_us(timed);
+    for (size_t i = 0; i < medians.size(); ++i) *results[i] = medians[i];
 
     if (r_ != 0) return;
     cudaDeviceProp prop{};
