@@ -1,6 +1,6 @@
 // Internal: the fused algorithm. all_gather_matmul (gather_dim 0): every rank pushes its shard into
-// each peer's symmetric gathered buffer with the copy engine, piece by piece, and flags each piece;
-// one persistent CUTLASS kernel per B multiplies the rows as their flags come up, this rank's own rows
+// each peer's symmetric inbox with the copy engine, piece by piece, and flags each piece; one
+// persistent CUTLASS kernel per B multiplies the rows as their flags come up, this rank's own rows
 // first, read in place. docs/fused.md explains it. gather_dim last runs `pipelined`.
 #pragma once
 
@@ -15,6 +15,22 @@ void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan&
                              const SymmetricBuffer* a_symmetric, const std::vector<TensorRef>& bs,
                              const std::vector<TensorRef>& outputs, const TensorRef& gathered_a, cudaStream_t stream,
                              const AgreeFn& agree, int chunks_per_rank);
+
+// matmul_reduce_scatter (scatter_dim 0, rows per rank a multiple of 256): one persistent GEMM whose
+// tiles of other ranks' rows are staged and pushed by the copy engine piece by piece, and whose own
+// tiles add the peers' pieces before the epilogue. Other cases run `pipelined`.
+// docs/fused_reduce_scatter.md explains it.
+void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScatterPlan& plan, const TensorRef& a,
+                                 const TensorRef& b, const TensorRef& output, cudaStream_t stream,
+                                 const AgreeFn& agree, int chunks_per_rank);
+
+// Why the fused kernel does not take this reduce-scatter ("" where it does); it then runs pipelined.
+const char* fused_rs_unsupported(const ops::MatmulReduceScatterPlan& plan, const TensorRef& a, const TensorRef& b,
+                                 const TensorRef& output);
+
+// Pieces each rank's rows are pushed in by the fused reduce-scatter: `requested`, else rows / 512
+// between 1 and 4; never more than the rows hold 256-row clusters.
+int resolve_fused_rs_pieces(int requested, int64_t rows_per_rank);
 
 // Gives `g` the communicator's workspace for splitting the kernel's last round of tiles along K
 // (allocated on first use; none while that first use is captured, and the kernel computes every tile

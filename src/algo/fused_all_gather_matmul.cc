@@ -87,7 +87,7 @@ void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan&
 
   OverlapResources& pr = OverlapResources::of(comm, stream);
   kernels::fused::load_ag_gemm_kernels();
-  SymmetricBuffer& gathered = pr.gathered(static_cast<size_t>(plan.M) * row_bytes, stream);
+  SymmetricBuffer& gathered = pr.inbox(static_cast<size_t>(plan.M) * row_bytes, stream);
   char* mine = bytes(gathered.local());
   const int pieces = resolve_fused_pieces(chunks_per_rank, rows);
   const int64_t piece_rows = (rows + pieces - 1) / pieces;

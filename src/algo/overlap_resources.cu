@@ -2,6 +2,7 @@
 
 #include "comm/communicator_impl.h"
 #include "common/check.h"
+#include "common/driver_api.h"
 #include "kernels/signal.cuh"
 
 namespace asynctp::algo {
@@ -57,6 +58,8 @@ OverlapResources::OverlapResources(Communicator& comm) : comm_(comm) {
   pad_ = SignalPad::create(comm, lsa_size_ * (1 + 2 * kMaxChunksPerRank));
   ASYNCTP_CUDA_CHECK(cudaMalloc(&epoch_, sizeof(uint32_t)));
   ASYNCTP_CUDA_CHECK(cudaMemsetAsync(epoch_, 0, sizeof(uint32_t), m.setup_stream));
+  ASYNCTP_CUDA_CHECK(cudaMalloc(&staged_, staged_bytes()));
+  ASYNCTP_CUDA_CHECK(cudaMemsetAsync(staged_, 0, staged_bytes(), m.setup_stream));
   int least = 0, greatest = 0;
   ASYNCTP_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
   ASYNCTP_CUDA_CHECK(cudaStreamCreateWithPriority(&signal_, cudaStreamNonBlocking, greatest));
@@ -76,15 +79,15 @@ kernels::WaitContext OverlapResources::wait_context() const {
 
 const uint32_t* OverlapResources::pad() const { return pad_->local(); }
 
-SymmetricBuffer& OverlapResources::gathered(size_t bytes, cudaStream_t stream) {
-  if (!gathered_ || gathered_->size() < bytes) {
-    ASYNCTP_CHECK(!capturing(stream), "fused all_gather_matmul: this call needs a gathered "
-                  "buffer of ", bytes, " bytes, larger than the one made so far, and symmetric memory cannot be "
-                  "allocated while a CUDA graph is being captured; make one call of the largest shape before capturing");
-    gathered_.reset();  // collective: drains the GPU first
-    gathered_ = SymmetricBuffer::create(comm_, bytes);
+SymmetricBuffer& OverlapResources::inbox(size_t bytes, cudaStream_t stream) {
+  if (!inbox_ || inbox_->size() < bytes) {
+    ASYNCTP_CHECK(!capturing(stream), "fused: this call needs an inbox (symmetric memory peers push into) of ",
+                  bytes, " bytes, larger than the one made so far, and symmetric memory cannot be allocated while a "
+                  "CUDA graph is being captured; make one call of the largest shape before capturing");
+    inbox_.reset();  // collective: drains the GPU first
+    inbox_ = SymmetricBuffer::create(comm_, bytes);
   }
-  return *gathered_;
+  return *inbox_;
 }
 
 OverlapResources::~OverlapResources() {
@@ -93,6 +96,17 @@ OverlapResources::~OverlapResources() {
   for (cudaStream_t s : peer_streams_) cudaStreamDestroy(s);
   cudaStreamDestroy(signal_);
   cudaFree(epoch_);
+  cudaFree(staged_);
+}
+
+void OverlapResources::reset_staged(cudaStream_t stream) {
+  ASYNCTP_CUDA_CHECK(cudaMemsetAsync(staged_, 0, staged_bytes(), stream));
+}
+
+void OverlapResources::wait_staged(cudaStream_t stream, int peer, int piece, uint32_t count) {
+  ASYNCTP_CU_CHECK(detail::driver().stream_wait_value32(
+      reinterpret_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(staged_ + peer * kMaxChunksPerRank + piece),
+      count, CU_STREAM_WAIT_VALUE_GEQ));
 }
 
 cudaEvent_t OverlapResources::record(cudaStream_t from) {

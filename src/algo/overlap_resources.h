@@ -1,6 +1,6 @@
 // Internal: what the overlapped algorithms (pipelined and fused) keep per communicator, made by the
 // first such call: side streams, a pool of events, a pad of cross-rank flags, the epoch those flags
-// carry, and the symmetric buffer the fused all-gather's peers push their shards into.
+// carry, the symmetric inbox the fused ops' peers push into, and the fused reduce-scatter's counters.
 //
 // The flag protocol (docs/pipelined.md and docs/fused.md tell it in full):
 //  - every pipelined or fused call advances a device-resident epoch E; ranks advance theirs in step
@@ -14,8 +14,8 @@
 //   done(p)        peer p is finished with the call that carried epoch E: it no longer reads this
 //                  rank's buffers, nor reads its own buffers that this rank writes into;
 //   ready(p, j)    piece j of what peer p offers this rank is in place (pipelined: peers pull);
-//   arrived(p, j)  piece j of peer p's shard has landed in this rank's gathered buffer (fused: peers
-//                  push; the fused GEMM waits on these flags itself).
+//   arrived(p, j)  piece j from peer p has landed in this rank's inbox (fused: peers push; the fused
+//                  GEMM waits on these flags itself).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -49,9 +49,19 @@ class OverlapResources {
   const uint32_t* epoch() const { return epoch_; }
   kernels::WaitContext wait_context() const;
 
-  // Fused all_gather_matmul: the symmetric buffer peers push their shards into, at least `bytes`.
+  // Fused ops: the symmetric buffer peers push into (all_gather_matmul: their shards, at their rows of
+  // the gathered A; matmul_reduce_scatter: their partial sums of this rank's rows), at least `bytes`.
   // Collective; grows (after draining the GPU) when a call needs more, so not during graph capture.
-  SymmetricBuffer& gathered(size_t bytes, cudaStream_t stream);
+  SymmetricBuffer& inbox(size_t bytes, cudaStream_t stream);
+
+  // Fused matmul_reduce_scatter: counters in this GPU's memory, one per (peer, piece), that the kernel
+  // raises as it stages that peer's tiles (kernels/fused/reduce_scatter_tiles.h).
+  uint32_t* staged() const { return staged_; }
+  // Stream-ordered: every staged counter := 0.
+  void reset_staged(cudaStream_t stream);
+  // Stream-ordered, without an SM: `stream` waits until staged counter (peer, piece) >= count. Unbounded
+  // by itself: the counter is raised by this rank's own kernel, whose staged tiles wait for nothing.
+  void wait_staged(cudaStream_t stream, int peer, int piece, uint32_t count);
 
   // Streams of this communicator. peer_stream(p) moves data to or from peer p (pipelined pulls, fused
   // pushes). It and the signal stream run at the device's highest priority so that a wait kernel at
@@ -104,7 +114,9 @@ class OverlapResources {
   Communicator& comm_;
   int lsa_size_ = 0;
   std::unique_ptr<SignalPad> pad_;
-  std::unique_ptr<SymmetricBuffer> gathered_;
+  std::unique_ptr<SymmetricBuffer> inbox_;
+  uint32_t* staged_ = nullptr;
+  size_t staged_bytes() const { return static_cast<size_t>(lsa_size_) * kMaxChunksPerRank * sizeof(uint32_t); }
   uint32_t* epoch_ = nullptr;  // device: the epoch of the current (or last) overlapped call
   uint32_t host_epoch_ = 0;    // the same, as the host knows it while host_knows_epoch_
   bool host_knows_epoch_ = true;

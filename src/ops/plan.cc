@@ -62,10 +62,9 @@ void check_dtype_supported(const char* op, DType dtype) {
 
 void check_options(const char* op, const OpOptions& options) {
   const Algorithm a = options.algorithm;
-  const bool ag = std::string(op) == "all_gather_matmul";
-  ASYNCTP_CHECK(a == Algorithm::kSequential || a == Algorithm::kPipelined || (ag && a == Algorithm::kFused), op,
-                ": algorithm '", algorithm_name(a), "' is not built yet in this version of asynctp; use ",
-                ag ? "'sequential', 'pipelined' or 'fused'" : "'sequential' or 'pipelined'");
+  ASYNCTP_CHECK(a == Algorithm::kSequential || a == Algorithm::kPipelined || a == Algorithm::kFused, op,
+                ": algorithm '", algorithm_name(a), "' is not built yet in this version of asynctp; use "
+                "'sequential', 'pipelined' or 'fused'");
   ASYNCTP_CHECK(options.chunks_per_rank >= 0 && options.chunks_per_rank <= kMaxChunksPerRank, op,
                 ": options.chunks_per_rank is ", options.chunks_per_rank, "; expected 0 (the default) to ",
                 kMaxChunksPerRank);

@@ -1,8 +1,9 @@
-// The fused algorithm (all_gather_matmul) against the reference: every option combination on 1 and 2
+// The fused algorithm against the reference. all_gather_matmul: every option combination on 1 and 2
 // ranks, shard rows that do and do not line up with the kernel's 128-row tiles and 256-row clusters,
 // every number of pieces, calls back to back and mixed with the pipelined reduce-scatter (one epoch
 // and flag protocol for both), CUDA graph replays with changing inputs, and a peer that never comes
-// (the GEMM's own wait times out).
+// (the GEMM's own wait times out). matmul_reduce_scatter: its options and the cases it hands to
+// pipelined, the same bits on every call, and both fused ops back to back and in a graph.
 #include "comm/communicator_impl.h"
 #include "ops_problems.h"
 
@@ -95,6 +96,87 @@ TEST(FusedOps, CapturedGraphReplays1000TimesWithChangingInputs) {
   REQUIRE_GPUS(2);
   RUN_RANKS(2, [](RankContext& ctx) {
     return graph_replays(ctx, with(Algorithm::kFused), with(Algorithm::kPipelined), 1000);
+  });
+}
+
+// matmul_reduce_scatter: every option with rows per rank that the kernel takes (multiples of 256, up
+// to more tiles than one round holds, N not a multiple of the 256-wide tile, K of one step), and
+// the cases that run pipelined instead (odd rows, scatter_dim last), every piece count.
+int reduce_scatter_cases(RankContext& ctx) {
+  auto comm = make_comm(ctx);
+  Stream st;
+  reference::Fp32Gemm fp32;
+  const int ws = ctx.world_size;
+  int n = 0;
+  for (int64_t rows : {256, 512, 2048})
+    for (bool col : {false, true})
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg})
+        for (DType dt : {DType::kBF16, DType::kFP16}) {
+          const int64_t N = rows == 2048 ? 1000 : 384, K = rows == 256 ? 64 * ws : 520 * ws;
+          run_rs_case(*comm, RsCase{rows * ws, N, K, false, col, op, dt, rows == 512}, st.s, fp32, with(Algorithm::kFused));
+          ++n;
+        }
+  for (int chunks : {1, 2, 3, kMaxChunksPerRank}) {
+    run_rs_case(*comm, RsCase{1024 * ws, 264, 136 * ws, false, chunks % 2 == 0, ReduceOp::kSum, DType::kBF16, false},
+                st.s, fp32, with(Algorithm::kFused, chunks));
+    ++n;
+  }
+  for (bool last : {false, true}) {  // pipelined underneath
+    run_rs_case(*comm, RsCase{130 * ws, 200, 72 * ws, last, false, ReduceOp::kSum, DType::kBF16, false}, st.s, fp32,
+                with(Algorithm::kFused));
+    run_rs_case(*comm, RsCase{256 * ws, 384, 128 * ws, last, true, ReduceOp::kAvg, DType::kFP16, false}, st.s, fp32,
+                with(Algorithm::kFused));
+    n += 2;
+  }
+  std::printf("rank %d: %d reduce-scatter cases correct\n", ctx.rank, n);
+  return 0;
+}
+
+TEST(FusedOps, ReduceScatterCases_1Rank) {
+  REQUIRE_GPUS(1);
+  RUN_RANKS(1, reduce_scatter_cases);
+}
+
+TEST(FusedOps, ReduceScatterCases_2Ranks) {
+  REQUIRE_GPUS(2);
+  RUN_RANKS(2, reduce_scatter_cases);
+}
+
+// The sum of the partials is added in a fixed order, so the same inputs give the same bits.
+TEST(FusedOps, ReduceScatterRepeatsBitForBit_2Ranks) {
+  REQUIRE_GPUS(2);
+  RUN_RANKS(2, [](RankContext& ctx) {
+    auto comm = make_comm(ctx);
+    Stream st;
+    reference::Fp32Gemm fp32;
+    RsProblem p(ctx.world_size, ctx.rank, 1024 * ctx.world_size, 1024, 2048 * ctx.world_size, st.s);
+    Buf a(p.M * p.kl * 2), out(p.rows * p.N * 2);
+    p.make(3, ctx.rank, a.p, p.ref.f(), fp32, st.s);
+    std::vector<unsigned char> first, now(p.rows * p.N * 2);
+    for (int i = 0; i < 5; ++i) {
+      reference::poison(out.p, p.rows * p.N * 2, st.s);
+      matmul_reduce_scatter(*comm, p.a_ref(a.p), p.b_ref(), 0, ReduceOp::kSum, p.out_ref(out.p), st.s,
+                            with(Algorithm::kFused));
+      p.check(out.p, p.ref.f(), ctx.rank, ctx.world_size, "fused reduce-scatter", st.s);
+      RANK_CUDA(cudaMemcpy(now.data(), out.p, now.size(), cudaMemcpyDeviceToHost));
+      if (i == 0) first = now;
+      RANK_CHECK(now == first, "call ", i, " gave different bits from call 0");
+    }
+    return 0;
+  });
+}
+
+TEST(FusedOps, BothOpsBackToBack) {
+  REQUIRE_GPUS(2);
+  RUN_RANKS(2, [](RankContext& ctx) {
+    return calls_back_to_back(ctx, with(Algorithm::kFused, 3), with(Algorithm::kFused));
+  });
+}
+
+TEST(FusedOps, BothOpsCapturedGraphReplays1000Times) {
+  REQUIRE_GPUS(2);
+  RUN_RANKS(2, [](RankContext& ctx) {
+    return graph_replays(ctx, with(Algorithm::kFused), with(Algorithm::kFused), 1000);
   });
 }
 

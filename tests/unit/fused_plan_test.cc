@@ -87,5 +87,16 @@ TEST(FusedPlan, PiecesPerRank) {
   EXPECT_EQ(algo::resolve_fused_pieces(0, 1), 1);
 }
 
+TEST(FusedPlan, ReduceScatterPiecesPerRank) {
+  // Default: a piece per 512 rows, 1 to 4; asked for: as many, up to the rows' 256-row clusters.
+  EXPECT_EQ(algo::resolve_fused_rs_pieces(0, 256), 1);
+  EXPECT_EQ(algo::resolve_fused_rs_pieces(0, 1024), 2);
+  EXPECT_EQ(algo::resolve_fused_rs_pieces(0, 2048), 4);
+  EXPECT_EQ(algo::resolve_fused_rs_pieces(0, 8192), 4);
+  EXPECT_EQ(algo::resolve_fused_rs_pieces(3, 8192), 3);
+  EXPECT_EQ(algo::resolve_fused_rs_pieces(16, 1024), 4);
+  EXPECT_EQ(algo::resolve_fused_rs_pieces(2, 256), 1);
+}
+
 }  // namespace
 }  // namespace asynctp

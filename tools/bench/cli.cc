@@ -39,7 +39,8 @@ const char* const kUsage =
     "temperature falls on all alike.\n"
     "Overlap efficiency = max(GEMM alone, communication alone) / time. With fused in --algorithms, ag\n"
     "also times the fused kernel as a plain GEMM (every chunk in place) beside cuBLAS. fused runs\n"
-    "all_gather_matmul only so far (gather-dim last through pipelined); rs reports it as not built.\n";
+    "gather-dim last, scatter-dim last, and rs with rows per rank not a multiple of 256 through\n"
+    "pipelined.\n";
 
 std::vector<Shape> seed_shapes() {
   return {{4096, 3584, 8192}, {2048, 3584, 8192}, {4096, 6656, 16384}, {16384, 8192, 8192}};

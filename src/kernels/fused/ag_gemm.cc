@@ -20,14 +20,16 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 
 // Cluster rows the scheduler walks down before moving along N: deeper bands reuse B in L2 (a plain
 // GEMM gains up to 5% at the large seed shapes with 8), but a band that spans several pieces makes
-// its first tiles wait for the band's last piece, so a band stays within one piece.
+// its first tiles wait for the band's last piece (or, in a reduce-scatter, finishes no piece until it
+// ends), so a band stays within one piece.
 // ASYNCTP_FUSED_BAND_M overrides it for measurement (docs/fused.md has the sweep).
 int band_m_for(const AgGemmArgs& a) {
   static const int forced = detail::env_positive_int("ASYNCTP_FUSED_BAND_M", 0);
   if (forced > 0) return forced;
   constexpr int kDeepest = 8;
-  if (a.chunks.flags == nullptr) return kDeepest;
-  const int64_t piece_cluster_rows = a.chunks.rows_per_piece / kClusterRows;
+  const int64_t rows_per_piece = a.rs.rank >= 0 ? a.rs.rows_per_piece : a.chunks.rows_per_piece;
+  if (a.chunks.flags == nullptr && a.rs.rank < 0) return kDeepest;
+  const int64_t piece_cluster_rows = rows_per_piece / kClusterRows;
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kDeepest, piece_cluster_rows)));
 }
 
@@ -131,7 +133,7 @@ void run_ag_gemm(const AgGemmArgs& args, cudaStream_t stream) {
   if (a.band_m <= 0) a.band_m = band_m_for(a);
   static const int max_splits = detail::env_positive_int("ASYNCTP_FUSED_MAX_SPLITS", kMaxTailSplits);
   if (a.max_splits <= 0) a.max_splits = max_splits;
-  launch_dispatch</*kLoad=*/false>(a, tile_n_for(a), stream);
+  launch_dispatch</*kLoad=*/false>(a, a.rs.rank >= 0 ? static_cast<int>(kRsTileN) : tile_n_for(a), stream);
 }
 
 }  // namespace asynctp::kernels::fused

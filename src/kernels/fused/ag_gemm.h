@@ -1,6 +1,9 @@
-// Internal: the fused all-gather GEMM, seen from the host. C = A @ B on one GPU, where the rows of A
-// arrive in chunks while the kernel runs (one persistent CUTLASS Hopper kernel: the async-input
-// scheduler and mainloop in this folder). No CUTLASS here, so algorithms include it freely.
+// Internal: the fused GEMM, seen from the host. C = alpha * A @ B on one GPU, one persistent CUTLASS
+// Hopper kernel (the async-input scheduler and mainloop in this folder) in one of two roles:
+//  - all-gather: the rows of A arrive in chunks while the kernel runs (`chunks`);
+//  - reduce-scatter: the product's rows belong to ranks; other ranks' tiles are staged for the copy
+//    engine, and this rank's own tiles add the peers' staged tiles before the epilogue (`rs`).
+// No CUTLASS here, so algorithms include it freely.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -10,6 +13,7 @@
 #include "asynctp/ops.h"
 #include "asynctp/tensor.h"
 #include "kernels/fused/chunk_flags.h"
+#include "kernels/fused/reduce_scatter_tiles.h"
 
 namespace asynctp::kernels::fused {
 
@@ -19,6 +23,10 @@ constexpr int64_t kTileRows = 128;
 constexpr int64_t kClusterRows = 2 * kTileRows;
 // Depth of a tile along K (one step of the mainloop).
 constexpr int64_t kTileK = 64;
+// A reduce-scatter's tiles are always this wide, so that every rank stages the same layout.
+constexpr int64_t kRsTileN = 256;
+// Bytes of one staged reduce-scatter tile (kTileRows x kRsTileN elements of 2 bytes).
+constexpr int64_t kRsTileBytes = kTileRows * kRsTileN * 2;
 
 struct AgGemmArgs {
   DType dtype = DType::kBF16;
@@ -28,7 +36,9 @@ struct AgGemmArgs {
   const void* a_local = nullptr;  // this rank's rows [local_begin, local_end) of A, there from the start
   int64_t local_begin = 0, local_end = 0;
   const void* b = nullptr;        // [K, N] (kRowMajor) or [N, K] (kColMajor)
-  void* c = nullptr;              // [M, N], row-major
+  void* c = nullptr;              // rows [c_row0, c_row0 + (rows the kernel stores)) of [M, N], row-major
+  int64_t c_row0 = 0;             // reduce-scatter: the first of this rank's rows; else 0
+  float alpha = 1.0f;
   ChunkFlags chunks;              // chunks.flags null: every row of `a` is in place (a plain GEMM)
   int band_m = 0;                 // tile order (async_input_scheduler.cuh); 0 picks the default
   // Lets the kernel split its last round of tiles along K (tail_split.h): tail_split_workspace_bytes(
@@ -37,6 +47,7 @@ struct AgGemmArgs {
   void* split_workspace = nullptr;
   int split_sms = 0;
   int max_splits = 0;  // 0: kMaxTailSplits, or ASYNCTP_FUSED_MAX_SPLITS where set (1: no split)
+  ReduceScatterTiles rs;  // rs.rank >= 0: the partial product of a reduce-scatter (tiles kRsTileN wide)
   WaitContext split_wait{};
 };
 

@@ -66,11 +66,19 @@ struct AgGemmKernel {
   using Mainloop = AsyncInputMainloop<BaseMainloop>;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
-                                                      AsyncInputSchedule>;
+                                                      AsyncInputSchedule<Element>>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
 
 namespace detail {
+
+inline bool same_rs(const ReduceScatterTiles& x, const ReduceScatterTiles& y) {
+  return x.rank == y.rank && x.world == y.world && x.rows_per_rank == y.rows_per_rank &&
+         x.rows_per_piece == y.rows_per_piece && x.tiles_n == y.tiles_n && x.staging == y.staging &&
+         x.staged == y.staged && x.inbox == y.inbox && x.arrived == y.arrived && x.epoch == y.epoch &&
+         x.flag_stride == y.flag_stride && x.pad_index == y.pad_index && x.wait.fault == y.wait.fault &&
+         x.wait.timeout_ns == y.wait.timeout_ns && x.wait.rank == y.wait.rank;
+}
 
 // Whether two launches would build the same kernel parameters (the device is fixed per process).
 inline bool same_launch(const AgGemmArgs& x, const AgGemmArgs& y) {
@@ -82,7 +90,8 @@ inline bool same_launch(const AgGemmArgs& x, const AgGemmArgs& y) {
          p.pad_index == q.pad_index && p.wait.fault == q.wait.fault && p.wait.timeout_ns == q.wait.timeout_ns &&
          p.wait.rank == q.wait.rank && x.split_workspace == y.split_workspace && x.split_sms == y.split_sms && x.max_splits == y.max_splits &&
          x.split_wait.fault == y.split_wait.fault && x.split_wait.timeout_ns == y.split_wait.timeout_ns &&
-         x.split_wait.rank == y.split_wait.rank;
+         x.split_wait.rank == y.split_wait.rank && x.c_row0 == y.c_row0 && x.alpha == y.alpha &&
+         same_rs(x.rs, y.rs);
 }
 
 // A packed stride of CUTLASS's (MN, K, L) form for a matrix of `mn` x `k`: whichever of the first two
@@ -152,10 +161,13 @@ typename AgGemmKernel<Element, LayoutB, kTileN>::Gemm::Arguments cutlass_argumen
   }
   ml.chunks = a.chunks;
 
-  args.epilogue.thread.alpha = 1.0f;
+  args.epilogue.thread.alpha = a.alpha;
   args.epilogue.thread.beta = 0.0f;
   args.epilogue.ptr_C = nullptr;
-  args.epilogue.ptr_D = static_cast<Element*>(a.c);
+  // The descriptor addresses c as rows [c_row0, ...) of a matrix as tall as the product; only those
+  // rows are ever stored through it.
+  args.epilogue.ptr_D = reinterpret_cast<Element*>(reinterpret_cast<uintptr_t>(a.c) -
+                                                   static_cast<uintptr_t>(a.c_row0 * a.N) * sizeof(Element));
   args.epilogue.dD = detail::packed_stride<typename Kernel::StrideD>(a.M, a.N);
 
   args.hw_info = detail::hardware_info<Kernel>();
@@ -167,6 +179,7 @@ typename AgGemmKernel<Element, LayoutB, kTileN>::Gemm::Arguments cutlass_argumen
   args.scheduler.workspace_sms = a.split_sms;
   args.scheduler.max_splits = a.max_splits;
   args.scheduler.wait = a.split_wait;
+  args.scheduler.rs = a.rs;
   return args;
 }
 

@@ -29,14 +29,19 @@
 #include <cutlass/kernel_hardware_info.hpp>
 #include <cutlass/pipeline/pipeline.hpp>
 
+#include "kernels/fused/reduce_scatter_tiles.h"
 #include "kernels/fused/tail_split.h"
+#include "asynctp/ops.h"
 #include "kernels/signal.cuh"
 
 namespace asynctp::kernels::fused {
 
-// Tag that selects AsyncInputTileScheduler in cutlass::gemm::kernel::GemmUniversal.
+// Tag that selects AsyncInputTileScheduler in cutlass::gemm::kernel::GemmUniversal; Element is the
+// output type (a reduce-scatter's staged partial sums are rounded to it).
+template <class Element>
 struct AsyncInputSchedule {};
 
+template <class Element>
 class AsyncInputTileScheduler {
  public:
   // The kernel refers to these names when it sizes its launch; the raster is fixed (see above).
@@ -66,6 +71,7 @@ class AsyncInputTileScheduler {
     int workspace_sms = 0;
     int max_splits = kMaxTailSplits;
     asynctp::kernels::WaitContext wait{};  // bounds the last split's wait for the others
+    ReduceScatterTiles rs{};                // rs.rank >= 0: the partial product of a reduce-scatter
   };
 
   struct Params {
@@ -82,6 +88,8 @@ class AsyncInputTileScheduler {
     uint32_t* counters = nullptr;                   // [tail tile * CTAs per cluster + CTA][consumer thread]
     float* partials = nullptr;                      // [counters' row * (splits - 1) + split][element][thread]
     asynctp::kernels::WaitContext wait{};
+    int32_t tile_m = 0;                             // rows of a CTA's tile
+    ReduceScatterTiles rs{};
   };
 
   struct WorkTileInfo {
@@ -92,6 +100,7 @@ class AsyncInputTileScheduler {
     int32_t k_begin = 0, k_count = 0;  // this unit's steps along K
     int32_t split = 0, splits = 1;     // which of the tile's splits; 1: the tile is whole
     int32_t tail_slot = 0;             // the tile's row in the workspace, where split
+    bool staged = false;               // a reduce-scatter tile of another rank's rows
     CUTLASS_HOST_DEVICE bool is_valid() const { return is_valid_tile; }
     CUTLASS_HOST_DEVICE static WorkTileInfo invalid_work_tile() { return {-1, -1, -1, false}; }
     CUTLASS_HOST_DEVICE bool is_final_split(uint32_t) const { return split + 1 == splits; }
@@ -119,6 +128,8 @@ class AsyncInputTileScheduler {
     p.k_tiles = static_cast<int32_t>(cute::ceil_div(cute::get<2>(problem_shape_mnkl), cute::get<2>(TileShape{})));
     p.whole = p.units = p.total;
     p.wait = args.wait;
+    p.tile_m = cute::get<0>(TileShape{});
+    p.rs = args.rs;
     const TailSplit split = plan_tail_split(p.total, clusters(p, hw_info), p.k_tiles, args.max_splits);
     const int64_t ctas = static_cast<int64_t>(p.cluster_m) * p.cluster_n;
     // Room for the plan's counters and partial sums (a workspace sized for fewer SMs has none).
@@ -193,8 +204,10 @@ class AsyncInputTileScheduler {
   CUTLASS_HOST_DEVICE static bool valid_warpgroup_in_work_tile(WorkTileInfo const&) { return true; }
   CUTLASS_HOST_DEVICE static bool requires_separate_reduction(Params const&) { return false; }
 
+  // Only a tile's last split stores it, and a staged reduce-scatter tile goes to the staging buffer
+  // in fixup() instead.
   CUTLASS_HOST_DEVICE static bool compute_epilogue(WorkTileInfo const& work, Params const&) {
-    return work.split + 1 == work.splits;
+    return work.split + 1 == work.splits && !work.staged;
   }
 
   // The consumer warpgroups, after a unit's mainloop: a split tile's partial sums meet in its last split.
@@ -204,11 +217,14 @@ class AsyncInputTileScheduler {
   CUTLASS_DEVICE static void fixup(Params const& params, WorkTileInfo const& work, FrgTensorC& accumulators,
                                    uint32_t mma_warpgroups, uint32_t warpgroup) {
 #if defined(__CUDA_ARCH__)
-    if (work.splits <= 1) return;
-    constexpr int kElements = decltype(cute::size(accumulators))::value;
-    static_assert(kElements * kConsumerThreads <= kMaxTileElements, "a tile's partial sums outgrow their slot");
     const uint32_t threads = mma_warpgroups * cutlass::NumThreadsPerWarpGroup;
     const uint32_t thread = warpgroup * cutlass::NumThreadsPerWarpGroup + threadIdx.x % cutlass::NumThreadsPerWarpGroup;
+    if (work.splits <= 1) {
+      reduce_scatter_fixup(params, work, accumulators, thread, threads);
+      return;
+    }
+    constexpr int kElements = decltype(cute::size(accumulators))::value;
+    static_assert(kElements * kConsumerThreads <= kMaxTileElements, "a tile's partial sums outgrow their slot");
     uint32_t* counter = params.counters + static_cast<size_t>(work.tail_slot) * kConsumerThreads + thread;
     float* slots = params.partials + static_cast<size_t>(work.tail_slot) * (work.splits - 1) * kMaxTileElements + thread;
     if (work.split + 1 < work.splits) {
@@ -226,6 +242,7 @@ class AsyncInputTileScheduler {
       for (int i = 0; i < kElements; ++i) accumulators(i) += theirs[i * threads];
     }
     *counter = 0;  // ready for the next launch, which runs after this one ends
+    reduce_scatter_fixup(params, work, accumulators, thread, threads);
 #endif
   }
 
@@ -246,6 +263,57 @@ class AsyncInputTileScheduler {
     int slots = hw_info.max_active_clusters > 0 ? hw_info.max_active_clusters : hw_info.sm_count / cluster_size;
     if (slots < 1) slots = 1;
     return p.total < slots ? p.total : slots;
+  }
+
+  // Reduce-scatter (reduce_scatter_tiles.h), once a tile's accumulators are whole: stage a peer's tile,
+  // or add every peer's staged copy of an own tile. Thread `thread` of `threads` owns words
+  // [word * threads + thread] of a tile's slot, two output elements per word.
+  template <class FrgTensorC>
+  CUTLASS_DEVICE static void reduce_scatter_fixup(Params const& params, WorkTileInfo const& work,
+                                                  FrgTensorC& accumulators, uint32_t thread, uint32_t threads) {
+#if defined(__CUDA_ARCH__)
+    ReduceScatterTiles const& rs = params.rs;
+    if (rs.rank < 0) return;
+    constexpr int kWords = decltype(cute::size(accumulators))::value / 2;
+    const int32_t row0 = work.M_idx * params.tile_m;
+    const int32_t owner = row0 / rs.rows_per_rank;
+    const int32_t tile = (row0 - owner * rs.rows_per_rank) / params.tile_m * rs.tiles_n + work.N_idx;
+    const int32_t tiles_per_rank = rs.rows_per_rank / params.tile_m * rs.tiles_n;
+    const int32_t piece = (row0 - owner * rs.rows_per_rank) / rs.rows_per_piece;
+    const size_t slot_words = static_cast<size_t>(kWords) * threads;
+    if (work.staged) {
+      uint32_t* slot = rs.staging + (static_cast<size_t>(owner) * tiles_per_rank + tile) * slot_words + thread;
+      CUTLASS_PRAGMA_UNROLL
+      for (int w = 0; w < kWords; ++w) slot[w * threads] = pack(accumulators(2 * w), accumulators(2 * w + 1));
+      // System scope: the copy engine, waiting on the count with a stream memory operation, reads it.
+      asm volatile("red.release.sys.global.add.u32 [%0], 1;" ::"l"(rs.staged + owner * kMaxChunksPerRank + piece)
+                   : "memory");
+      return;
+    }
+    const uint32_t expected = *rs.epoch;
+    for (int32_t q = 0; q < rs.world; ++q) {
+      if (q == rs.rank) continue;
+      const int32_t index = q * rs.flag_stride + piece;
+      wait_flag_sys</*kPrint=*/false>(rs.arrived + index, expected, q, rs.pad_index + index, rs.wait);
+      const uint32_t* theirs = rs.inbox + (static_cast<size_t>(q) * tiles_per_rank + tile) * slot_words + thread;
+      CUTLASS_PRAGMA_UNROLL
+      for (int w = 0; w < kWords; ++w) {
+        float lo, hi;
+        unpack(theirs[w * threads], lo, hi);
+        accumulators(2 * w) += lo;
+        accumulators(2 * w + 1) += hi;
+      }
+    }
+#endif
+  }
+
+  CUTLASS_DEVICE static uint32_t pack(float lo, float hi) {
+    return static_cast<uint32_t>(Element(lo).raw()) | (static_cast<uint32_t>(Element(hi).raw()) << 16);
+  }
+
+  CUTLASS_DEVICE static void unpack(uint32_t word, float& lo, float& hi) {
+    lo = static_cast<float>(Element::bitcast(static_cast<uint16_t>(word & 0xFFFFu)));
+    hi = static_cast<float>(Element::bitcast(static_cast<uint16_t>(word >> 16)));
   }
 
   // Bounded like every wait in asynctp; a timeout here means a split never ran, which is a bug.
@@ -298,6 +366,7 @@ class AsyncInputTileScheduler {
     w.k_count = static_cast<int32_t>(static_cast<int64_t>(split + 1) * params_.k_tiles / w.splits) - w.k_begin;
     w.tail_slot = tail_tile * params_.cluster_m * params_.cluster_n + static_cast<int32_t>(cta_m) +
                   static_cast<int32_t>(cta_n) * params_.cluster_m;
+    w.staged = params_.rs.rank >= 0 && (w.M_idx * params_.tile_m) / params_.rs.rows_per_rank != params_.rs.rank;
     return w;
   }
 
@@ -311,10 +380,10 @@ class AsyncInputTileScheduler {
 namespace cutlass::gemm::kernel::detail {
 
 // Lets GemmUniversal<..., asynctp::kernels::fused::AsyncInputSchedule> find the scheduler.
-template <class ArchTag, class TileShape, class ClusterShape, uint32_t SchedulerPipelineStageCount>
-struct TileSchedulerSelector<asynctp::kernels::fused::AsyncInputSchedule, ArchTag, TileShape, ClusterShape,
+template <class Element, class ArchTag, class TileShape, class ClusterShape, uint32_t SchedulerPipelineStageCount>
+struct TileSchedulerSelector<asynctp::kernels::fused::AsyncInputSchedule<Element>, ArchTag, TileShape, ClusterShape,
                              SchedulerPipelineStageCount> {
-  using Scheduler = asynctp::kernels::fused::AsyncInputTileScheduler;
+  using Scheduler = asynctp::kernels::fused::AsyncInputTileScheduler<Element>;
 };
 
 }  // namespace cutlass::gemm::kernel::detail

@@ -1,0 +1,126 @@
+// Fused matmul_reduce_scatter: one persistent GEMM computes the partial product destination by
+// destination (rank me+1's rows first, this rank's own last). Tiles of a peer's rows are staged in
+// this GPU's memory and counted; the copy engine pushes each piece to its destination's inbox as soon
+// as its count is complete; this rank's own tiles wait for the peers' pieces of the same rows and add
+// them in fp32 before the epilogue writes the output (docs/fused_reduce_scatter.md).
+#include <algorithm>
+
+#include "algo/bytes.h"
+#include "algo/fused.h"
+#include "algo/overlap_resources.h"
+#include "algo/pipelined.h"
+#include "comm/communicator_impl.h"
+#include "common/check.h"
+#include "kernels/fused/ag_gemm.h"
+#include "kernels/fused/tail_split.h"
+
+namespace asynctp::algo {
+
+int resolve_fused_rs_pieces(int requested, int64_t rows_per_rank) {
+  const int64_t clusters = std::max<int64_t>(1, rows_per_rank / kernels::fused::kClusterRows);
+  // A piece of at least 512 rows keeps bands of two cluster rows (B reused in L2); up to 4 pieces, so
+  // that a rank's first own tiles wait for a quarter of what the peers stage, not for all of it.
+  const int64_t pieces = requested > 0 ? requested : std::clamp<int64_t>(rows_per_rank / 512, 1, 4);
+  return static_cast<int>(std::min<int64_t>(pieces, clusters));
+}
+
+const char* fused_rs_unsupported(const ops::MatmulReduceScatterPlan& plan, const TensorRef& a, const TensorRef& b,
+                                 const TensorRef& output) {
+  if (plan.scatter_last) return "scatter_dim last";
+  if (plan.out_rows % kernels::fused::kClusterRows != 0) return "rows per rank not a multiple of 256";
+  kernels::fused::AgGemmArgs g;
+  g.dtype = plan.dtype;
+  g.M = plan.M, g.N = plan.N, g.K = plan.k_local;
+  g.a = a.data, g.b = b.data, g.c = output.data;
+  return kernels::fused::ag_gemm_unsupported(g);
+}
+
+void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScatterPlan& plan, const TensorRef& a,
+                                 const TensorRef& b, const TensorRef& output, cudaStream_t stream,
+                                 const AgreeFn& agree, int chunks_per_rank) {
+  // Every rank decides alike: the plan is agreed on, and so is the pointers' alignment (the op's
+  // signature carries it), since ranks running different protocols would wait for each other in vain.
+  if (*fused_rs_unsupported(plan, a, b, output) != '\0') {
+    pipelined_matmul_reduce_scatter(comm, plan, a, b, output, stream, agree, chunks_per_rank);
+    return;
+  }
+  agree();
+  require_one_node(comm, "matmul_reduce_scatter");
+  Communicator::Impl& m = comm.impl();
+  const int ws = m.world_size, me = m.rank;
+  const int64_t rows = plan.out_rows;
+  const float scale = plan.reduce_op == ReduceOp::kAvg ? 1.0f / static_cast<float>(ws) : 1.0f;
+
+  kernels::fused::AgGemmArgs g;
+  g.dtype = plan.dtype;
+  g.b_layout = plan.b_layout;
+  g.M = plan.M, g.N = plan.N, g.K = plan.k_local;
+  g.a = a.data, g.b = b.data, g.c = output.data;
+  g.alpha = scale;
+  attach_tail_split(comm, g, stream);
+  if (ws == 1) {  // nothing to reduce; the average of one is itself
+    kernels::fused::run_ag_gemm(g, stream);
+    return;
+  }
+
+  OverlapResources& pr = OverlapResources::of(comm, stream);
+  kernels::fused::load_ag_gemm_kernels();
+  const int64_t tiles_n = (plan.N + kernels::fused::kRsTileN - 1) / kernels::fused::kRsTileN;
+  const int64_t tile_rows = kernels::fused::kTileRows;
+  const size_t tile_bytes = kernels::fused::kRsTileBytes;
+  const size_t rank_bytes = static_cast<size_t>(rows / tile_rows * tiles_n) * tile_bytes;  // one rank's rows, staged
+  char* staging = static_cast<char*>(m.scratch_for(ws * rank_bytes));  // slot d: this rank's tiles of d's rows
+  SymmetricBuffer& inbox = pr.inbox(ws * rank_bytes, stream);         // slot q: rank q's tiles of this rank's rows
+  const int pieces = resolve_fused_rs_pieces(chunks_per_rank, rows);
+  const int64_t piece_rows = (rows / pieces + kernels::fused::kClusterRows - 1) / kernels::fused::kClusterRows *
+                             kernels::fused::kClusterRows;
+  const int used_pieces = static_cast<int>((rows + piece_rows - 1) / piece_rows);
+
+  pr.begin_call();
+  // Pushes go into the peers' inboxes, so each peer must be done with the last call first: outside
+  // graph capture only the pushes wait for that (docs/fused.md), under capture the whole call.
+  const bool pushes_wait = pr.host_knows_epoch(stream);
+  pr.begin_epoch(stream, /*wait_done=*/!pushes_wait);
+  pr.reset_staged(stream);
+  Fanout fan(pr, stream);
+
+  // Each piece of each peer's rows, once the kernel has staged all its tiles, to that peer's inbox;
+  // rank me+1 first, as the kernel computes them.
+  for (int i = 1; i < ws; ++i) {
+    const int d = (me + i) % ws;
+    cudaStream_t push = fan.use(pr.peer_stream(d));
+    if (pushes_wait) pr.wait_previous_done_without_sm(push);
+    for (int j = 0; j < used_pieces; ++j) {
+      const int64_t r0 = j * piece_rows, r1 = std::min<int64_t>(rows, r0 + piece_rows);
+      const int64_t tile0 = r0 / tile_rows * tiles_n, tiles = (r1 - r0) / tile_rows * tiles_n;
+      pr.wait_staged(push, d, j, static_cast<uint32_t>(tiles * kernels::fused::kConsumerThreads));
+      const size_t offset = static_cast<size_t>(tile0) * tile_bytes;
+      ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(bytes(inbox.peer(d)) + me * rank_bytes + offset,
+                                         staging + d * rank_bytes + offset, static_cast<size_t>(tiles) * tile_bytes,
+                                         cudaMemcpyDeviceToDevice, push));
+      pr.signal(push, d, pr.arrived_flag(me, j));
+    }
+  }
+
+  kernels::fused::ReduceScatterTiles& rs = g.rs;
+  rs.rank = me;
+  rs.world = ws;
+  rs.rows_per_rank = static_cast<int32_t>(rows);
+  rs.rows_per_piece = static_cast<int32_t>(piece_rows);
+  rs.tiles_n = static_cast<int32_t>(tiles_n);
+  rs.staging = reinterpret_cast<uint32_t*>(staging);
+  rs.staged = pr.staged();
+  rs.inbox = reinterpret_cast<const uint32_t*>(inbox.local());
+  rs.arrived = pr.pad() + pr.arrived_flag(0, 0);
+  rs.epoch = pr.epoch();
+  rs.flag_stride = kMaxChunksPerRank;
+  rs.pad_index = pr.arrived_flag(0, 0);
+  rs.wait = pr.wait_context();
+  g.c_row0 = me * rows;
+  kernels::fused::run_ag_gemm(g, stream);
+  fan.join();
+  // This rank no longer reads its inbox, and its staging may be overwritten: peers may push again.
+  for (int i = 1; i < ws; ++i) pr.signal(stream, (me + i) % ws, OverlapResources::done_flag(me));
+}
+
+}  // namespace asynctp::algo
