@@ -21,7 +21,7 @@ class Communicator;
 enum class Algorithm {
   kSequential,  // NCCL collective, then cuBLASLt: the baseline; any topology
   kPipelined,   // copy-engine chunks and per-chunk GEMMs on several streams; one node (NVLink/P2P) only
-  kFused,       // one persistent CUTLASS Hopper GEMM fed by per-chunk flags; all_gather_matmul only so far
+  kFused,       // one persistent CUTLASS Hopper GEMM that waits on per-piece flags (docs/fused*.md)
   kAuto,        // chosen per shape from measured tuning (not built yet)
 };
 
@@ -46,8 +46,9 @@ struct OpOptions {
   // kMaxChunksPerRank). More pieces start the first GEMM sooner but make every GEMM smaller. 0 picks
   // the default: 2 for all_gather_matmul with gather_dim last (where the first piece cannot overlap
   // anything) and for a two-rank matmul_reduce_scatter that sums in its GEMM (docs/pipelined.md), else
-  // 1. kFused: how many pieces each rank's shard is pushed in, each with its own flag (0: 1, the
-  // fastest at the seed shapes, docs/fused.md). kSequential ignores it.
+  // 1. kFused: how many pieces each rank's shard (all_gather_matmul; 0: 1, the fastest at the seed
+  // shapes, docs/fused.md) or each rank's rows of the partial product (matmul_reduce_scatter; 0: one
+  // per 512 rows, 1 to 4) are pushed in, each with its own flag. kSequential ignores it.
   int chunks_per_rank = 0;
 };
 
@@ -55,6 +56,9 @@ constexpr int kMaxChunksPerRank = 16;
 
 // kFused, all_gather_matmul: gather_dim 0 runs one persistent GEMM per B that multiplies the gathered
 // rows as they arrive (docs/fused.md); gather_dim last runs kPipelined. One node only, like kPipelined.
+// kFused, matmul_reduce_scatter: scatter_dim 0 with rows per rank a multiple of 256 runs one persistent
+// GEMM that reduces the peers' tiles of this rank's rows before its epilogue, in fp32 and in a fixed
+// order (docs/fused_reduce_scatter.md); other cases run kPipelined.
 //
 // kPipelined, all_gather_matmul: where a_shard lies inside a SymmetricBuffer of this communicator (at
 // the same offset on every rank), peers read it there; otherwise it is first copied into the

@@ -84,24 +84,8 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
   pr.reset_staged(stream);
   Fanout fan(pr, stream);
 
-  // Each piece of each peer's rows, once the kernel has staged all its tiles, to that peer's inbox;
-  // rank me+1 first, as the kernel computes them.
-  for (int i = 1; i < ws; ++i) {
-    const int d = (me + i) % ws;
-    cudaStream_t push = fan.use(pr.peer_stream(d));
-    if (pushes_wait) pr.wait_previous_done_without_sm(push);
-    for (int j = 0; j < used_pieces; ++j) {
-      const int64_t r0 = j * piece_rows, r1 = std::min<int64_t>(rows, r0 + piece_rows);
-      const int64_t tile0 = r0 / tile_rows * tiles_n, tiles = (r1 - r0) / tile_rows * tiles_n;
-      pr.wait_staged(push, d, j, static_cast<uint32_t>(tiles * kernels::fused::kConsumerThreads));
-      const size_t offset = static_cast<size_t>(tile0) * tile_bytes;
-      ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(bytes(inbox.peer(d)) + me * rank_bytes + offset,
-                                         staging + d * rank_bytes + offset, static_cast<size_t>(tiles) * tile_bytes,
-                                         cudaMemcpyDeviceToDevice, push));
-      pr.signal(push, d, pr.arrived_flag(me, j));
-    }
-  }
-
+  // The kernel first: the pushes below wait for what it stages, and enqueuing them (a dozen API calls)
+  // would otherwise delay its start. The side streams follow the fork recorded above, not the kernel.
   kernels::fused::ReduceScatterTiles& rs = g.rs;
   rs.rank = me;
   rs.world = ws;
@@ -118,6 +102,25 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
   rs.wait = pr.wait_context();
   g.c_row0 = me * rows;
   kernels::fused::run_ag_gemm(g, stream);
+
+  // Each piece of each peer's rows, once the kernel has staged all its tiles, to that peer's inbox;
+  // rank me+1 first, as the kernel computes them.
+  for (int i = 1; i < ws; ++i) {
+    const int d = (me + i) % ws;
+    cudaStream_t push = fan.use(pr.peer_stream(d));
+    if (pushes_wait) pr.wait_previous_done_without_sm(push);
+    for (int j = 0; j < used_pieces; ++j) {
+      const int64_t r0 = j * piece_rows, r1 = std::min<int64_t>(rows, r0 + piece_rows);
+      const int64_t tile0 = r0 / tile_rows * tiles_n, tiles = (r1 - r0) / tile_rows * tiles_n;
+      pr.wait_staged(push, d, j, static_cast<uint32_t>(tiles) * kernels::fused::kStagedCountPerTile);
+      const size_t offset = static_cast<size_t>(tile0) * tile_bytes;
+      ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(bytes(inbox.peer(d)) + me * rank_bytes + offset,
+                                         staging + d * rank_bytes + offset, static_cast<size_t>(tiles) * tile_bytes,
+                                         cudaMemcpyDeviceToDevice, push));
+      pr.signal(push, d, pr.arrived_flag(me, j));
+    }
+  }
+
   fan.join();
   // This rank no longer reads its inbox, and its staging may be overwritten: peers may push again.
   for (int i = 1; i < ws; ++i) pr.signal(stream, (me + i) % ws, OverlapResources::done_flag(me));

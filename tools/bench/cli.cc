@@ -37,8 +37,9 @@ const char* const kUsage =
     "Each shape's algorithms are checked first; then the correct ones and the baselines (GEMM alone,\n"
     "communication alone) are timed in rounds, one call of each per round, so that drift of clocks or\n"
     "temperature falls on all alike.\n"
-    "Overlap efficiency = max(GEMM alone, communication alone) / time. With fused in --algorithms, ag\n"
-    "also times the fused kernel as a plain GEMM (every chunk in place) beside cuBLAS. fused runs\n"
+    "Overlap efficiency = max(GEMM alone, communication alone) / time. With fused in --algorithms, the\n"
+    "fused kernel is also timed as a plain GEMM beside cuBLAS (ag: every chunk in place; rs: the\n"
+    "partial GEMM with the reduce-scatter's 256-wide tiles, nothing staged or reduced). fused runs\n"
     "gather-dim last, scatter-dim last, and rs with rows per rank not a multiple of 256 through\n"
     "pipelined.\n";
 

@@ -133,7 +133,12 @@ void run_ag_gemm(const AgGemmArgs& args, cudaStream_t stream) {
   if (a.band_m <= 0) a.band_m = band_m_for(a);
   static const int max_splits = detail::env_positive_int("ASYNCTP_FUSED_MAX_SPLITS", kMaxTailSplits);
   if (a.max_splits <= 0) a.max_splits = max_splits;
-  launch_dispatch</*kLoad=*/false>(a, a.rs.rank >= 0 ? static_cast<int>(kRsTileN) : tile_n_for(a), stream);
+  ASYNCTP_CHECK(a.tile_n == 0 || a.tile_n == 192 || a.tile_n == 256, "fused GEMM: tile_n is ", a.tile_n,
+                "; expected 0, 192 or 256");
+  ASYNCTP_CHECK(a.rs.rank < 0 || a.tile_n == 0 || a.tile_n == kRsTileN, "fused reduce-scatter: tile_n must be ",
+                kRsTileN);
+  const int tile_n = a.tile_n != 0 ? a.tile_n : a.rs.rank >= 0 ? static_cast<int>(kRsTileN) : tile_n_for(a);
+  launch_dispatch</*kLoad=*/false>(a, tile_n, stream);
 }
 
 }  // namespace asynctp::kernels::fused

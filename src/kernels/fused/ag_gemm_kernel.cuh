@@ -85,7 +85,7 @@ inline bool same_launch(const AgGemmArgs& x, const AgGemmArgs& y) {
   const ChunkFlags &p = x.chunks, &q = y.chunks;
   return x.dtype == y.dtype && x.b_layout == y.b_layout && x.M == y.M && x.N == y.N && x.K == y.K && x.a == y.a &&
          x.a_local == y.a_local && x.local_begin == y.local_begin && x.local_end == y.local_end && x.b == y.b &&
-         x.c == y.c && x.band_m == y.band_m && p.flags == q.flags && p.epoch == q.epoch &&
+         x.c == y.c && x.band_m == y.band_m && x.tile_n == y.tile_n && p.flags == q.flags && p.epoch == q.epoch &&
          p.flag_stride == q.flag_stride && p.rows_per_rank == q.rows_per_rank && p.rows_per_piece == q.rows_per_piece &&
          p.pad_index == q.pad_index && p.wait.fault == q.wait.fault && p.wait.timeout_ns == q.wait.timeout_ns &&
          p.wait.rank == q.wait.rank && x.split_workspace == y.split_workspace && x.split_sms == y.split_sms && x.max_splits == y.max_splits &&
@@ -174,6 +174,13 @@ typename AgGemmKernel<Element, LayoutB, kTileN>::Gemm::Arguments cutlass_argumen
   // Start at the first cluster row that begins inside the local rows (a row that straddles into the
   // previous rank's rows would wait for the last chunk to arrive).
   args.scheduler.first_m_cluster = static_cast<int>((a.local_begin + kClusterRows - 1) / kClusterRows);
+  if (a.rs.rank >= 0) {
+    // A reduce-scatter starts at rank+1's rows and ends with its own: every tile it stages comes before
+    // every tile that waits for a peer, on every rank, which is what keeps the ranks from waiting on
+    // each other in a circle (docs/fused_reduce_scatter.md).
+    const int64_t next = (a.rs.rank + 1) % a.rs.world;
+    args.scheduler.first_m_cluster = static_cast<int>(next * a.rs.rows_per_rank / kClusterRows);
+  }
   args.scheduler.band_m = a.band_m > 0 ? a.band_m : 1;
   args.scheduler.workspace = a.split_workspace;
   args.scheduler.workspace_sms = a.split_sms;

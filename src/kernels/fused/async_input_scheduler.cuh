@@ -266,8 +266,8 @@ class AsyncInputTileScheduler {
   }
 
   // Reduce-scatter (reduce_scatter_tiles.h), once a tile's accumulators are whole: stage a peer's tile,
-  // or add every peer's staged copy of an own tile. Thread `thread` of `threads` owns words
-  // [word * threads + thread] of a tile's slot, two output elements per word.
+  // or add every peer's staged copy of an own tile. Thread `thread` of `threads` owns the 16-byte
+  // groups [group * threads + thread] of a tile's slot, eight output elements per group.
   template <class FrgTensorC>
   CUTLASS_DEVICE static void reduce_scatter_fixup(Params const& params, WorkTileInfo const& work,
                                                   FrgTensorC& accumulators, uint32_t thread, uint32_t threads) {
@@ -281,13 +281,22 @@ class AsyncInputTileScheduler {
     const int32_t tiles_per_rank = rs.rows_per_rank / params.tile_m * rs.tiles_n;
     const int32_t piece = (row0 - owner * rs.rows_per_rank) / rs.rows_per_piece;
     const size_t slot_words = static_cast<size_t>(kWords) * threads;
+    static_assert(kWords % 4 == 0, "a thread's words go in 16-byte groups");
     if (work.staged) {
-      uint32_t* slot = rs.staging + (static_cast<size_t>(owner) * tiles_per_rank + tile) * slot_words + thread;
+      uint4* slot = reinterpret_cast<uint4*>(rs.staging + (static_cast<size_t>(owner) * tiles_per_rank + tile) * slot_words) + thread;
       CUTLASS_PRAGMA_UNROLL
-      for (int w = 0; w < kWords; ++w) slot[w * threads] = pack(accumulators(2 * w), accumulators(2 * w + 1));
-      // System scope: the copy engine, waiting on the count with a stream memory operation, reads it.
-      asm volatile("red.release.sys.global.add.u32 [%0], 1;" ::"l"(rs.staged + owner * kMaxChunksPerRank + piece)
-                   : "memory");
+      for (int g = 0; g < kWords / 4; ++g) {
+        const int e = 8 * g;
+        slot[g * threads] = make_uint4(pack(accumulators(e), accumulators(e + 1)), pack(accumulators(e + 2), accumulators(e + 3)),
+                                       pack(accumulators(e + 4), accumulators(e + 5)), pack(accumulators(e + 6), accumulators(e + 7)));
+      }
+      // One count per warp (kStagedCountPerTile per tile): __syncwarp orders the lanes' stores before
+      // lane 0's release, which the copy engine's wait (a stream memory operation on this GPU) then sees.
+      __syncwarp();
+      if (threadIdx.x % 32 == 0) {
+        asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(rs.staged + owner * kMaxChunksPerRank + piece)
+                     : "memory");
+      }
       return;
     }
     const uint32_t expected = *rs.epoch;
@@ -295,13 +304,18 @@ class AsyncInputTileScheduler {
       if (q == rs.rank) continue;
       const int32_t index = q * rs.flag_stride + piece;
       wait_flag_sys</*kPrint=*/false>(rs.arrived + index, expected, q, rs.pad_index + index, rs.wait);
-      const uint32_t* theirs = rs.inbox + (static_cast<size_t>(q) * tiles_per_rank + tile) * slot_words + thread;
+      const uint4* theirs = reinterpret_cast<const uint4*>(rs.inbox + (static_cast<size_t>(q) * tiles_per_rank + tile) * slot_words) + thread;
       CUTLASS_PRAGMA_UNROLL
-      for (int w = 0; w < kWords; ++w) {
-        float lo, hi;
-        unpack(theirs[w * threads], lo, hi);
-        accumulators(2 * w) += lo;
-        accumulators(2 * w + 1) += hi;
+      for (int g = 0; g < kWords / 4; ++g) {
+        const uint4 v = theirs[g * threads];
+        const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+        CUTLASS_PRAGMA_UNROLL
+        for (int k = 0; k < 4; ++k) {
+          float lo, hi;
+          unpack(words[k], lo, hi);
+          accumulators(8 * g + 2 * k) += lo;
+          accumulators(8 * g + 2 * k + 1) += hi;
+        }
       }
     }
 #endif

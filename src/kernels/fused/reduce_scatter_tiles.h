@@ -3,8 +3,9 @@
 //
 // Rows [d*m, (d+1)*m) of the product belong to rank d. A tile of another rank's rows is "staged": its
 // consumer threads store their fp32 accumulators, rounded to the output type, to this rank's staging
-// buffer, each thread its own words (so a tile is [word][thread], written and read whole by the copy
-// engine without any layout of its own), and count them into staged(d, piece); no epilogue runs for it.
+// buffer, each thread its own 16-byte groups (so a tile is [group][thread], written and read whole by
+// the copy engine without any layout of its own), and each warp counts into staged(d, piece); no
+// epilogue runs for it.
 // A tile of this rank's own rows waits until every peer's copy of that tile has arrived in this rank's
 // inbox, adds them to its accumulators in fp32 in rank order, and runs the epilogue into the output.
 #pragma once
@@ -15,6 +16,9 @@
 
 namespace asynctp::kernels::fused {
 
+// What a staged tile adds to its piece's count: one per consumer warp.
+constexpr uint32_t kStagedCountPerTile = 8;
+
 struct ReduceScatterTiles {
   int32_t rank = -1;  // -1: an ordinary GEMM
   int32_t world = 1;
@@ -22,7 +26,7 @@ struct ReduceScatterTiles {
   int32_t rows_per_piece = 0;  // a multiple of the tile's rows; pieces are what the copy engine moves
   int32_t tiles_n = 0;         // tiles along N
   uint32_t* staging = nullptr;           // [rank d][tile of d's rows][word][thread]
-  uint32_t* staged = nullptr;            // [rank d * kMaxChunksPerRank + piece]: += 1 per thread per tile
+  uint32_t* staged = nullptr;            // [rank d * kMaxChunksPerRank + piece]: += kStagedCountPerTile per tile
   const uint32_t* inbox = nullptr;       // [rank q][tile of this rank's rows][word][thread]
   const uint32_t* arrived = nullptr;     // arrived(q, piece) at arrived[q * flag_stride + piece]
   const uint32_t* epoch = nullptr;       // arrived when >= *epoch
