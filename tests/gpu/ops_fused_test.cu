@@ -119,7 +119,10 @@ int reduce_scatter_cases(RankContext& ctx) {
   for (int chunks : {1, 2, 3, kMaxChunksPerRank}) {
     run_rs_case(*comm, RsCase{1024 * ws, 264, 136 * ws, false, chunks % 2 == 0, ReduceOp::kSum, DType::kBF16, false},
                 st.s, fp32, with(Algorithm::kFused, chunks));
-    ++n;
+    // 5 cluster rows per rank in pieces of 3 and 2: bands of one cluster row (reduce_scatter_band_m).
+    run_rs_case(*comm, RsCase{1280 * ws, 520, 64 * ws, false, true, ReduceOp::kAvg, DType::kFP16, false}, st.s, fp32,
+                with(Algorithm::kFused, chunks));
+    n += 2;
   }
   for (bool last : {false, true}) {  // pipelined underneath
     run_rs_case(*comm, RsCase{130 * ws, 200, 72 * ws, last, false, ReduceOp::kSum, DType::kBF16, false}, st.s, fp32,

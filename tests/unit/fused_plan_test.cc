@@ -4,6 +4,7 @@
 #include "algo/fused.h"
 #include "kernels/fused/ag_gemm.h"
 #include "kernels/fused/tail_split.h"
+#include "kernels/fused/tile_order.h"
 
 namespace asynctp {
 namespace {
@@ -96,6 +97,28 @@ TEST(FusedPlan, ReduceScatterPiecesPerRank) {
   EXPECT_EQ(algo::resolve_fused_rs_pieces(3, 8192), 3);
   EXPECT_EQ(algo::resolve_fused_rs_pieces(16, 1024), 4);
   EXPECT_EQ(algo::resolve_fused_rs_pieces(2, 256), 1);
+}
+
+TEST(FusedPlan, ReduceScatterBandsNeverSpanTwoRanksOrPieces) {
+  using kernels::fused::reduce_scatter_band_m;
+  EXPECT_EQ(reduce_scatter_band_m(2048, 512), 2);
+  EXPECT_EQ(reduce_scatter_band_m(8192, 2048), 8);
+  EXPECT_EQ(reduce_scatter_band_m(4096, 4096), 8);
+  // 1280 rows in pieces of 768 (5 and 3 cluster rows): a band of 3 would hold the last piece's two
+  // rows and the next rank's first.
+  EXPECT_EQ(reduce_scatter_band_m(1280, 768), 1);
+  EXPECT_EQ(reduce_scatter_band_m(1536, 1536), 6);
+  EXPECT_EQ(reduce_scatter_band_m(256 * 14, 256 * 14), 7);
+  for (int64_t rank = 1; rank <= 40; ++rank) {
+    for (int pieces = 1; pieces <= 4; ++pieces) {
+      const int64_t piece = (rank + pieces - 1) / pieces;
+      const int band = reduce_scatter_band_m(rank * 256, piece * 256);
+      EXPECT_EQ(rank % band, 0);
+      EXPECT_EQ(piece % band, 0);
+      EXPECT_EQ((rank % piece) % band, 0);  // the last, shorter piece too
+      EXPECT_LE(band, 8);
+    }
+  }
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "common/env.h"
 #include "kernels/fused/ag_gemm_instances.h"
 #include "kernels/fused/tail_split.h"
+#include "kernels/fused/tile_order.h"
 
 namespace asynctp::kernels::fused {
 namespace {
@@ -20,16 +21,16 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 
 // Cluster rows the scheduler walks down before moving along N: deeper bands reuse B in L2 (a plain
 // GEMM gains up to 5% at the large seed shapes with 8), but a band that spans several pieces makes
-// its first tiles wait for the band's last piece (or, in a reduce-scatter, finishes no piece until it
-// ends), so a band stays within one piece.
+// its first tiles wait for the band's last piece, so a band stays within one piece. (A reduce-scatter's
+// bands are a matter of correctness: reduce_scatter_band_m.)
 // ASYNCTP_FUSED_BAND_M overrides it for measurement (docs/fused.md has the sweep).
 int band_m_for(const AgGemmArgs& a) {
+  if (a.rs.rank >= 0) return reduce_scatter_band_m(a.rs.rows_per_rank, a.rs.rows_per_piece);
   static const int forced = detail::env_positive_int("ASYNCTP_FUSED_BAND_M", 0);
   if (forced > 0) return forced;
   constexpr int kDeepest = 8;
-  const int64_t rows_per_piece = a.rs.rank >= 0 ? a.rs.rows_per_piece : a.chunks.rows_per_piece;
-  if (a.chunks.flags == nullptr && a.rs.rank < 0) return kDeepest;
-  const int64_t piece_cluster_rows = rows_per_piece / kClusterRows;
+  if (a.chunks.flags == nullptr) return kDeepest;
+  const int64_t piece_cluster_rows = a.chunks.rows_per_piece / kClusterRows;
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kDeepest, piece_cluster_rows)));
 }
 
@@ -81,6 +82,15 @@ void launch_dispatch(const AgGemmArgs& a, int tile_n, cudaStream_t stream) {
 }
 
 }  // namespace
+
+int reduce_scatter_band_m(int64_t rows_per_rank, int64_t rows_per_piece) {
+  int64_t a = rows_per_rank / kClusterRows, b = rows_per_piece / kClusterRows;
+  while (b != 0) a %= b, std::swap(a, b);  // a = gcd
+  for (int64_t band = std::min<int64_t>(8, a); band > 1; --band) {
+    if (a % band == 0) return static_cast<int>(band);
+  }
+  return 1;
+}
 
 int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits) {
   // A tile's time grows with its width, and the kernel takes as many rounds as its busiest cluster
