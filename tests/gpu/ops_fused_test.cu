@@ -188,5 +188,12 @@ TEST(FusedOps, APeerThatNeverComesEndsWithTheTimeoutReport) {
   RUN_RANKS(2, [](RankContext& ctx) { return absent_peer_times_out(ctx, with(Algorithm::kFused)); });
 }
 
+TEST(FusedOps, ReduceScatterWithAPeerThatNeverComesEndsWithTheTimeoutReport) {
+  REQUIRE_GPUS(2);
+  RUN_RANKS(2, [](RankContext& ctx) {
+    return absent_peer_times_out(ctx, with(Algorithm::kFused), /*reduce_scatter=*/true);
+  });
+}
+
 }  // namespace
 }  // namespace asynctp

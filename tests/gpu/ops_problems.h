@@ -166,22 +166,32 @@ inline int graph_replays(RankContext& ctx, const OpOptions& ag_options, const Op
   return 0;
 }
 
-// Rank 0 calls all_gather_matmul a second time and rank 1 never does: rank 0's wait must end with the
-// timeout report (1.5 s) naming rank 1, and nothing may hang.
-inline int absent_peer_times_out(RankContext& ctx, const OpOptions& ag_options) {
+// Rank 0 calls the op (all_gather_matmul, or matmul_reduce_scatter where `reduce_scatter`) a second
+// time and rank 1 never does: rank 0's wait must end with the timeout report (1.5 s) naming rank 1,
+// and nothing may hang.
+inline int absent_peer_times_out(RankContext& ctx, const OpOptions& options, bool reduce_scatter = false) {
   auto comm = make_comm(ctx, /*timeout_ms=*/1500);
   Stream st;
   reference::Fp32Gemm fp32;
   AgProblem p(ctx.world_size, 128, 256, 256, st.s);
-  Buf a(p.m * p.K * 2), out(p.M * p.N * 2);
+  RsProblem q(ctx.world_size, ctx.rank, 256 * ctx.world_size, 256, 256 * ctx.world_size, st.s);
+  Buf a(p.m * p.K * 2), out(p.M * p.N * 2), rs_a(q.M * q.kl * 2), rs_out(q.rows * q.N * 2);
   p.make(7, ctx.rank, a.p, p.ref.f(), fp32, st.s);
-  all_gather_matmul(*comm, p.a_ref(a.p), {p.b_ref()}, 0, {p.out_ref(out.p)}, TensorRef{}, st.s, ag_options);
+  q.make(7, ctx.rank, rs_a.p, q.ref.f(), fp32, st.s);
+  auto call = [&](const OpOptions& o) {
+    if (reduce_scatter) {
+      matmul_reduce_scatter(*comm, q.a_ref(rs_a.p), q.b_ref(), 0, ReduceOp::kSum, q.out_ref(rs_out.p), st.s, o);
+    } else {
+      all_gather_matmul(*comm, p.a_ref(a.p), {p.b_ref()}, 0, {p.out_ref(out.p)}, TensorRef{}, st.s, o);
+    }
+  };
+  call(options);
   comm->synchronize(st.s);  // both ranks made the first call together
   if (ctx.rank == 0) {
-    OpOptions o = ag_options;
+    OpOptions o = options;
     o.check_across_ranks = false;  // the host check would name the absent rank first; test the GPU's wait
     const auto t0 = std::chrono::steady_clock::now();
-    all_gather_matmul(*comm, p.a_ref(a.p), {p.b_ref()}, 0, {p.out_ref(out.p)}, TensorRef{}, st.s, o);
+    call(o);
     std::string message;
     try {
       comm->synchronize(st.s);
