@@ -38,8 +38,8 @@ const char* fused_rs_unsupported(const ops::MatmulReduceScatterPlan& plan, const
 void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScatterPlan& plan, const TensorRef& a,
                                  const TensorRef& b, const TensorRef& output, cudaStream_t stream,
                                  const AgreeFn& agree, int chunks_per_rank) {
-  // Every rank decides alike: the plan is agreed on, and so is the pointers' alignment (the op's
-  // signature carries it), since ranks running different protocols would wait for each other in vain.
+  // Every rank decides alike (ranks running different protocols would wait for each other in vain):
+  // the plan is agreed on, and the plan refuses pointers off 16-byte boundaries on every rank.
   if (*fused_rs_unsupported(plan, a, b, output) != '\0') {
     pipelined_matmul_reduce_scatter(comm, plan, a, b, output, stream, agree, chunks_per_rank);
     return;

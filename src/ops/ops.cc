@@ -77,15 +77,8 @@ void all_gather_matmul(Communicator& comm, const TensorRef& a_shard, const std::
 void matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const TensorRef& b, int scatter_dim,
                            ReduceOp reduce_op, const TensorRef& output, cudaStream_t stream, const OpOptions& options) {
   const char* op = "matmul_reduce_scatter";
-  ops::Signature signature = ops::signature_of(op, a, {b}, scatter_dim, options, static_cast<int64_t>(reduce_op));
-  if (options.algorithm == Algorithm::kFused) {
-    // Whether the fused kernel runs or pipelined does depends on the pointers' alignment too; every
-    // rank must run the same protocol.
-    auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
-    signature.add("a, b and output on 16-byte boundaries", aligned(a.data) && aligned(b.data) && aligned(output.data));
-  }
   const auto [plan, agree] = plan_and_agree<ops::MatmulReduceScatterPlan>(
-      comm, op, std::move(signature), options, stream,
+      comm, op, ops::signature_of(op, a, {b}, scatter_dim, options, static_cast<int64_t>(reduce_op)), options, stream,
       [&] {
         return ops::plan_matmul_reduce_scatter(comm.world_size(), a, b, scatter_dim, reduce_op, output, options);
       });

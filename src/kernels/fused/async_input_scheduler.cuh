@@ -235,7 +235,9 @@ class AsyncInputTileScheduler {
       return;
     }
     const uint32_t others = static_cast<uint32_t>(work.splits - 1);
-    if (ld_acquire_gpu(counter) != others) wait_for_splits(params, counter, others, work.tail_slot);
+    // Bounded like every wait in asynctp; a timeout here means a split never ran, which is a bug.
+    wait_flag_sys</*kPrint=*/false>(counter, others, params.wait.rank, work.tail_slot, params.wait,
+                                    asynctp::detail::FaultSite::kSplitReduction);
     for (int j = 0; j < work.splits - 1; ++j) {
       const float* theirs = slots + static_cast<size_t>(j) * kMaxTileElements;
       CUTLASS_PRAGMA_UNROLL
@@ -328,24 +330,6 @@ class AsyncInputTileScheduler {
   CUTLASS_DEVICE static void unpack(uint32_t word, float& lo, float& hi) {
     lo = static_cast<float>(Element::bitcast(static_cast<uint16_t>(word & 0xFFFFu)));
     hi = static_cast<float>(Element::bitcast(static_cast<uint16_t>(word >> 16)));
-  }
-
-  // Bounded like every wait in asynctp; a timeout here means a split never ran, which is a bug.
-  CUTLASS_DEVICE static void wait_for_splits(Params const& params, const uint32_t* counter, uint32_t others,
-                                             int32_t slot) {
-    const uint64_t start = global_timer_ns();
-    for (uint32_t spin = 1;; ++spin) {
-      const uint32_t seen = ld_acquire_gpu(counter);
-      if (seen == others) return;
-      if ((spin & 255u) == 0u) {
-        const uint64_t waited = global_timer_ns() - start;
-        if (waited > params.wait.timeout_ns) {
-          record_timeout(params.wait, asynctp::detail::FaultSite::kSplitReduction, params.wait.rank, slot, others,
-                         seen, waited);
-          __trap();
-        }
-      }
-    }
   }
 
   // Work unit u: a whole cluster tile, or one split of a tail tile (tail tile u % tail, split u / tail,

@@ -12,12 +12,13 @@
 
 #include <cstdint>
 
+#include "kernels/fused/tail_split.h"
 #include "kernels/wait_context.h"
 
 namespace asynctp::kernels::fused {
 
 // What a staged tile adds to its piece's count: one per consumer warp.
-constexpr uint32_t kStagedCountPerTile = 8;
+constexpr uint32_t kStagedCountPerTile = static_cast<uint32_t>(kConsumerThreads / 32);
 
 struct ReduceScatterTiles {
   int32_t rank = -1;  // -1: an ordinary GEMM
