@@ -4,8 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <sstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "asynctp/asynctp.h"
 
@@ -56,6 +59,44 @@ inline LaunchOptions test_launch_options() {
     const ::asynctp::LaunchResult r_ =                                                         \
         ::asynctp::launch((n), (__VA_ARGS__), ::asynctp::testing::test_launch_options());            \
     ASSERT_TRUE(r_.ok) << r_.message;                                                          \
+  } while (0)
+
+// The world sizes a multi-rank test runs at: 2 and, where more GPUs are visible, all of them (so the
+// 8-GPU machine runs each such test on 2 and on 8 ranks). ASYNCTP_TEST_WORLD_SIZES (e.g. "2,4,8")
+// replaces the list; a size above the GPUs visible is skipped by RUN_EVERY_WORLD_SIZE, saying so.
+inline std::vector<int> multi_rank_world_sizes() {
+  std::vector<int> sizes;
+  if (const char* env = std::getenv("ASYNCTP_TEST_WORLD_SIZES")) {
+    std::stringstream list(env);
+    std::string item;
+    while (std::getline(list, item, ',')) {
+      const int n = std::atoi(item.c_str());
+      if (n < 2) throw std::invalid_argument("ASYNCTP_TEST_WORLD_SIZES: '" + item + "' is not a world size >= 2");
+      sizes.push_back(n);
+    }
+    return sizes;
+  }
+  std::string why;
+  const int have = visible_gpus(&why);
+  sizes.push_back(2);
+  if (have > 2) sizes.push_back(have);
+  return sizes;
+}
+
+// RUN_RANKS at each of multi_rank_world_sizes(); the first failure names its world size.
+#define RUN_EVERY_WORLD_SIZE(...)                                                              \
+  do {                                                                                         \
+    REQUIRE_GPUS(2);                                                                           \
+    std::string why_;                                                                          \
+    const int have_ = ::asynctp::testing::visible_gpus(&why_);                                 \
+    for (const int ws_ : ::asynctp::testing::multi_rank_world_sizes()) {                       \
+      if (ws_ > have_) {                                                                       \
+        std::printf("world size %d not run: %d GPU(s) visible\n", ws_, have_);                 \
+        continue;                                                                              \
+      }                                                                                        \
+      SCOPED_TRACE(::testing::Message() << "world size " << ws_);                              \
+      RUN_RANKS(ws_, __VA_ARGS__);                                                             \
+    }                                                                                          \
   } while (0)
 
 inline std::unique_ptr<Communicator> make_comm(const RankContext& ctx, int timeout_ms = 0) {

@@ -1,9 +1,10 @@
-// The fused algorithm against the reference. all_gather_matmul: every option combination on 1 and 2
-// ranks, shard rows that do and do not line up with the kernel's 128-row tiles and 256-row clusters,
-// every number of pieces, calls back to back and mixed with the pipelined reduce-scatter (one epoch
-// and flag protocol for both), CUDA graph replays with changing inputs, and a peer that never comes
-// (the GEMM's own wait times out). matmul_reduce_scatter: its options and the cases it hands to
-// pipelined, the same bits on every call, and both fused ops back to back and in a graph.
+// The fused algorithm against the reference. all_gather_matmul: every option combination on 1 rank and
+// at every multi-rank world size, shard rows that do and do not line up with the kernel's 128-row tiles
+// and 256-row clusters, every number of pieces, calls back to back and mixed with the pipelined
+// reduce-scatter (one epoch and flag protocol for both), CUDA graph replays with changing inputs, and a
+// peer that never comes (the GEMM's own wait times out). matmul_reduce_scatter: its options and the
+// cases it hands to pipelined, the same bits on every call, and both fused ops back to back and in a
+// graph.
 #include "comm/communicator_impl.h"
 #include "ops_problems.h"
 
@@ -34,9 +35,8 @@ TEST(FusedOps, EveryCombination_1Rank) {
   RUN_RANKS(1, every_combination);
 }
 
-TEST(FusedOps, EveryCombination_2Ranks) {
-  REQUIRE_GPUS(2);
-  RUN_RANKS(2, every_combination);
+TEST(FusedOps, EveryCombination_MultiRank) {
+  RUN_EVERY_WORLD_SIZE(every_combination);
 }
 
 // Shards whose edges fall inside a tile (the tile then waits for two ranks' rows and reads this rank's
@@ -64,16 +64,14 @@ TEST(FusedOps, TilesAcrossShardEdgesAndEveryPieceCount_1Rank) {
   RUN_RANKS(1, tiles_across_shard_edges);
 }
 
-TEST(FusedOps, TilesAcrossShardEdgesAndEveryPieceCount_2Ranks) {
-  REQUIRE_GPUS(2);
-  RUN_RANKS(2, tiles_across_shard_edges);
+TEST(FusedOps, TilesAcrossShardEdgesAndEveryPieceCount_MultiRank) {
+  RUN_EVERY_WORLD_SIZE(tiles_across_shard_edges);
 }
 
 // A larger problem: many tiles per CTA, so the persistent loop, the tile order and the waits between
 // tiles all run; B in both layouts, two Bs.
-TEST(FusedOps, ManyTilesPerCta_2Ranks) {
-  REQUIRE_GPUS(2);
-  RUN_RANKS(2, [](RankContext& ctx) {
+TEST(FusedOps, ManyTilesPerCta_MultiRank) {
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) {
     auto comm = make_comm(ctx);
     Stream st;
     reference::Fp32Gemm fp32;
@@ -86,15 +84,13 @@ TEST(FusedOps, ManyTilesPerCta_2Ranks) {
 }
 
 TEST(FusedOps, CallsBackToBackMixedWithPipelined) {
-  REQUIRE_GPUS(2);
-  RUN_RANKS(2, [](RankContext& ctx) {
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) {
     return calls_back_to_back(ctx, with(Algorithm::kFused, 3), with(Algorithm::kPipelined));
   });
 }
 
 TEST(FusedOps, CapturedGraphReplays1000TimesWithChangingInputs) {
-  REQUIRE_GPUS(2);
-  RUN_RANKS(2, [](RankContext& ctx) {
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) {
     return graph_replays(ctx, with(Algorithm::kFused), with(Algorithm::kPipelined), 1000);
   });
 }
@@ -140,15 +136,13 @@ TEST(FusedOps, ReduceScatterCases_1Rank) {
   RUN_RANKS(1, reduce_scatter_cases);
 }
 
-TEST(FusedOps, ReduceScatterCases_2Ranks) {
-  REQUIRE_GPUS(2);
-  RUN_RANKS(2, reduce_scatter_cases);
+TEST(FusedOps, ReduceScatterCases_MultiRank) {
+  RUN_EVERY_WORLD_SIZE(reduce_scatter_cases);
 }
 
 // The sum of the partials is added in a fixed order, so the same inputs give the same bits.
-TEST(FusedOps, ReduceScatterRepeatsBitForBit_2Ranks) {
-  REQUIRE_GPUS(2);
-  RUN_RANKS(2, [](RankContext& ctx) {
+TEST(FusedOps, ReduceScatterRepeatsBitForBit_MultiRank) {
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) {
     auto comm = make_comm(ctx);
     Stream st;
     reference::Fp32Gemm fp32;
@@ -170,27 +164,23 @@ TEST(FusedOps, ReduceScatterRepeatsBitForBit_2Ranks) {
 }
 
 TEST(FusedOps, BothOpsBackToBack) {
-  REQUIRE_GPUS(2);
-  RUN_RANKS(2, [](RankContext& ctx) {
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) {
     return calls_back_to_back(ctx, with(Algorithm::kFused, 3), with(Algorithm::kFused));
   });
 }
 
 TEST(FusedOps, BothOpsCapturedGraphReplays1000Times) {
-  REQUIRE_GPUS(2);
-  RUN_RANKS(2, [](RankContext& ctx) {
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) {
     return graph_replays(ctx, with(Algorithm::kFused), with(Algorithm::kFused), 1000);
   });
 }
 
 TEST(FusedOps, APeerThatNeverComesEndsWithTheTimeoutReport) {
-  REQUIRE_GPUS(2);
-  RUN_RANKS(2, [](RankContext& ctx) { return absent_peer_times_out(ctx, with(Algorithm::kFused)); });
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) { return absent_peer_times_out(ctx, with(Algorithm::kFused)); });
 }
 
 TEST(FusedOps, ReduceScatterWithAPeerThatNeverComesEndsWithTheTimeoutReport) {
-  REQUIRE_GPUS(2);
-  RUN_RANKS(2, [](RankContext& ctx) {
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) {
     return absent_peer_times_out(ctx, with(Algorithm::kFused), /*reduce_scatter=*/true);
   });
 }

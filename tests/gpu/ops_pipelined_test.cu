@@ -41,9 +41,8 @@ TEST(PipelinedOps, SeveralPiecesPerRank_1Rank) {
   RUN_RANKS(1, pieces_per_rank);
 }
 
-TEST(PipelinedOps, SeveralPiecesPerRank_2Ranks) {
-  REQUIRE_GPUS(2);
-  RUN_RANKS(2, pieces_per_rank);
+TEST(PipelinedOps, SeveralPiecesPerRank_MultiRank) {
+  RUN_EVERY_WORLD_SIZE(pieces_per_rank);
 }
 
 // The reduce-scatter sums the landed partials in its own GEMM's epilogue by default on two ranks; the
@@ -69,13 +68,11 @@ int both_ways_of_summing(RankContext& ctx) {
 }
 
 TEST(PipelinedOps, ReduceScatterSumsInTheGemmOrInTheKernel) {
-  REQUIRE_GPUS(2);
-  RUN_RANKS(2, both_ways_of_summing);
+  RUN_EVERY_WORLD_SIZE(both_ways_of_summing);
 }
 
 TEST(PipelinedOps, ShardInSymmetricMemoryIsReadInPlace) {
-  REQUIRE_GPUS(2);
-  RUN_RANKS(2, [](RankContext& ctx) {
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) {
     auto comm = make_comm(ctx);
     Stream st;
     reference::Fp32Gemm fp32;
@@ -100,18 +97,15 @@ TEST(PipelinedOps, ShardInSymmetricMemoryIsReadInPlace) {
 }
 
 TEST(PipelinedOps, CallsBackToBackWithoutWaiting) {
-  REQUIRE_GPUS(2);
-  RUN_RANKS(2, [](RankContext& ctx) { return calls_back_to_back(ctx, pipelined(), pipelined()); });
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) { return calls_back_to_back(ctx, pipelined(), pipelined()); });
 }
 
 TEST(PipelinedOps, CapturedGraphReplays1000TimesWithChangingInputs) {
-  REQUIRE_GPUS(2);
-  RUN_RANKS(2, [](RankContext& ctx) { return graph_replays(ctx, pipelined(), pipelined(), 1000); });
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) { return graph_replays(ctx, pipelined(), pipelined(), 1000); });
 }
 
 TEST(PipelinedOps, APeerThatNeverComesEndsWithTheTimeoutReport) {
-  REQUIRE_GPUS(2);
-  RUN_RANKS(2, [](RankContext& ctx) { return absent_peer_times_out(ctx, pipelined()); });
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) { return absent_peer_times_out(ctx, pipelined()); });
 }
 
 }  // namespace

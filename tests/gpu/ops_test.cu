@@ -1,8 +1,9 @@
 // The ops with each algorithm, against the reference (inputs regenerated from seeds on every rank,
-// fp32 cuBLASLt GEMM): every option combination, odd shapes, 1 and 2 ranks; arguments that differ
-// across ranks or are refused on one rank fail on every rank with the outputs untouched. The pipelined
-// algorithm's own cases (pieces, a shard in symmetric memory, calls back to back, CUDA graph replays,
-// an absent peer) are in ops_pipelined_test.cu, the fused algorithm's in ops_fused_test.cu.
+// fp32 cuBLASLt GEMM): every option combination, odd shapes, on 1 rank and at every multi-rank world
+// size (gpu_test.h); arguments that differ across ranks or are refused on one rank fail on every rank
+// with the outputs untouched. The pipelined algorithm's own cases (pieces, a shard in symmetric memory,
+// calls back to back, CUDA graph replays, an absent peer) are in ops_pipelined_test.cu, the fused
+// algorithm's in ops_fused_test.cu.
 #include "ops_test_cases.h"
 
 namespace asynctp {
@@ -38,9 +39,8 @@ TEST(SequentialOps, EveryCombination_1Rank) {
   RUN_RANKS(1, [](RankContext& ctx) { return every_combination(ctx, Algorithm::kSequential); });
 }
 
-TEST(SequentialOps, EveryCombination_2Ranks) {
-  REQUIRE_GPUS(2);
-  RUN_RANKS(2, [](RankContext& ctx) { return every_combination(ctx, Algorithm::kSequential); });
+TEST(SequentialOps, EveryCombination_MultiRank) {
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) { return every_combination(ctx, Algorithm::kSequential); });
 }
 
 TEST(PipelinedOps, EveryCombination_1Rank) {
@@ -48,9 +48,8 @@ TEST(PipelinedOps, EveryCombination_1Rank) {
   RUN_RANKS(1, [](RankContext& ctx) { return every_combination(ctx, Algorithm::kPipelined); });
 }
 
-TEST(PipelinedOps, EveryCombination_2Ranks) {
-  REQUIRE_GPUS(2);
-  RUN_RANKS(2, [](RankContext& ctx) { return every_combination(ctx, Algorithm::kPipelined); });
+TEST(PipelinedOps, EveryCombination_MultiRank) {
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) { return every_combination(ctx, Algorithm::kPipelined); });
 }
 
 // Each rank's call must end in an Error containing `expect[rank]`, with its output still all 0x5A.
@@ -61,14 +60,15 @@ int expect_refused_everywhere(RankContext& ctx, bool shapes_differ, Algorithm al
   cudaStream_t s;
   RANK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   const int64_t m = (shapes_differ && ctx.rank == 1) ? 128 : 64;
-  Buf a(m * 256 * 2 + 16), b(256 * 128 * 2), out(4 * m * 128 * 2);
-  RANK_CUDA(cudaMemsetAsync(out.p, 0x5A, 4 * m * 128 * 2, s));
+  const int64_t out_bytes = ctx.world_size * m * 128 * 2;
+  Buf a(m * 256 * 2 + 16), b(256 * 128 * 2), out(out_bytes);
+  RANK_CUDA(cudaMemsetAsync(out.p, 0x5A, out_bytes, s));
   TensorRef ta = TensorRef::dense(a.p, DType::kBF16, {m, 256});
   if (!shapes_differ && ctx.rank == 1) ta.data = static_cast<char*>(a.p) + 2;  // misaligned on rank 1 only
   std::string message;
   try {
     all_gather_matmul(*comm, ta, {TensorRef::dense(b.p, DType::kBF16, {256, 128})}, 0,
-                      {TensorRef::dense(out.p, DType::kBF16, {2 * m, 128})}, TensorRef{}, s, o);
+                      {TensorRef::dense(out.p, DType::kBF16, {ctx.world_size * m, 128})}, TensorRef{}, s, o);
   } catch (const Error& e) {
     message = e.what();
   }
@@ -80,7 +80,7 @@ int expect_refused_everywhere(RankContext& ctx, bool shapes_differ, Algorithm al
   } else {
     RANK_CHECK(contains(message, "all_gather_matmul: rank 1 refused its arguments"), message);
   }
-  std::vector<unsigned char> host(4 * m * 128 * 2);
+  std::vector<unsigned char> host(out_bytes);
   RANK_CUDA(cudaMemcpyAsync(host.data(), out.p, host.size(), cudaMemcpyDeviceToHost, s));
   comm->synchronize(s);
   for (unsigned char v : host) RANK_CHECK(v == 0x5A, "the output was written to");
@@ -92,38 +92,31 @@ int expect_refused_everywhere(RankContext& ctx, bool shapes_differ, Algorithm al
 }
 
 TEST(SequentialOps, ShapesThatDifferAcrossRanksFailOnEveryRank) {
-  REQUIRE_GPUS(2);
-  RUN_RANKS(2, [](RankContext& ctx) { return expect_refused_everywhere(ctx, true, Algorithm::kSequential); });
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) { return expect_refused_everywhere(ctx, true, Algorithm::kSequential); });
 }
 
 TEST(SequentialOps, ArgumentsRefusedOnOneRankFailOnEveryRank) {
-  REQUIRE_GPUS(2);
-  RUN_RANKS(2, [](RankContext& ctx) { return expect_refused_everywhere(ctx, false, Algorithm::kSequential); });
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) { return expect_refused_everywhere(ctx, false, Algorithm::kSequential); });
 }
 
 TEST(PipelinedOps, ShapesThatDifferAcrossRanksFailOnEveryRank) {
-  REQUIRE_GPUS(2);
-  RUN_RANKS(2, [](RankContext& ctx) { return expect_refused_everywhere(ctx, true, Algorithm::kPipelined); });
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) { return expect_refused_everywhere(ctx, true, Algorithm::kPipelined); });
 }
 
 TEST(PipelinedOps, ArgumentsRefusedOnOneRankFailOnEveryRank) {
-  REQUIRE_GPUS(2);
-  RUN_RANKS(2, [](RankContext& ctx) { return expect_refused_everywhere(ctx, false, Algorithm::kPipelined); });
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) { return expect_refused_everywhere(ctx, false, Algorithm::kPipelined); });
 }
 
 TEST(FusedOps, ShapesThatDifferAcrossRanksFailOnEveryRank) {
-  REQUIRE_GPUS(2);
-  RUN_RANKS(2, [](RankContext& ctx) { return expect_refused_everywhere(ctx, true, Algorithm::kFused); });
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) { return expect_refused_everywhere(ctx, true, Algorithm::kFused); });
 }
 
 TEST(FusedOps, ArgumentsRefusedOnOneRankFailOnEveryRank) {
-  REQUIRE_GPUS(2);
-  RUN_RANKS(2, [](RankContext& ctx) { return expect_refused_everywhere(ctx, false, Algorithm::kFused); });
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) { return expect_refused_everywhere(ctx, false, Algorithm::kFused); });
 }
 
 TEST(SequentialOps, CapturedInACudaGraph) {
-  REQUIRE_GPUS(2);
-  RUN_RANKS(2, [](RankContext& ctx) {
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) {
     auto comm = make_comm(ctx);
     cudaStream_t s;
     RANK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));

@@ -134,11 +134,14 @@ inline void run_rs_case(Communicator& comm, const RsCase& c, cudaStream_t s, ref
   const int64_t out_rows = c.scatter_last ? c.M : c.M / ws, out_cols = c.scatter_last ? c.N / ws : c.N;
   Buf out(out_rows * out_cols * es);
   reference::poison(out.p, out_rows * out_cols * es, s);
-  // With batch dims, A is [2, M/2, K/world] and the output keeps them.
-  const TensorRef ta = c.batch_dims ? TensorRef::dense(a.p, c.dtype, {2, c.M / 2, kl}) : TensorRef::dense(a.p, c.dtype, {c.M, kl});
+  // With batch dims, A is [2*world, M/(2*world), K/world]; scattered along dim 0 each rank keeps 2 of
+  // the leading entries, which are its M/world rows.
+  const int64_t lead = 2 * ws, inner = c.M / lead;
+  RANK_CHECK(!c.batch_dims || c.M % lead == 0, "a batched case needs M divisible by 2 * world size");
+  const TensorRef ta = c.batch_dims ? TensorRef::dense(a.p, c.dtype, {lead, inner, kl}) : TensorRef::dense(a.p, c.dtype, {c.M, kl});
   const TensorRef tb = c.col_major ? TensorRef::dense(b.p, c.dtype, {c.N, kl}) : TensorRef::dense(b.p, c.dtype, {kl, c.N});
-  const TensorRef tout = c.batch_dims ? (c.scatter_last ? TensorRef::dense(out.p, c.dtype, {2, c.M / 2, out_cols})
-                                                         : TensorRef::dense(out.p, c.dtype, {2 / ws, c.M / 2, out_cols}))
+  const TensorRef tout = c.batch_dims ? (c.scatter_last ? TensorRef::dense(out.p, c.dtype, {lead, inner, out_cols})
+                                                         : TensorRef::dense(out.p, c.dtype, {2, inner, out_cols}))
                                       : TensorRef::dense(out.p, c.dtype, {out_rows, out_cols});
   o.b_layout = c.col_major ? BLayout::kColMajor : BLayout::kRowMajor;
   matmul_reduce_scatter(comm, ta, tb, c.scatter_last ? -1 : 0, c.reduce, tout, s, o);
