@@ -47,6 +47,8 @@ struct CompareState {
   float max_err;
   float max_ref;
   unsigned long long bad;
+  unsigned long long first_key;  // n - (index of the first bad element), 0 if none
+  unsigned long long last_key;   // 1 + (index of the last bad element), 0 if none
 };
 
 // Pass 1 finds max|ref|, pass 2 the error and bad count (the tolerance depends on max|ref|).
@@ -55,7 +57,7 @@ __global__ void compare_kernel(const T* out, int64_t rows, int64_t cols, const f
                                int64_t col0, float scale, double tol, CompareState* st, int pass) {
   const int64_t n = rows * cols;
   float local_err = 0, local_ref = 0;
-  unsigned long long local_bad = 0;
+  unsigned long long local_bad = 0, first_key = 0, last_key = 0;
   const float limit = pass == 2 ? static_cast<float>(tol * fmax(1.0, static_cast<double>(st->max_ref))) : 0.f;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -66,7 +68,11 @@ __global__ void compare_kernel(const T* out, int64_t rows, int64_t cols, const f
     } else {
       const float o = kernels::to_float(out[idx]);
       const float e = fabsf(o - r);
-      if (!isfinite(o) || !(e <= limit)) ++local_bad;
+      if (!isfinite(o) || !(e <= limit)) {
+        ++local_bad;
+        first_key = max(first_key, static_cast<unsigned long long>(n - idx));
+        last_key = max(last_key, static_cast<unsigned long long>(idx + 1));
+      }
       if (isfinite(o)) local_err = fmaxf(local_err, e);
     }
   }
@@ -74,7 +80,11 @@ __global__ void compare_kernel(const T* out, int64_t rows, int64_t cols, const f
   if (pass == 1) atomicMax(reinterpret_cast<unsigned int*>(&st->max_ref), __float_as_uint(local_ref));
   if (pass == 2) {
     atomicMax(reinterpret_cast<unsigned int*>(&st->max_err), __float_as_uint(local_err));
-    if (local_bad) atomicAdd(&st->bad, local_bad);
+    if (local_bad) {
+      atomicAdd(&st->bad, local_bad);
+      atomicMax(&st->first_key, first_key);
+      atomicMax(&st->last_key, last_key);
+    }
   }
 }
 
@@ -126,7 +136,20 @@ Comparison compare(const void* out, DType dtype, int64_t rows, int64_t cols, con
   ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(&h, st, sizeof h, cudaMemcpyDeviceToHost, stream));
   ASYNCTP_CUDA_CHECK(cudaFreeAsync(st, stream));
   ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(stream));
-  return Comparison{h.max_err, h.max_ref, static_cast<int64_t>(h.bad)};
+  Comparison c{h.max_err, h.max_ref, static_cast<int64_t>(h.bad)};
+  if (h.bad) {
+    const int64_t first = rows * cols - static_cast<int64_t>(h.first_key), last = static_cast<int64_t>(h.last_key) - 1;
+    c.first_bad_row = first / cols;
+    c.first_bad_col = first % cols;
+    c.last_bad_row = last / cols;
+  }
+  return c;
+}
+
+std::string Comparison::where() const {
+  if (bad == 0) return {};
+  return detail::cat(" (first bad element at row ", first_bad_row, " col ", first_bad_col, ", last in row ",
+                     last_bad_row, ")");
 }
 
 double tolerance(DType dtype, int terms) {

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <string>
 
 #include "asynctp/tensor.h"
 
@@ -36,7 +37,10 @@ struct Comparison {
   double max_abs_err = 0;
   double max_abs_ref = 0;
   int64_t bad = 0;  // NaN/Inf in `out`, or beyond the tolerance
+  int64_t first_bad_row = -1, first_bad_col = -1, last_bad_row = -1;  // of `out`, where bad > 0
   bool ok() const { return bad == 0; }
+  // Where the bad elements lie, for a failure message; empty when there are none.
+  std::string where() const;
 };
 
 // Compares out [rows, cols] (dtype, dense) with scale * ref[row0 + i][col0 + j] (ref fp32 with leading

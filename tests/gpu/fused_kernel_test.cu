@@ -58,7 +58,7 @@ std::vector<char> run_checked(Communicator& comm, const KernelCase& c, uint64_t 
   const auto cmp = reference::compare(out.p, c.dtype, c.M, c.N, ref.f(), c.N, 0, 0, 1.0f,
                                       reference::tolerance(c.dtype, 1), s);
   RANK_CHECK(cmp.ok(), c.M, "x", c.N, "x", c.K, " ", dtype_name(c.dtype), c.col_major ? " B=col" : " B=row",
-             " max_splits=", max_splits, ": ", cmp.bad, " bad elements, max err ", cmp.max_abs_err);
+             " max_splits=", max_splits, ": ", cmp.bad, " bad elements, max err ", cmp.max_abs_err, cmp.where());
   RANK_CUDA(cudaStreamSynchronize(s));
   return host_copy(out, c.M * c.N * es);
 }

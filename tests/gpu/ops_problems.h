@@ -37,7 +37,7 @@ struct AgProblem {
   void check(const void* out, const float* ref_in, const char* what, cudaStream_t s) const {
     const auto cmp = reference::compare(out, DType::kBF16, M, N, ref_in, N, 0, 0, 1.0f,
                                         reference::tolerance(DType::kBF16, 1), s);
-    RANK_CHECK(cmp.ok(), what, ": ", cmp.bad, " bad elements, max err ", cmp.max_abs_err);
+    RANK_CHECK(cmp.ok(), what, ": ", cmp.bad, " bad elements, max err ", cmp.max_abs_err, cmp.where());
   }
 };
 
@@ -63,7 +63,7 @@ struct RsProblem {
   void check(const void* out, const float* ref_in, int rank, int ws, const char* what, cudaStream_t s) const {
     const auto cmp = reference::compare(out, DType::kBF16, rows, N, ref_in, N, rank * rows, 0, 1.0f,
                                         reference::tolerance(DType::kBF16, ws), s);
-    RANK_CHECK(cmp.ok(), what, ": ", cmp.bad, " bad elements, max err ", cmp.max_abs_err);
+    RANK_CHECK(cmp.ok(), what, ": ", cmp.bad, " bad elements, max err ", cmp.max_abs_err, cmp.where());
   }
 };
 

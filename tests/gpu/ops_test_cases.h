@@ -43,6 +43,13 @@ inline std::string describe(const AgCase& c) {
                          c.return_a ? " return_a" : "", " bs=", c.num_b, " ", dtype_name(c.dtype));
 }
 
+// Inputs differ from case to case (the same sequence on every rank), so that rows a peer read before
+// they landed, still holding the last case's values, cannot pass for right.
+inline uint64_t next_case_seed() {
+  static uint64_t seed = 1000;
+  return seed += 2;
+}
+
 // Runs the case with `o` (its algorithm and pieces; the layout comes from the case) and checks every
 // output, and the gathered A where asked for, against the reference.
 inline void run_ag_case(Communicator& comm, const AgCase& c, cudaStream_t s, reference::Fp32Gemm& fp32,
@@ -53,7 +60,8 @@ inline void run_ag_case(Communicator& comm, const AgCase& c, cudaStream_t s, ref
   int64_t M = 1;
   for (size_t i = 0; i + 1 < c.a_shape.size(); ++i) M *= c.a_shape[i];
   const int64_t kl = K / ws, m = M / ws;
-  const GenMatrix gen_a = c.gather_last ? GenMatrix{7, 0, kl} : GenMatrix{7, m, 0};
+  const uint64_t seed = next_case_seed();
+  const GenMatrix gen_a = c.gather_last ? GenMatrix{seed, 0, kl} : GenMatrix{seed, m, 0};
   // This rank's shard: rows [r*m, (r+1)*m) or columns [r*kl, (r+1)*kl).
   const int64_t a_rows = c.gather_last ? M : m, a_cols = c.gather_last ? kl : K;
   Buf a(a_rows * a_cols * es), a_full(M * K * 4), gathered(M * K * es);
@@ -103,7 +111,7 @@ inline void run_ag_case(Communicator& comm, const AgCase& c, cudaStream_t s, ref
     const auto cmp = reference::compare(outs[i].data, c.dtype, M, n, refs[i]->f(), n, 0, 0, 1.0f,
                                         reference::tolerance(c.dtype, 1), s);
     RANK_CHECK(cmp.ok(), algorithm_name(o.algorithm), " ", describe(c), ": output ", i, ": ", cmp.bad, " bad elements, max err ", cmp.max_abs_err,
-               " (max |ref| ", cmp.max_abs_ref, ")");
+               " (max |ref| ", cmp.max_abs_ref, ")", cmp.where());
   }
   if (c.return_a) {
     const auto cmp = reference::compare(gathered.p, c.dtype, M, K, a_full.f(), K, 0, 0, 1.0f, 0.0, s);
@@ -124,7 +132,8 @@ inline void run_rs_case(Communicator& comm, const RsCase& c, cudaStream_t s, ref
   const int ws = comm.world_size(), r = comm.rank();
   const size_t es = dtype_size(c.dtype);
   const int64_t kl = c.K / ws;
-  const GenMatrix gen_a{41, 0, kl}, gen_b{43, kl, 0};
+  const uint64_t seed = next_case_seed();
+  const GenMatrix gen_a{seed, 0, kl}, gen_b{seed + 1, kl, 0};
   Buf a(c.M * kl * es), b(kl * c.N * es), a_full(c.M * c.K * 4), b_full(c.K * c.N * 4), ref(c.M * c.N * 4);
   reference::fill(a.p, c.dtype, c.M, kl, false, gen_a, 0, r * kl, s);
   reference::fill(b.p, c.dtype, kl, c.N, c.col_major, gen_b, r * kl, 0, s);
@@ -150,7 +159,7 @@ inline void run_rs_case(Communicator& comm, const RsCase& c, cudaStream_t s, ref
                                       c.scatter_last ? r * out_cols : 0, scale, reference::tolerance(c.dtype, ws), s);
   RANK_CHECK(cmp.ok(), algorithm_name(o.algorithm), " rs M=", c.M, " N=", c.N, " K=", c.K, c.scatter_last ? " scatter=last" : " scatter=0",
              c.col_major ? " B=col" : " B=row", c.reduce == ReduceOp::kAvg ? " avg " : " sum ", dtype_name(c.dtype),
-             c.batch_dims ? " batched" : "", ": ", cmp.bad, " bad elements, max err ", cmp.max_abs_err);
+             c.batch_dims ? " batched" : "", ": ", cmp.bad, " bad elements, max err ", cmp.max_abs_err, cmp.where());
 }
 
 // Every all_gather_matmul option combination with `o`'s algorithm: gather dim 0 and last, B row- and
