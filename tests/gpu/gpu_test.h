@@ -64,6 +64,7 @@ inline LaunchOptions test_launch_options() {
 // The world sizes a multi-rank test runs at: 2 and, where more GPUs are visible, all of them (so the
 // 8-GPU machine runs each such test on 2 and on 8 ranks). ASYNCTP_TEST_WORLD_SIZES (e.g. "2,4,8")
 // replaces the list; a size above the GPUs visible is skipped by RUN_EVERY_WORLD_SIZE, saying so.
+// The tests' shapes assume world sizes that divide 512 (1, 2, 4, 8).
 inline std::vector<int> multi_rank_world_sizes() {
   std::vector<int> sizes;
   if (const char* env = std::getenv("ASYNCTP_TEST_WORLD_SIZES")) {
