@@ -1,8 +1,7 @@
 // Internal: the fused algorithm. all_gather_matmul (gather_dim 0): every rank pushes its shard into
 // each peer's symmetric inbox with the copy engine, piece by piece, and flags each piece; one
 // persistent CUTLASS kernel per B multiplies the rows as their flags come up, this rank's own rows
-// first, read in place. docs/fused.md explains it. gather_dim last, and more than
-// kFusedAllGatherMaxWorld ranks, run `pipelined`.
+// first, read in place. docs/fused.md explains it. gather_dim last runs `pipelined`.
 #pragma once
 
 #include <vector>
@@ -37,13 +36,6 @@ int resolve_fused_rs_pieces(int requested, int64_t rows_per_rank);
 // (allocated on first use; none while that first use is captured, and the kernel computes every tile
 // whole).
 void attach_tail_split(Communicator& comm, kernels::fused::AgGemmArgs& g, cudaStream_t stream);
-
-// The most ranks the fused all_gather_matmul runs on; above it the call runs `pipelined`. On 4 and 8
-// H200s (session 5) the kernel read whole pieces of the last peer's rows before they had landed, in a
-// few percent of calls, although its wait saw their flags raised; a separate wait kernel before the
-// GEMM made every case right, and so did the same calls on 2 ranks. Until the cause is found and
-// tested on 4 and 8 GPUs, more ranks take the algorithm that was right there (docs/fused.md).
-constexpr int kFusedAllGatherMaxWorld = 2;
 
 // Pieces each rank's shard is pushed in: `requested`, or kFusedDefaultPieces where it is 0; at most
 // `rows_per_rank`.

@@ -54,9 +54,9 @@ void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan&
                              const SymmetricBuffer* a_symmetric, const std::vector<TensorRef>& bs,
                              const std::vector<TensorRef>& outputs, const TensorRef& gathered_a, cudaStream_t stream,
                              const AgreeFn& agree, int chunks_per_rank) {
-  if (plan.gather_last || comm.world_size() > kFusedAllGatherMaxWorld) {
-    // gather_dim last: every row needs every rank's columns, so no row can start early; the pipelined
-    // algorithm's row pieces are the overlap there. More than two ranks: see kFusedAllGatherMaxWorld.
+  if (plan.gather_last) {
+    // Every row needs every rank's columns, so no row can start early; the pipelined algorithm's row
+    // pieces are the overlap there.
     pipelined_all_gather_matmul(comm, plan, a_shard, a_symmetric, bs, outputs, gathered_a, stream, agree,
                                 chunks_per_rank);
     return;
