@@ -3,6 +3,10 @@
 // tile's last split adds the others' partial sums in a fixed order, so a second launch gives the same
 // bits; a launch with new inputs right after checks that each launch leaves the split counters ready
 // for the next (a stale counter would let a last split add the previous launch's partial sums).
+// And as the all-gather's GEMM: every compiled instantiation waits for its rows' flag before it reads
+// them (a build that ran stale code for two instantiations once passed for a kernel bug: docs/fused.md).
+#include <chrono>
+#include <thread>
 #include <cstring>
 #include <vector>
 
@@ -102,6 +106,77 @@ TEST(FusedKernel, SplitLastRoundMatchesReferenceAndRepeatsBitForBit) {
       (void)run_checked(*comm, c, 23, 1, fp32, s);                                // every tile whole
     }
     RANK_CHECK(split_cases >= 3, "only ", split_cases, " cases split on ", sms, " SMs");
+    cudaStreamDestroy(s);
+    return 0;
+  });
+}
+
+
+// Every instantiation (dtype, B layout, tile width), as the all-gather's GEMM of two "ranks" on one
+// GPU: rows [0, 512) are local; rows [512, 1024) hold stale values until, well after the launch, a copy
+// engine writes the right ones and then raises their flag. The kernel must still be running when the
+// flag goes up (it waits) and must then read the new rows.
+TEST(FusedKernel, EveryInstantiationWaitsForItsRowsFlag) {
+  REQUIRE_GPUS(1);
+  RUN_RANKS(1, [](RankContext& ctx) {
+    auto comm = make_comm(ctx);
+    cudaStream_t s = nullptr, copier = nullptr;
+    RANK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    RANK_CUDA(cudaStreamCreateWithFlags(&copier, cudaStreamNonBlocking));
+    reference::Fp32Gemm fp32;
+    kernels::fused::load_ag_gemm_kernels();
+    constexpr int64_t M = 1024, N = 768, K = 512, m = M / 2;
+    Buf flags(2 * kMaxChunksPerRank * sizeof(uint32_t)), epoch(sizeof(uint32_t));
+    int n = 0;
+    for (DType dt : {DType::kBF16, DType::kFP16})
+      for (bool col : {false, true})
+        for (int tile_n : {192, 256}) {
+          const size_t es = dtype_size(dt);
+          const uint64_t seed = next_case_seed();
+          Buf a(M * K * es), gathered(M * K * es), b(K * N * es), out(M * N * es);
+          Buf a32(M * K * 4), b32(K * N * 4), ref(M * N * 4);
+          reference::fill(a.p, dt, M, K, false, GenMatrix{seed, 0, 0}, 0, 0, s);
+          reference::fill(gathered.p, dt, M, K, false, GenMatrix{seed + 1, 0, 0}, 0, 0, s);  // stale rows
+          reference::fill(b.p, dt, K, N, col, GenMatrix{7, 0, 0}, 0, 0, s);
+          reference::fill_fp32(a32.f(), M, K, GenMatrix{seed, 0, 0}, 0, 0, s);
+          reference::fill_fp32(b32.f(), K, N, GenMatrix{7, 0, 0}, 0, 0, s);
+          fp32.run(a32.f(), b32.f(), ref.f(), M, N, K, s);
+          reference::poison(out.p, M * N * es, s);
+          const uint32_t one = 1;
+          RANK_CUDA(cudaMemsetAsync(flags.p, 0, 2 * kMaxChunksPerRank * sizeof(uint32_t), s));
+          RANK_CUDA(cudaMemcpyAsync(epoch.p, &one, sizeof(one), cudaMemcpyHostToDevice, s));
+          RANK_CUDA(cudaStreamSynchronize(s));
+
+          kernels::fused::AgGemmArgs g;
+          g.dtype = dt;
+          g.b_layout = col ? BLayout::kColMajor : BLayout::kRowMajor;
+          g.M = M, g.N = N, g.K = K;
+          g.a = gathered.p, g.b = b.p, g.c = out.p;
+          g.a_local = a.p, g.local_begin = 0, g.local_end = m;
+          g.tile_n = tile_n;
+          g.chunks.flags = static_cast<const uint32_t*>(flags.p);
+          g.chunks.epoch = static_cast<const uint32_t*>(epoch.p);
+          g.chunks.flag_stride = kMaxChunksPerRank;
+          g.chunks.rows_per_rank = static_cast<int32_t>(m);
+          g.chunks.rows_per_piece = static_cast<int32_t>(m);
+          g.chunks.wait = kernels::WaitContext{comm->impl().fault, 20'000'000'000ull, 0};
+          algo::attach_tail_split(*comm, g, s);
+          kernels::fused::run_ag_gemm(g, s);
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          const std::string what = std::string(dtype_name(dt)) + (col ? " B=col" : " B=row") + " tiles 128x" +
+                                   std::to_string(tile_n);
+          RANK_CHECK(cudaStreamQuery(s) == cudaErrorNotReady, what, ": the kernel finished before its rows' flag was raised");
+          const char* src = static_cast<const char*>(a.p) + m * K * es;
+          char* dst = static_cast<char*>(gathered.p) + m * K * es;
+          RANK_CUDA(cudaMemcpyAsync(dst, src, m * K * es, cudaMemcpyDeviceToDevice, copier));
+          RANK_CUDA(cudaMemcpyAsync(static_cast<uint32_t*>(flags.p) + kMaxChunksPerRank, epoch.p, sizeof(uint32_t),
+                                    cudaMemcpyDeviceToDevice, copier));
+          const auto cmp = reference::compare(out.p, dt, M, N, ref.f(), N, 0, 0, 1.0f, reference::tolerance(dt, 1), s);
+          RANK_CHECK(cmp.ok(), what, ": ", cmp.bad, " bad elements, max err ", cmp.max_abs_err, cmp.where());
+          ++n;
+        }
+    std::printf("%d instantiations waited for their rows\n", n);
+    cudaStreamDestroy(copier);
     cudaStreamDestroy(s);
     return 0;
   });
