@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 struct cublasLtContext;  // cublasLtHandle_t, without pulling cublasLt.h into every user
 
@@ -32,6 +33,9 @@ struct CommunicatorOptions {
   int timeout_ms = 0;
   // Flags in the communicator's signal pad (signals()).
   int signal_count = 1024;
+  // Algorithm::kAuto's tuning cache (JSON Lines written by asynctp-tune, docs/auto.md), read on top of
+  // the one built into the library. Empty: $ASYNCTP_TUNING_CACHE where set, else the built-in one only.
+  std::string tuning_cache;
 };
 
 // The LSA ("load/store accessible") team: ranks that can read each other's symmetric memory directly.

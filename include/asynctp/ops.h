@@ -22,7 +22,8 @@ enum class Algorithm {
   kSequential,  // NCCL collective, then cuBLASLt: the baseline; any topology
   kPipelined,   // copy-engine chunks and per-chunk GEMMs on several streams; one node (NVLink/P2P) only
   kFused,       // one persistent CUTLASS Hopper GEMM that waits on per-piece flags (docs/fused*.md)
-  kAuto,        // chosen per shape from measured tuning (not built yet)
+  kAuto,        // per call: what a tuning cache measured fastest for this exact problem on this GPU model
+                // and world size, else a model's estimate (docs/auto.md); also picks chunks_per_rank
 };
 
 const char* algorithm_name(Algorithm algorithm);

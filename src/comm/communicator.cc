@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <random>
 #include <cstring>
 
@@ -54,6 +55,11 @@ std::unique_ptr<Communicator::Impl> make_impl(ncclComm_t comm, bool owns, const 
   impl->timeout_ms = detail::resolve_timeout_ms(options.timeout_ms);
   ASYNCTP_CHECK(options.signal_count > 0, "CommunicatorOptions::signal_count must be > 0, got ", options.signal_count);
   impl->signal_count = options.signal_count;
+  impl->tuning_cache = options.tuning_cache;
+  if (impl->tuning_cache.empty()) {
+    const char* env = std::getenv("ASYNCTP_TUNING_CACHE");
+    if (env != nullptr) impl->tuning_cache = env;
+  }
   ASYNCTP_CUDA_CHECK(cudaSetDevice(impl->device));
   cudaDeviceProp prop{};
   ASYNCTP_CUDA_CHECK(cudaGetDeviceProperties(&prop, impl->device));

@@ -36,6 +36,7 @@ struct Communicator::Impl {
   int signal_count = 0;
   int cc_major = 0, cc_minor = 0;
   std::string gpu_name;
+  std::string tuning_cache;  // kAuto's cache file on top of the built-in one; empty: none
 
   Team lsa;
   std::vector<int> lsa_world_ranks;  // world rank of each LSA team member

@@ -9,6 +9,7 @@
 #include "comm/communicator_impl.h"
 #include "ops/cross_rank_check.h"
 #include "ops/plan.h"
+#include "tune/resolve.h"
 
 namespace asynctp {
 
@@ -47,8 +48,10 @@ std::pair<Plan, algo::AgreeFn> plan_and_agree(Communicator& comm, const char* op
 
 void all_gather_matmul(Communicator& comm, const TensorRef& a_shard, const std::vector<TensorRef>& bs, int gather_dim,
                        const std::vector<TensorRef>& outputs, const TensorRef& gathered_a, cudaStream_t stream,
-                       const OpOptions& options) {
+                       const OpOptions& requested) {
   const char* op = "all_gather_matmul";
+  // kAuto becomes a concrete algorithm first, so that the ranks compare what they will run.
+  const OpOptions options = tune::resolve_all_gather_matmul(comm, a_shard, bs, gather_dim, requested);
   ops::Signature signature = ops::signature_of(op, a_shard, bs, gather_dim, options, gathered_a.defined() ? 1 : 0);
   // Pipelined: peers read a shard in symmetric memory in place, so every rank must keep it at the same
   // offset. Looked up before validation, so only where the tensor is well formed enough to measure.
@@ -75,8 +78,9 @@ void all_gather_matmul(Communicator& comm, const TensorRef& a_shard, const std::
 }
 
 void matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const TensorRef& b, int scatter_dim,
-                           ReduceOp reduce_op, const TensorRef& output, cudaStream_t stream, const OpOptions& options) {
+                           ReduceOp reduce_op, const TensorRef& output, cudaStream_t stream, const OpOptions& requested) {
   const char* op = "matmul_reduce_scatter";
+  const OpOptions options = tune::resolve_matmul_reduce_scatter(comm, a, b, scatter_dim, requested);
   const auto [plan, agree] = plan_and_agree<ops::MatmulReduceScatterPlan>(
       comm, op, ops::signature_of(op, a, {b}, scatter_dim, options, static_cast<int64_t>(reduce_op)), options, stream,
       [&] {

@@ -62,9 +62,10 @@ void check_dtype_supported(const char* op, DType dtype) {
 
 void check_options(const char* op, const OpOptions& options) {
   const Algorithm a = options.algorithm;
-  ASYNCTP_CHECK(a == Algorithm::kSequential || a == Algorithm::kPipelined || a == Algorithm::kFused, op,
-                ": algorithm '", algorithm_name(a), "' is not built yet in this version of asynctp; use "
-                "'sequential', 'pipelined' or 'fused'");
+  // The plan does not depend on the algorithm (ops.cc makes kAuto concrete before planning).
+  ASYNCTP_CHECK(a == Algorithm::kSequential || a == Algorithm::kPipelined || a == Algorithm::kFused ||
+                    a == Algorithm::kAuto, op,
+                ": options.algorithm is ", static_cast<int>(a), "; expected sequential, pipelined, fused or auto");
   ASYNCTP_CHECK(options.chunks_per_rank >= 0 && options.chunks_per_rank <= kMaxChunksPerRank, op,
                 ": options.chunks_per_rank is ", options.chunks_per_rank, "; expected 0 (the default) to ",
                 kMaxChunksPerRank);

@@ -79,9 +79,11 @@ TEST(AllGatherMatmulPlan, RefusesEachBadArgumentByName) {
                                              t(3, {512, 768}), fused));
   OpOptions automatic;
   automatic.algorithm = Algorithm::kAuto;
-  EXPECT_REFUSED(plan_all_gather_matmul(2, a, {b}, 0, {out}, TensorRef{}, automatic),
-                 "algorithm 'auto' is not built yet in this version of asynctp; use 'sequential', 'pipelined' or "
-                 "'fused'");
+  EXPECT_NO_THROW(plan_all_gather_matmul(2, a, {b}, 0, {out}, TensorRef{}, automatic));
+  OpOptions bogus;
+  bogus.algorithm = static_cast<Algorithm>(7);
+  EXPECT_REFUSED(plan_all_gather_matmul(2, a, {b}, 0, {out}, TensorRef{}, bogus),
+                 "all_gather_matmul: options.algorithm is 7; expected sequential, pipelined, fused or auto");
   OpOptions pieces;
   pieces.algorithm = Algorithm::kPipelined;
   pieces.chunks_per_rank = kMaxChunksPerRank + 1;

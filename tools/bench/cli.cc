@@ -17,14 +17,17 @@ const char* const kUsage =
     "wrong and not timed.\n"
     "\n"
     "  --gpus N             ranks, one per GPU (default: every visible GPU)\n"
-    "  --shapes LIST        'seeds' (default: 4096x3584x8192, 2048x3584x8192, 4096x6656x16384,\n"
-    "                       16384x8192x8192) or comma-separated MxNxK, the global problem\n"
+    "  --shapes LIST        comma-separated MxNxK (the global problem) and sets: 'seeds' (the\n"
+    "                       default: 4096x3584x8192, 2048x3584x8192, 4096x6656x16384,\n"
+    "                       16384x8192x8192), 'sweep' (8 shapes, M from 256 to 32768)\n"
     "  --op ag|rs|both      all_gather_matmul, matmul_reduce_scatter or both (default both)\n"
     "  --dtype bf16|fp16    input and output type (default bf16)\n"
     "  --gather-dim 0|last  how A is sharded for ag (default 0: along M)\n"
     "  --scatter-dim 0|last how the output is scattered for rs (default 0: along M)\n"
     "  --b-layout row|col   B as [K, N] row-major or [N, K] (nn.Linear's weight) (default row)\n"
-    "  --algorithms LIST    comma-separated: sequential, pipelined, fused, auto (default sequential)\n"
+    "  --algorithms LIST    comma-separated: sequential, pipelined, fused, auto (default sequential);\n"
+    "                       auto's row is labelled with its choice (auto:fused/2; * where the model\n"
+    "                       chose, the tuning cache having no entry for the shape)\n"
     "  --chunks N           pieces per rank for pipelined and fused, 0 to 16 (default 0: the library\n"
     "                       chooses)\n"
     "  --iters N            timed rounds (default 30); the median is reported, the max over ranks\n"
@@ -45,6 +48,11 @@ const char* const kUsage =
 
 std::vector<Shape> seed_shapes() {
   return {{4096, 3584, 8192}, {2048, 3584, 8192}, {4096, 6656, 16384}, {16384, 8192, 8192}};
+}
+
+std::vector<Shape> sweep_shapes() {
+  return {{256, 8192, 8192},   {512, 4096, 4096},   {1024, 8192, 8192},   {2048, 14336, 4096},
+          {8192, 4096, 4096},  {8192, 8192, 8192},  {16384, 4096, 14336}, {32768, 4096, 4096}};
 }
 
 namespace {
@@ -74,7 +82,7 @@ std::vector<std::string> split(const std::string& s, char sep) {
 
 Shape parse_shape(const std::string& text) {
   const auto parts = split(text, 'x');
-  if (parts.size() != 3) bad("--shapes", text, "MxNxK, e.g. 4096x3584x8192, or 'seeds'");
+  if (parts.size() != 3) bad("--shapes", text, "MxNxK, e.g. 4096x3584x8192, 'seeds' or 'sweep'");
   return {parse_int("--shapes", parts[0], 1), parse_int("--shapes", parts[1], 1), parse_int("--shapes", parts[2], 1)};
 }
 
@@ -113,10 +121,13 @@ Args parse_args(const std::vector<std::string>& argv) {
       a.gpus = static_cast<int>(parse_int(f, v, 1));
     } else if (f == "--shapes") {
       a.shapes.clear();
-      if (v == "seeds") {
-        a.shapes = seed_shapes();
-      } else {
-        for (const auto& s : split(v, ',')) a.shapes.push_back(parse_shape(s));
+      for (const auto& s : split(v, ',')) {
+        if (s == "seeds" || s == "sweep") {
+          const auto set = s == "seeds" ? seed_shapes() : sweep_shapes();
+          a.shapes.insert(a.shapes.end(), set.begin(), set.end());
+        } else {
+          a.shapes.push_back(parse_shape(s));
+        }
       }
     } else if (f == "--op") {
       if (v != "ag" && v != "rs" && v != "both") bad(f, v, "ag, rs or both");

@@ -31,8 +31,9 @@ struct Args {
   bool help = false;
 };
 
-// The built-in shape set `seeds`.
+// The built-in shape sets: `seeds`, and `sweep` (8 more, M from 256 to 32768: docs/auto.md).
 std::vector<Shape> seed_shapes();
+std::vector<Shape> sweep_shapes();
 
 // Throws asynctp::Error naming the option and what was expected.
 Args parse_args(const std::vector<std::string>& argv);

@@ -1,0 +1,34 @@
+// Internal: Algorithm::kAuto made concrete for one call, before the call is validated or checked
+// across ranks (the cross-rank check then compares the concrete choice, so ranks whose caches differ
+// get an error, not a hang). Arguments too malformed to size the problem resolve to sequential, and
+// validation then refuses them as it would any algorithm's.
+#pragma once
+
+#include <vector>
+
+#include "asynctp/communicator.h"
+#include "asynctp/ops.h"
+#include "tune/choice.h"
+
+namespace asynctp::tune {
+
+// The problem `all_gather_matmul` / `matmul_reduce_scatter` would solve with these arguments, or
+// false where they are too malformed to tell.
+bool all_gather_matmul_key(const Communicator& comm, const TensorRef& a_shard, const std::vector<TensorRef>& bs,
+                           int gather_dim, BLayout b_layout, ProblemKey& key);
+bool matmul_reduce_scatter_key(const Communicator& comm, const TensorRef& a, const TensorRef& b, int scatter_dim,
+                               BLayout b_layout, ProblemKey& key);
+
+// Whether `fused` runs its own kernel for the problem (else it runs pipelined underneath).
+bool fused_kernel_applies(const ProblemKey& key);
+
+// auto's choice for `key` on this communicator (its tuning cache, GPU model and world size).
+Choice choose_for(const Communicator& comm, const ProblemKey& key);
+
+// `options` with kAuto replaced by the choice for these arguments (unchanged for other algorithms).
+OpOptions resolve_all_gather_matmul(const Communicator& comm, const TensorRef& a_shard,
+                                    const std::vector<TensorRef>& bs, int gather_dim, const OpOptions& options);
+OpOptions resolve_matmul_reduce_scatter(const Communicator& comm, const TensorRef& a, const TensorRef& b,
+                                        int scatter_dim, const OpOptions& options);
+
+}  // namespace asynctp::tune

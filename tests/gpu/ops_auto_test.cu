@@ -1,0 +1,159 @@
+// Algorithm::kAuto: whatever it picks gives the reference's answer; a tuning cache's entries are
+// followed (algorithm and pieces); ranks whose caches disagree fail together instead of running
+// different protocols; a cache file that cannot be read or parsed is an error naming it.
+#include <unistd.h>
+
+#include <fstream>
+
+#include "comm/communicator_impl.h"
+#include "ops_problems.h"
+#include "tune/resolve.h"
+
+namespace asynctp {
+namespace {
+
+using namespace testing;
+
+OpOptions auto_options() {
+  OpOptions o;
+  o.algorithm = Algorithm::kAuto;
+  return o;
+}
+
+std::unique_ptr<Communicator> comm_with_cache(const RankContext& ctx, const std::string& path) {
+  CommunicatorOptions o;
+  o.device = ctx.device;
+  o.tuning_cache = path;
+  return Communicator::create(ctx.rank, ctx.world_size, ctx.nccl_id, o);
+}
+
+// A cache file of this process's own, with `lines`.
+std::string write_cache(const RankContext& ctx, const std::vector<std::string>& lines) {
+  const std::string path = "/tmp/asynctp_auto_test_" + std::to_string(getpid()) + "_" + std::to_string(ctx.rank) + ".jsonl";
+  std::ofstream out(path);
+  for (const auto& l : lines) out << l << "\n";
+  return path;
+}
+
+std::string choice_line(const Communicator& comm, const char* op, int64_t M, int64_t N, int64_t K, const char* algorithm,
+                        int chunks) {
+  return std::string("{\"kind\":\"choice\",\"gpu\":\"") + comm.impl().gpu_name + "\",\"world_size\":" +
+         std::to_string(comm.world_size()) + ",\"op\":\"" + op + "\",\"dtype\":\"bf16\",\"dim\":\"0\",\"M\":" +
+         std::to_string(M) + ",\"N\":" + std::to_string(N) + ",\"K\":" + std::to_string(K) + ",\"algorithm\":\"" +
+         algorithm + "\",\"chunks_per_rank\":" + std::to_string(chunks) + ",\"us\":1}";
+}
+
+int every_combination(RankContext& ctx) {
+  auto comm = make_comm(ctx);
+  Stream st;
+  reference::Fp32Gemm fp32;
+  const int ws = ctx.world_size;
+  int n = run_every_ag_combination(*comm, st.s, fp32, auto_options());
+  for (bool last : {false, true})
+    for (DType dt : {DType::kBF16, DType::kFP16}) {
+      run_rs_case(*comm, RsCase{256 * ws, 384, 512 * ws, last, false, ReduceOp::kSum, dt, false}, st.s, fp32, auto_options());
+      ++n;
+    }
+  std::printf("rank %d: auto: %d cases correct\n", ctx.rank, n);
+  return 0;
+}
+
+TEST(AutoOps, EveryCombination_1Rank) {
+  REQUIRE_GPUS(1);
+  RUN_RANKS(1, every_combination);
+}
+
+TEST(AutoOps, EveryCombination_MultiRank) {
+  RUN_EVERY_WORLD_SIZE(every_combination);
+}
+
+// Entries for two small shapes say pipelined with 2 pieces (all_gather_matmul) and fused with 2
+// pieces (matmul_reduce_scatter), which the model alone would not pick for shapes this small.
+TEST(AutoOps, CacheEntriesAreFollowed_MultiRank) {
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) {
+    const int ws = ctx.world_size;
+    const int64_t ag_m = 256 * ws, rs_m = 512 * ws, N = 384, K = 512;
+    std::string path;
+    {
+      auto probe = make_comm(ctx);  // for the GPU's name
+      path = write_cache(ctx, {"{\"kind\":\"note\",\"text\":\"test\"}", choice_line(*probe, "ag", ag_m, N, K, "pipelined", 2),
+                               choice_line(*probe, "rs", rs_m, N, K * ws, "fused", 2)});
+    }
+    auto comm = comm_with_cache(ctx, path);
+    tune::ProblemKey key;
+    key.op = tune::Op::kAllGatherMatmul, key.M = ag_m, key.N = N, key.K = K;
+    key.world_size = ws, key.gpu = comm->impl().gpu_name;
+    tune::Choice c = tune::choose_for(*comm, key);
+    RANK_CHECK(c.from_cache && c.algorithm == Algorithm::kPipelined && c.chunks_per_rank == 2, "ag: ", c.why);
+    key.op = tune::Op::kMatmulReduceScatter, key.M = rs_m, key.K = K * ws;
+    c = tune::choose_for(*comm, key);
+    RANK_CHECK(c.from_cache && c.algorithm == Algorithm::kFused && c.chunks_per_rank == 2, "rs: ", c.why);
+    key.M = rs_m + 2 * ws;  // no entry: the model's choice
+    RANK_CHECK(!tune::choose_for(*comm, key).from_cache, "a shape without an entry came from the cache");
+    Stream st;
+    reference::Fp32Gemm fp32;
+    run_ag_case(*comm, AgCase{{ag_m, K}, N, false, false, false, 1, DType::kBF16}, st.s, fp32, auto_options());
+    run_rs_case(*comm, RsCase{rs_m, N, K * ws, false, false, ReduceOp::kSum, DType::kBF16, false}, st.s, fp32, auto_options());
+    std::remove(path.c_str());
+    return 0;
+  });
+}
+
+// Rank 0's cache says fused for the shape, the others have none (the model picks sequential for a
+// shape this small): the cross-rank check sees different algorithms and every rank gets the error.
+TEST(AutoOps, RanksWhoseCachesDisagreeFailTogether) {
+  REQUIRE_GPUS(2);
+  RUN_RANKS(2, [](RankContext& ctx) {
+    const int64_t M = 256 * ctx.world_size, N = 384, K = 512;
+    std::string path;
+    if (ctx.rank == 0) {
+      auto probe = make_comm(ctx);
+      path = write_cache(ctx, {choice_line(*probe, "ag", M, N, K, "fused", 1)});
+    } else {
+      auto probe = make_comm(ctx);  // the ranks make their communicators in step
+    }
+    auto comm = comm_with_cache(ctx, path);
+    Stream st;
+    Buf a(M / ctx.world_size * K * 2), b(K * N * 2), out(M * N * 2);
+    const TensorRef ta = TensorRef::dense(a.p, DType::kBF16, {M / ctx.world_size, K});
+    const TensorRef tb = TensorRef::dense(b.p, DType::kBF16, {K, N});
+    const TensorRef to = TensorRef::dense(out.p, DType::kBF16, {M, N});
+    try {
+      all_gather_matmul(*comm, ta, {tb}, 0, {to}, TensorRef{}, st.s, auto_options());
+      RANK_CHECK(false, "ranks with different choices ran the op");
+    } catch (const Error& e) {
+      RANK_CHECK(contains(e.what(), "ranks disagree on algorithm"), e.what());
+    }
+    if (!path.empty()) std::remove(path.c_str());
+    return 0;
+  });
+}
+
+TEST(AutoOps, ACacheThatCannotBeReadOrParsedIsAnErrorNamingIt) {
+  REQUIRE_GPUS(1);
+  RUN_RANKS(1, [](RankContext& ctx) {
+    Stream st;
+    Buf a(256 * 512 * 2), b(512 * 384 * 2), out(256 * 384 * 2);
+    const TensorRef ta = TensorRef::dense(a.p, DType::kBF16, {256, 512});
+    const TensorRef tb = TensorRef::dense(b.p, DType::kBF16, {512, 384});
+    const TensorRef to = TensorRef::dense(out.p, DType::kBF16, {256, 384});
+    const std::string bad = write_cache(ctx, {"{\"kind\":\"note\"}", "{\"kind\":\"choice\",\"op\":\"ag\",\"M\":[1]}"});
+    const std::string missing = bad + ".absent";
+    for (const std::string& path : {bad, missing}) {
+      auto comm = comm_with_cache(ctx, path);
+      try {
+        all_gather_matmul(*comm, ta, {tb}, 0, {to}, TensorRef{}, st.s, auto_options());
+        RANK_CHECK(false, path, ": no error");
+      } catch (const Error& e) {
+        const std::string m = e.what();
+        RANK_CHECK(contains(m, path), m);
+        RANK_CHECK(path == bad ? contains(m, "line 2") : contains(m, "cannot be read"), m);
+      }
+    }
+    std::remove(bad.c_str());
+    return 0;
+  });
+}
+
+}  // namespace
+}  // namespace asynctp

@@ -1,0 +1,180 @@
+// auto's pieces that need no GPU: the cache's JSON Lines, its lookups and errors, the model's rules,
+// the fit of its rates, and the cache built into the library.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "asynctp/error.h"
+#include "tune/choice.h"
+#include "tune/fit.h"
+#include "tune/flat_json.h"
+
+namespace asynctp::tune {
+namespace {
+
+ProblemKey key(Op op, int64_t M, int64_t N, int64_t K, int ws = 2) {
+  ProblemKey k;
+  k.op = op, k.M = M, k.N = N, k.K = K, k.world_size = ws, k.gpu = "NVIDIA H200";
+  return k;
+}
+
+std::string choice(const char* op, int64_t M, const char* algorithm, int chunks, int ws = 2) {
+  return std::string("{\"kind\":\"choice\",\"gpu\":\"NVIDIA H200\",\"world_size\":") + std::to_string(ws) +
+         ",\"op\":\"" + op + "\",\"dtype\":\"bf16\",\"dim\":\"0\",\"M\":" + std::to_string(M) +
+         ",\"N\":3584,\"K\":8192,\"algorithm\":\"" + algorithm + "\",\"chunks_per_rank\":" + std::to_string(chunks) +
+         ",\"us\":100.5,\"sequential_us\":120}";
+}
+
+TEST(FlatJson, ReadsEveryKindOfValue) {
+  FlatObject o;
+  std::string error;
+  ASSERT_TRUE(parse_flat_object(R"( {"s":"a\"b\\c\u0041", "n":-1.5e3, "t":true, "f":false, "z":null} )", o, error)) << error;
+  EXPECT_EQ(o["s"].text, "a\"b\\cA");
+  EXPECT_EQ(o["n"].number, -1500);
+  EXPECT_TRUE(o["t"].boolean);
+  EXPECT_EQ(o["f"].kind, JsonValue::Kind::kBool);
+  EXPECT_EQ(o["z"].kind, JsonValue::Kind::kNull);
+  ASSERT_TRUE(parse_flat_object("{}", o, error));
+  EXPECT_TRUE(o.empty());
+}
+
+TEST(FlatJson, RefusesWhatIsNotOneFlatObjectSayingWhere) {
+  FlatObject o;
+  std::string error;
+  for (const char* bad : {"", "[1]", "{\"a\":[1]}", "{\"a\":{}}", "{\"a\":1", "{\"a\" 1}", "{\"a\":1} x", "{\"a\":\"x}",
+                          "{a:1}", "{\"a\":tru}"}) {
+    EXPECT_FALSE(parse_flat_object(bad, o, error)) << bad;
+    EXPECT_NE(error.find("column"), std::string::npos) << bad << ": " << error;
+  }
+}
+
+TEST(TuningCache, FindsTheLastEntryForTheExactKey) {
+  TuningCache c;
+  c.add_text("{\"kind\":\"note\",\"text\":\"skipped\"}\n\n" + choice("ag", 4096, "pipelined", 2) + "\n" +
+                 choice("ag", 4096, "fused", 1) + "\n" + choice("rs", 4096, "sequential", 0) + "\n",
+             "test");
+  EXPECT_EQ(c.size(), 3u);
+  const Choice* ag = c.find(key(Op::kAllGatherMatmul, 4096, 3584, 8192));
+  ASSERT_NE(ag, nullptr);
+  EXPECT_EQ(ag->algorithm, Algorithm::kFused);  // the later line wins
+  EXPECT_EQ(ag->chunks_per_rank, 1);
+  EXPECT_TRUE(ag->from_cache);
+  EXPECT_NE(ag->why.find("100.5"), std::string::npos) << ag->why;
+  EXPECT_EQ(c.find(key(Op::kMatmulReduceScatter, 4096, 3584, 8192))->algorithm, Algorithm::kSequential);
+  EXPECT_EQ(c.find(key(Op::kAllGatherMatmul, 4096, 3584, 8192, 4)), nullptr);  // another world size
+  EXPECT_EQ(c.find(key(Op::kAllGatherMatmul, 4096, 3584, 4096)), nullptr);     // another K
+  ProblemKey other_gpu = key(Op::kAllGatherMatmul, 4096, 3584, 8192);
+  other_gpu.gpu = "NVIDIA H100 80GB HBM3";
+  EXPECT_EQ(c.find(other_gpu), nullptr);
+  ProblemKey fp16 = key(Op::kAllGatherMatmul, 4096, 3584, 8192);
+  fp16.dtype = DType::kFP16;
+  EXPECT_EQ(c.find(fp16), nullptr);
+}
+
+TEST(TuningCache, ABadLineIsAnErrorNamingTheFileAndLine) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{\"kind\":\"choice\",", "not a flat JSON object"},
+      {choice("ag", 4096, "magic", 0), "\"algorithm\" must be sequential, pipelined or fused"},
+      {choice("xx", 4096, "fused", 0), "\"op\" must be"},
+      {choice("ag", 4096, "fused", 99), "\"chunks_per_rank\" must be 0 to 16"},
+      {"{\"kind\":\"choice\",\"op\":\"ag\"}", "\"M\" must be a number"},
+      {"{\"kind\":\"rates\",\"gpu\":\"g\",\"world_size\":2,\"gemm_tflops\":-1}", "rates must be positive"},
+  };
+  for (const auto& [line, expected] : cases) {
+    TuningCache c;
+    try {
+      c.add_text("{\"kind\":\"note\"}\n" + line + "\n", "my.jsonl");
+      ADD_FAILURE() << "accepted: " << line;
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("my.jsonl, line 2"), std::string::npos) << m;
+      EXPECT_NE(m.find(expected), std::string::npos) << m;
+    }
+  }
+}
+
+TEST(TuningCache, RatesAreKeptPerGpuWorldSizeAndOp) {
+  TuningCache c;
+  c.add_text("{\"kind\":\"rates\",\"gpu\":\"NVIDIA H200\",\"world_size\":2,\"op\":\"rs\",\"gemm_tflops\":500,"
+             "\"overlap_fixed_us\":30}\n{\"kind\":\"rates\",\"gpu\":\"NVIDIA H200\",\"world_size\":2,\"gemm_tflops\":600}\n",
+             "test");
+  EXPECT_EQ(c.rates("NVIDIA H200", 2, Op::kMatmulReduceScatter).gemm_tflops, 600);  // the later line, for both ops
+  EXPECT_EQ(c.rates("NVIDIA H200", 2, Op::kAllGatherMatmul).gemm_tflops, 600);
+  EXPECT_EQ(c.rates("NVIDIA H200", 4, Op::kAllGatherMatmul).gemm_tflops, Rates{}.gemm_tflops);  // the defaults
+  TuningCache d;
+  d.add_text("{\"kind\":\"rates\",\"gpu\":\"NVIDIA H200\",\"world_size\":2,\"op\":\"rs\",\"overlap_fixed_us\":30}", "t");
+  EXPECT_EQ(d.rates("NVIDIA H200", 2, Op::kMatmulReduceScatter).overlap_fixed_us, 30);
+  EXPECT_EQ(d.rates("NVIDIA H200", 2, Op::kAllGatherMatmul).overlap_fixed_us, Rates{}.overlap_fixed_us);
+}
+
+TEST(Model, SequentialForSmallProblemsAndWhereTheCopyCannotHide) {
+  const Rates r;
+  // 256 x 4096 x 4096 on 2 ranks: a GEMM of a few microseconds.
+  Choice c = model_choice(key(Op::kAllGatherMatmul, 256, 4096, 4096), r, true);
+  EXPECT_EQ(c.algorithm, Algorithm::kSequential);
+  EXPECT_NE(c.why.find("nothing worth hiding"), std::string::npos) << c.why;
+  // Huge K, tiny N: moving A takes longer than multiplying it.
+  c = model_choice(key(Op::kAllGatherMatmul, 8192, 128, 65536), r, true);
+  EXPECT_EQ(c.algorithm, Algorithm::kSequential);
+  EXPECT_NE(c.why.find("cannot hide"), std::string::npos) << c.why;
+  // One rank: nothing to communicate.
+  EXPECT_EQ(model_choice(key(Op::kAllGatherMatmul, 16384, 8192, 8192, 1), r, true).algorithm, Algorithm::kSequential);
+}
+
+TEST(Model, OverlapsLargeProblemsWithTheFusedKernelWhereItApplies) {
+  const Rates r;
+  const ProblemKey ag = key(Op::kAllGatherMatmul, 16384, 8192, 8192);
+  const Estimate e = estimate(ag, r);
+  EXPECT_LT(e.copy_us, e.gemm_us);
+  EXPECT_LT(e.overlapped_us, e.sequential_us);
+  EXPECT_EQ(model_choice(ag, r, true).algorithm, Algorithm::kFused);
+  EXPECT_EQ(model_choice(ag, r, false).algorithm, Algorithm::kPipelined);
+  // The estimates follow the formulas in docs/auto.md: FLOPs and bytes per rank.
+  const double flops = 2.0 * 16384 * 8192 * 8192, bytes = 16384.0 * 8192 * 2 / 2;
+  EXPECT_NEAR(e.gemm_us, flops / (r.gemm_tflops * 1e6) + r.gemm_fixed_us, 1e-6);
+  EXPECT_NEAR(e.copy_us, bytes / (r.copy_gbps * 1e3), 1e-6);
+  const Estimate rs = estimate(key(Op::kMatmulReduceScatter, 16384, 8192, 8192), r);
+  EXPECT_NEAR(rs.gemm_us, flops / 2 / (r.gemm_tflops * 1e6) + r.gemm_fixed_us, 1e-6);
+  EXPECT_NEAR(rs.copy_us, 16384.0 * 8192 * 2 / 2 / (r.copy_gbps * 1e3), 1e-6);
+}
+
+TEST(Model, ChooseTakesTheCacheFirst) {
+  TuningCache c;
+  c.add_text(choice("ag", 256, "pipelined", 4), "t");  // the model would say sequential
+  ProblemKey k = key(Op::kAllGatherMatmul, 256, 3584, 8192);
+  EXPECT_EQ(choose(k, c, true).algorithm, Algorithm::kPipelined);
+  k.M = 512;
+  EXPECT_FALSE(choose(k, c, true).from_cache);
+}
+
+TEST(Fit, RecoversTheRatesMeasurementsWereMadeWith) {
+  Rates truth;
+  truth.gemm_tflops = 650, truth.gemm_fixed_us = 5, truth.nccl_gbps = truth.copy_gbps = 280, truth.nccl_fixed_us = 20;
+  truth.overlap_fixed_us = 0;
+  std::vector<Measured> shapes;
+  for (int64_t M : {1024, 4096, 16384}) {
+    for (int64_t N : {3584, 8192}) {
+      Measured m;
+      m.key = key(Op::kAllGatherMatmul, M, N, 8192);
+      const Estimate e = estimate(m.key, truth);
+      m.gemm_us = e.gemm_us, m.comm_us = e.nccl_us, m.sequential_us = e.sequential_us;
+      m.overlapped_us = e.overlapped_us + 10;  // every overlapped run 10 us over the model's bound
+      shapes.push_back(m);
+    }
+  }
+  const Rates r = fit_rates(shapes);
+  EXPECT_NEAR(r.gemm_tflops, 650, 1);
+  EXPECT_NEAR(r.gemm_fixed_us, 5, 0.1);
+  EXPECT_NEAR(r.nccl_gbps, 280, 1);
+  EXPECT_NEAR(r.nccl_fixed_us, 20, 0.1);
+  EXPECT_NEAR(r.overlap_fixed_us, 10, 0.1);
+  EXPECT_EQ(fit_rates({shapes[0]}).gemm_tflops, Rates{}.gemm_tflops);  // one shape: the defaults
+}
+
+TEST(BuiltinTuning, ParsesAsAutoWillReadIt) {
+  TuningCache c;
+  EXPECT_NO_THROW(c.add_text(kBuiltinTuning, "built-in"));
+}
+
+}  // namespace
+}  // namespace asynctp::tune

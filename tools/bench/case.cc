@@ -1,0 +1,236 @@
+#include "bench/case.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include "algo/fused.h"
+#include "comm/communicator_impl.h"
+#include "common/check.h"
+#include "kernels/fused/ag_gemm.h"
+#include "reference/reference.h"
+
+namespace asynctp::bench {
+namespace {
+
+struct DeviceBuffer {
+  void* p = nullptr;
+  explicit DeviceBuffer(size_t bytes) { ASYNCTP_CUDA_CHECK(cudaMalloc(&p, bytes)); }
+  ~DeviceBuffer() { cudaFree(p); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  float* f() const { return static_cast<float*>(p); }
+};
+
+constexpr size_t kFlushBytes = 512u << 20;  // several times the H100/H200 L2
+
+class Timer {
+ public:
+  Timer(RankContext& ctx, const CaseSetup& args, cudaStream_t stream) : ctx_(ctx), args_(args), stream_(stream) {
+    ASYNCTP_CUDA_CHECK(cudaEventCreate(&start_));
+    ASYNCTP_CUDA_CHECK(cudaEventCreate(&stop_));
+    if (args.flush_l2) ASYNCTP_CUDA_CHECK(cudaMalloc(&flush_, kFlushBytes));
+  }
+  ~Timer() {
+    cudaEventDestroy(start_);
+    cudaEventDestroy(stop_);
+    if (flush_) cudaFree(flush_);
+  }
+
+  // Times every function in turn, one call of each per round (warm-up rounds first), so that a drift
+  // of clocks or temperature during the run falls on all of them alike. Returns each one's median
+  // over the rounds on this rank, then the slowest rank's median (as torch_anchor.py does). Every
+  // call starts with the ranks lined up by a host barrier.
+  std::vector<double> medians_us(const std::vector<std::function<void()>>& fns) {
+    for (int i = 0; i < args_.warmup; ++i) {
+      for (const auto& fn : fns) fn();
+    }
+    ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::vector<std::vector<float>> us(fns.size());
+    for (int i = 0; i < args_.iters; ++i) {
+      for (size_t f = 0; f < fns.size(); ++f) {
+        if (flush_) ASYNCTP_CUDA_CHECK(cudaMemsetAsync(flush_, i & 0xFF, kFlushBytes, stream_));
+        ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        ctx_.allgather("");
+        ASYNCTP_CUDA_CHECK(cudaEventRecord(start_, stream_));
+        fns[f]();
+        ASYNCTP_CUDA_CHECK(cudaEventRecord(stop_, stream_));
+        ASYNCTP_CUDA_CHECK(cudaEventSynchronize(stop_));
+        float ms = 0;
+        ASYNCTP_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+        us[f].push_back(ms * 1000.0f);
+      }
+    }
+    std::string mine;
+    for (auto& u : us) {
+      std::sort(u.begin(), u.end());
+      mine += std::to_string(u[u.size() / 2]) + " ";
+    }
+    std::vector<double> worst(fns.size(), 0.0);
+    for (const auto& theirs : ctx_.allgather(mine)) {
+      std::istringstream in(theirs);
+      for (double& w : worst) {
+        double v = 0;
+        in >> v;
+        w = std::max(w, v);
+      }
+    }
+    return worst;
+  }
+
+ private:
+  RankContext& ctx_;
+  const CaseSetup& args_;
+  cudaStream_t stream_;
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+  void* flush_ = nullptr;
+};
+
+}  // namespace
+
+CaseSetup setup_of(const Args& args) {
+  CaseSetup s;
+  s.dtype = args.dtype;
+  s.gather_last = args.gather_last;
+  s.scatter_last = args.scatter_last;
+  s.b_layout = args.b_layout;
+  s.flush_l2 = args.flush_l2;
+  s.iters = args.iters;
+  s.warmup = args.warmup;
+  s.time_fused_gemm = std::find(args.algorithms.begin(), args.algorithms.end(), Algorithm::kFused) != args.algorithms.end();
+  return s;
+}
+
+std::string shape_text(const Shape& s) {
+  return std::to_string(s.M) + "x" + std::to_string(s.N) + "x" + std::to_string(s.K);
+}
+
+std::string unsupported(const CaseSetup& setup, const Shape& s, bool ag, int ws) {
+  if (ag && !setup.gather_last && s.M % ws) return "M not divisible by the world size";
+  if (s.K % ws && (!ag || setup.gather_last)) return "K not divisible by the world size";
+  if (!ag && !setup.scatter_last && s.M % ws) return "M not divisible by the world size";
+  if (!ag && setup.scatter_last && s.N % ws) return "N not divisible by the world size";
+  return {};
+}
+
+CaseResult run_case(RankContext& ctx, Communicator& comm, const CaseSetup& args, const Shape& shape, bool ag,
+                    cudaStream_t stream, const std::vector<Candidate>& candidates,
+                    const std::function<void(const Candidate&)>& progress) {
+  const int ws = ctx.world_size, r = ctx.rank;
+  const int64_t M = shape.M, N = shape.N, K = shape.K;
+  const size_t es = dtype_size(args.dtype);
+  const bool col = args.b_layout == BLayout::kColMajor;
+  const int dim = ag ? (args.gather_last ? -1 : 0) : (args.scatter_last ? -1 : 0);
+  // Every rank's inputs come from seeds, so the reference needs no communication.
+  const int64_t kl = K / ws;
+  const reference::GenMatrix gen_a = ag ? (args.gather_last ? reference::GenMatrix{11, 0, kl}
+                                                             : reference::GenMatrix{11, M / ws, 0})
+                                        : reference::GenMatrix{11, 0, kl};
+  const reference::GenMatrix gen_b = ag ? reference::GenMatrix{29, 0, 0} : reference::GenMatrix{29, kl, 0};
+
+  // This rank's tensors.
+  int64_t a_rows = M, a_cols = K, a_row0 = 0, a_col0 = 0, b_rows = K, b_row0 = 0;
+  if (ag && !args.gather_last) a_rows = M / ws, a_row0 = r * a_rows;
+  if (!ag || args.gather_last) a_cols = kl, a_col0 = r * kl;
+  if (!ag) b_rows = kl, b_row0 = r * kl;
+  int64_t out_rows = M, out_cols = N, out_row0 = 0, out_col0 = 0;
+  if (!ag && !args.scatter_last) out_rows = M / ws, out_row0 = r * out_rows;
+  if (!ag && args.scatter_last) out_cols = N / ws, out_col0 = r * out_cols;
+
+  DeviceBuffer a(a_rows * a_cols * es), b(b_rows * N * es), out(out_rows * out_cols * es);
+  reference::fill(a.p, args.dtype, a_rows, a_cols, false, gen_a, a_row0, a_col0, stream);
+  reference::fill(b.p, args.dtype, b_rows, N, col, gen_b, b_row0, 0, stream);
+  const TensorRef ta = TensorRef::dense(a.p, args.dtype, {a_rows, a_cols});
+  const TensorRef tb = col ? TensorRef::dense(b.p, args.dtype, {N, b_rows}) : TensorRef::dense(b.p, args.dtype, {b_rows, N});
+  const TensorRef tout = TensorRef::dense(out.p, args.dtype, {out_rows, out_cols});
+
+  DeviceBuffer ref(M * N * sizeof(float));
+  {
+    DeviceBuffer a_full(M * K * sizeof(float)), b_full(K * N * sizeof(float));
+    reference::fill_fp32(a_full.f(), M, K, gen_a, 0, 0, stream);
+    reference::fill_fp32(b_full.f(), K, N, gen_b, 0, 0, stream);
+    reference::Fp32Gemm().run(a_full.f(), b_full.f(), ref.f(), M, N, K, stream);
+    ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+
+  // Baselines: the GEMM each GPU does, alone (cuBLAS, and where asked our kernel with every chunk in
+  // place), and the collective alone. They are timed with the candidates, in turn.
+  CaseResult result;
+  std::vector<std::function<void()>> timed;
+  std::vector<double*> results;
+  const int64_t gm = M, gk = ag ? K : kl;
+  DeviceBuffer ga(gm * gk * es), gc(gm * N * es), gb(gk * N * es);
+  reference::fill(ga.p, args.dtype, gm, gk, false, gen_a, 0, 0, stream);
+  reference::fill(gb.p, args.dtype, gk, N, col, reference::GenMatrix{29, 0, 0}, 0, 0, stream);
+  gemm::Problem p;
+  p.M = gm, p.N = N, p.K = gk, p.dtype = args.dtype, p.b_layout = args.b_layout;
+  timed.push_back([&] { comm.impl().gemm.run(p, ga.p, gb.p, gc.p, stream); });
+  results.push_back(&result.gemm_us);
+  kernels::fused::AgGemmArgs g;
+  g.dtype = args.dtype, g.b_layout = args.b_layout, g.M = gm, g.N = N, g.K = gk;
+  g.a = ga.p, g.b = gb.p, g.c = gc.p;
+  // rs: the partial GEMM with the reduce-scatter's tile width, no staging or reduction.
+  if (!ag) g.tile_n = static_cast<int>(kernels::fused::kRsTileN);
+  if (args.time_fused_gemm && *kernels::fused::ag_gemm_unsupported(g) == '\0') {
+    algo::attach_tail_split(comm, g, stream);
+    timed.push_back([&] { kernels::fused::run_ag_gemm(g, stream); });
+    results.push_back(&result.fused_gemm_us);
+  }
+  const ncclDataType_t t = args.dtype == DType::kBF16 ? ncclBfloat16 : ncclFloat16;
+  if (ag) {
+    timed.push_back([&] { ASYNCTP_NCCL_CHECK(ncclAllGather(a.p, ga.p, a_rows * a_cols, t, comm.nccl(), stream)); });
+  } else {
+    timed.push_back([&] {
+      ASYNCTP_NCCL_CHECK(ncclReduceScatter(gc.p, out.p, out_rows * out_cols, t, ncclSum, comm.nccl(), stream));
+    });
+  }
+  results.push_back(&result.comm_us);
+
+  // Each candidate is checked first; only a correct one is timed.
+  result.rows.reserve(candidates.size());
+  for (const Candidate& cand : candidates) {
+    result.rows.emplace_back();
+    Row& row = result.rows.back();
+    row.candidate = cand;
+    if (r == 0 && progress) progress(cand);
+    OpOptions options = cand.options;
+    options.b_layout = args.b_layout;
+    auto call = [&, options] {
+      if (ag) {
+        all_gather_matmul(comm, ta, {tb}, dim, {tout}, TensorRef{}, stream, options);
+      } else {
+        matmul_reduce_scatter(comm, ta, tb, dim, ReduceOp::kSum, tout, stream, options);
+      }
+    };
+    reference::poison(out.p, out_rows * out_cols * es, stream);
+    try {
+      call();
+      const auto cmp = reference::compare(out.p, args.dtype, out_rows, out_cols, ref.f(), N, out_row0, out_col0, 1.0f,
+                                          reference::tolerance(args.dtype, ag ? 1 : ws), stream);
+      // Correct only where every rank's slice is.
+      bool all_ok = true;
+      for (const auto& v : ctx.allgather(std::to_string(cmp.ok()) + " " + std::to_string(cmp.max_abs_err))) {
+        std::istringstream in(v);
+        int ok;
+        double err;
+        in >> ok >> err;
+        all_ok = all_ok && ok;
+        row.max_err = std::max(row.max_err, err);
+      }
+      row.correct = all_ok;
+      if (all_ok) {
+        timed.push_back(call);
+        results.push_back(&row.median_us);
+      }
+    } catch (const Error& e) {
+      row.error = e.what();
+    }
+  }
+  Timer timer(ctx, args, stream);
+  const std::vector<double> medians = timer.medians_us(timed);
+  for (size_t i = 0; i < medians.size(); ++i) *results[i] = medians[i];
+  return result;
+}
+
+}  // namespace asynctp::bench

@@ -1,0 +1,61 @@
+#include "tune/fit.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace asynctp::tune {
+namespace {
+
+struct Line {
+  double slope = 0, intercept = 0;
+  bool ok = false;
+};
+
+// Least squares y = slope * x + intercept.
+Line fit_line(const std::vector<double>& x, const std::vector<double>& y) {
+  const size_t n = x.size();
+  Line l;
+  if (n < 2) return l;
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (size_t i = 0; i < n; ++i) sx += x[i], sy += y[i], sxx += x[i] * x[i], sxy += x[i] * y[i];
+  const double d = n * sxx - sx * sx;
+  if (std::fabs(d) < 1e-30) return l;
+  l.slope = (n * sxy - sx * sy) / d;
+  l.intercept = (sy - l.slope * sx) / n;
+  l.ok = l.slope > 0;
+  return l;
+}
+
+}  // namespace
+
+Rates fit_rates(const std::vector<Measured>& shapes) {
+  Rates r;
+  if (shapes.size() < 2) return r;
+  std::vector<double> flops, gemm, bytes, comm;
+  for (const Measured& m : shapes) {
+    // estimate() with unit rates and no fixed costs gives FLOPs / 1e6 and bytes / 1e3.
+    Rates unit;
+    unit.gemm_tflops = unit.copy_gbps = unit.nccl_gbps = 1;
+    unit.gemm_fixed_us = unit.nccl_fixed_us = 0;
+    const Estimate e = estimate(m.key, unit);
+    flops.push_back(e.gemm_us), gemm.push_back(m.gemm_us);
+    bytes.push_back(e.copy_us), comm.push_back(m.comm_us);
+  }
+  const Line g = fit_line(flops, gemm), c = fit_line(bytes, comm);
+  if (g.ok) r.gemm_tflops = 1 / g.slope, r.gemm_fixed_us = std::max(0.0, g.intercept);
+  if (c.ok) r.nccl_gbps = r.copy_gbps = 1 / c.slope, r.nccl_fixed_us = std::max(0.0, c.intercept);
+  std::vector<double> excess;
+  for (const Measured& m : shapes) {
+    if (m.overlapped_us <= 0) continue;
+    Rates no_fixed = r;
+    no_fixed.overlap_fixed_us = 0;
+    excess.push_back(m.overlapped_us - estimate(m.key, no_fixed).overlapped_us);
+  }
+  if (!excess.empty()) {
+    std::sort(excess.begin(), excess.end());
+    r.overlap_fixed_us = std::max(0.0, excess[std::min(excess.size() - 1, excess.size() * 3 / 4)]);
+  }
+  return r;
+}
+
+}  // namespace asynctp::tune

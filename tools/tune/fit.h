@@ -1,0 +1,26 @@
+// asynctp-tune's model fit: the rates Algorithm::kAuto's model estimates untuned shapes with (GEMM
+// rate, collective rate, fixed costs), fitted to what was measured at the tuned shapes.
+#pragma once
+
+#include <vector>
+
+#include "tune/choice.h"
+
+namespace asynctp::tune {
+
+// One tuned shape's measurements (a "choice" line of the cache).
+struct Measured {
+  ProblemKey key;
+  double gemm_us = 0;        // the GEMM alone
+  double comm_us = 0;        // the NCCL collective alone
+  double sequential_us = 0;
+  double overlapped_us = 0;  // the fastest pipelined or fused candidate; 0: none ran
+};
+
+// Rates for one (GPU model, world size, op): least squares for the GEMM (time = FLOPs / rate + fixed)
+// and for the collective (time = bytes / rate + fixed); the copy engine's rate taken as the
+// collective's; the overlapped paths' fixed cost as the 75th percentile of what the measured
+// overlapped times exceed max(GEMM, copy + GEMM / world) by. Defaults where fewer than two shapes.
+Rates fit_rates(const std::vector<Measured>& shapes);
+
+}  // namespace asynctp::tune

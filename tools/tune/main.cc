@@ -1,0 +1,280 @@
+// asynctp-tune: measures sequential, pipelined and fused (with several piece counts) at the given
+// shapes on this machine, checks each against the reference, and appends what was fastest to a tuning
+// cache that Algorithm::kAuto reads (docs/auto.md). Resumes: shapes already in the file are skipped.
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "asynctp/asynctp.h"
+#include "bench/case.h"
+#include "bench/cli.h"
+#include "bench/json.h"
+#include "comm/communicator_impl.h"
+#include "common/check.h"
+#include "tune/fit.h"
+#include "tune/flat_json.h"
+
+namespace asynctp::tune {
+namespace {
+
+const char* const kUsage =
+    "usage: asynctp-tune --out FILE [options]\n"
+    "\n"
+    "Launches one rank per GPU; for each shape and op, checks sequential, pipelined and fused (each\n"
+    "overlapped one with every piece count of --pieces) against a reference, times the correct ones\n"
+    "in rounds, and appends the fastest to FILE as a JSON line (kind \"choice\"). Shapes FILE already\n"
+    "holds for this GPU model, world size, dtype and dims are skipped, so an interrupted run resumes.\n"
+    "At the end it appends the rates auto's model uses for untuned shapes (kind \"rates\"), fitted to\n"
+    "every tuned shape in FILE. Progress goes to stderr.\n"
+    "\n"
+    "  --out FILE           the tuning cache to extend (created if absent)\n"
+    "  --pieces LIST        piece counts tried for pipelined and fused (default 0,2,4; 0: the\n"
+    "                       algorithm's own default)\n"
+    "  --fresh              measure every shape again even if FILE has it (the later line wins)\n"
+    "  --gpus, --shapes, --op, --dtype, --gather-dim, --scatter-dim, --b-layout, --iters, --warmup,\n"
+    "  --flush-l2           as for asynctp-bench (defaults: --shapes seeds, --iters 20, --warmup 5)\n"
+    "  -h, --help           this text\n"
+    "\n"
+    "Use the file with CommunicatorOptions::tuning_cache or ASYNCTP_TUNING_CACHE=FILE; to ship it in\n"
+    "the library, put it in the repository's tuning/ folder.\n";
+
+struct TuneArgs {
+  bench::Args bench;
+  std::string out;
+  std::vector<int> pieces{0, 2, 4};
+  bool fresh = false;
+  bool help = false;
+};
+
+TuneArgs parse(const std::vector<std::string>& argv) {
+  TuneArgs t;
+  std::vector<std::string> rest = {"--iters", "20", "--warmup", "5"};
+  for (size_t i = 0; i < argv.size(); ++i) {
+    const std::string& f = argv[i];
+    if (f == "-h" || f == "--help") {
+      t.help = true;
+    } else if (f == "--fresh") {
+      t.fresh = true;
+    } else if (f == "--out" || f == "--pieces") {
+      if (i + 1 >= argv.size()) throw Error("asynctp-tune: " + f + " needs a value (see --help)");
+      const std::string& v = argv[++i];
+      if (f == "--out") {
+        t.out = v;
+      } else {
+        t.pieces.clear();
+        std::stringstream in(v);
+        std::string item;
+        while (std::getline(in, item, ',')) {
+          char* end = nullptr;
+          const long p = std::strtol(item.c_str(), &end, 10);
+          if (item.empty() || *end != '\0' || p < 0 || p > kMaxChunksPerRank) {
+            throw Error("asynctp-tune: --pieces '" + v + "' is not valid; expected piece counts 0 to " +
+                        std::to_string(kMaxChunksPerRank) + ", comma-separated");
+          }
+          t.pieces.push_back(static_cast<int>(p));
+        }
+      }
+    } else if (f == "--algorithms" || f == "--json" || f == "--chunks") {
+      throw Error("asynctp-tune: " + f + " is asynctp-bench's; asynctp-tune tries every algorithm (see --help)");
+    } else {
+      rest.push_back(f);
+    }
+  }
+  t.bench = bench::parse_args(rest);
+  if (!t.help && t.out.empty()) throw Error("asynctp-tune: --out FILE is required (see --help)");
+  return t;
+}
+
+std::string dim_name(bool last) { return last ? "last" : "0"; }
+
+// Keys (op M N K dtype dim world gpu) of the choices `path` holds, and their measurements.
+std::map<std::string, Measured> read_existing(const std::string& path) {
+  std::map<std::string, Measured> out;
+  std::ifstream in(path);
+  std::string line;
+  TuningCache parsed;  // validates each line as auto will read it
+  std::stringstream all;
+  while (std::getline(in, line)) all << line << "\n";
+  parsed.add_text(all.str(), path);
+  std::istringstream lines(all.str());
+  while (std::getline(lines, line)) {
+    FlatObject o;
+    std::string error;
+    if (!parse_flat_object(line, o, error) || o["kind"].text != "choice") continue;
+    Measured m;
+    m.key.op = o["op"].text == "rs" ? Op::kMatmulReduceScatter : Op::kAllGatherMatmul;
+    m.key.M = static_cast<int64_t>(o["M"].number), m.key.N = static_cast<int64_t>(o["N"].number);
+    m.key.K = static_cast<int64_t>(o["K"].number);
+    m.key.dtype = o["dtype"].text == "fp16" ? DType::kFP16 : DType::kBF16;
+    m.key.last_dim = o["dim"].text == "last";
+    m.key.world_size = static_cast<int>(o["world_size"].number);
+    m.key.gpu = o["gpu"].text;
+    m.gemm_us = o["gemm_alone_us"].number, m.comm_us = o["comm_alone_us"].number;
+    m.sequential_us = o["sequential_us"].number, m.overlapped_us = o["overlapped_us"].number;
+    std::ostringstream k;
+    k << o["op"].text << " " << m.key.M << " " << m.key.N << " " << m.key.K << " " << o["dtype"].text << " "
+      << o["dim"].text << " " << m.key.world_size << " " << m.key.gpu;
+    out[k.str()] = m;
+  }
+  return out;
+}
+
+std::string key_text(const ProblemKey& k) {
+  std::ostringstream s;
+  s << op_key(k.op) << " " << k.M << " " << k.N << " " << k.K << " " << dtype_name(k.dtype) << " "
+    << dim_name(k.last_dim) << " " << k.world_size << " " << k.gpu;
+  return s.str();
+}
+
+void append(const std::string& path, const std::string& line) {
+  std::ofstream out(path, std::ios::app);
+  out << line << "\n";
+  ASYNCTP_CHECK(out.good(), "asynctp-tune: could not write ", path);
+}
+
+int run_rank(RankContext& ctx, const TuneArgs& t) {
+  CommunicatorOptions options;
+  options.device = ctx.device;
+  auto comm = Communicator::create(ctx.rank, ctx.world_size, ctx.nccl_id, options);
+  cudaStream_t stream;
+  ASYNCTP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const bench::Args& a = t.bench;
+  bench::CaseSetup setup = bench::setup_of(a);
+  setup.time_fused_gemm = false;
+  // Every rank reads the file so that all skip the same shapes.
+  std::map<std::string, Measured> done = t.fresh ? std::map<std::string, Measured>{} : read_existing(t.out);
+  ASYNCTP_CHECK(static_cast<int>(ctx.allgather(std::to_string(done.size())).size()) == ctx.world_size, "asynctp-tune: rank count");
+
+  std::vector<bench::Candidate> candidates;
+  candidates.push_back({"sequential", {}});
+  for (Algorithm algo : {Algorithm::kPipelined, Algorithm::kFused}) {
+    for (int p : t.pieces) {
+      bench::Candidate c;
+      c.label = std::string(algorithm_name(algo)) + "/" + std::to_string(p);
+      c.options.algorithm = algo;
+      c.options.chunks_per_rank = p;
+      candidates.push_back(c);
+    }
+  }
+  const int total = static_cast<int>(a.shapes.size()) * ((a.run_ag ? 1 : 0) + (a.run_rs ? 1 : 0));
+  int index = 0;
+  bool all_correct = true;
+  for (const bench::Shape& shape : a.shapes) {
+    for (bool ag : {true, false}) {
+      if ((ag && !a.run_ag) || (!ag && !a.run_rs)) continue;
+      ++index;
+      ProblemKey key;
+      key.op = ag ? Op::kAllGatherMatmul : Op::kMatmulReduceScatter;
+      key.M = shape.M, key.N = shape.N, key.K = shape.K;
+      key.dtype = a.dtype;
+      key.last_dim = ag ? a.gather_last : a.scatter_last;
+      key.world_size = ctx.world_size;
+      key.gpu = comm->impl().gpu_name;
+      const std::string why = bench::unsupported(setup, shape, ag, ctx.world_size);
+      if (done.count(key_text(key)) || !why.empty()) {
+        if (ctx.rank == 0) {
+          std::fprintf(stderr, "[%d/%d] %s %s: %s\n", index, total, op_key(key.op), bench::shape_text(shape).c_str(),
+                       why.empty() ? "in the cache already" : ("skipped: " + why).c_str());
+        }
+        continue;
+      }
+      const bench::CaseResult res = bench::run_case(ctx, *comm, setup, shape, ag, stream, candidates,
+                                                    [&](const bench::Candidate& c) {
+        std::fprintf(stderr, "[%d/%d] %s %s: checking %s\n", index, total, op_key(key.op),
+                     bench::shape_text(shape).c_str(), c.label.c_str());
+      });
+      const bench::Row* best = nullptr;
+      const bench::Row* best_overlapped = nullptr;
+      double sequential_us = 0;
+      std::string all;
+      for (const bench::Row& row : res.rows) {
+        all_correct = all_correct && row.correct;
+        if (!row.correct) continue;
+        all += (all.empty() ? "" : " ") + row.candidate.label + "=" + std::to_string(row.median_us);
+        if (row.candidate.options.algorithm == Algorithm::kSequential) sequential_us = row.median_us;
+        else if (!best_overlapped || row.median_us < best_overlapped->median_us) best_overlapped = &row;
+        if (!best || row.median_us < best->median_us) best = &row;
+      }
+      if (best == nullptr) continue;  // nothing correct: reported above, nothing to cache
+      Measured m{key, res.gemm_us, res.comm_us, sequential_us, best_overlapped ? best_overlapped->median_us : 0};
+      done[key_text(key)] = m;
+      if (ctx.rank != 0) continue;
+      bench::JsonLine j;
+      j.add("kind", "choice").add("gpu", key.gpu).add("world_size", key.world_size).add("op", op_key(key.op));
+      j.add("dtype", dtype_name(key.dtype)).add("dim", dim_name(key.last_dim));
+      j.add("M", key.M).add("N", key.N).add("K", key.K);
+      j.add("algorithm", algorithm_name(best->candidate.options.algorithm));
+      j.add("chunks_per_rank", best->candidate.options.chunks_per_rank).add("us", best->median_us);
+      j.add("sequential_us", sequential_us).add("overlapped_us", m.overlapped_us);
+      j.add("gemm_alone_us", res.gemm_us).add("comm_alone_us", res.comm_us).add("iters", a.iters);
+      j.add("measured", all);
+      append(t.out, j.str());
+      std::fprintf(stderr, "[%d/%d] %s %s: %s (%.1f us; sequential %.1f us)\n", index, total, op_key(key.op),
+                   bench::shape_text(shape).c_str(), best->candidate.label.c_str(), best->median_us, sequential_us);
+    }
+  }
+  if (ctx.rank == 0) {
+    // The model's rates, per op, from every tuned shape of this GPU model and world size in the file.
+    for (Op op : {Op::kAllGatherMatmul, Op::kMatmulReduceScatter}) {
+      std::vector<Measured> shapes;
+      for (const auto& [k, m] : done) {
+        if (m.key.op == op && m.key.world_size == ctx.world_size && m.key.gpu == comm->impl().gpu_name) shapes.push_back(m);
+      }
+      if (shapes.size() < 2) continue;
+      const Rates r = fit_rates(shapes);
+      bench::JsonLine j;
+      j.add("kind", "rates").add("gpu", comm->impl().gpu_name).add("world_size", ctx.world_size).add("op", op_key(op));
+      j.add("gemm_tflops", r.gemm_tflops).add("gemm_fixed_us", r.gemm_fixed_us).add("copy_gbps", r.copy_gbps);
+      j.add("nccl_gbps", r.nccl_gbps).add("nccl_fixed_us", r.nccl_fixed_us);
+      j.add("overlap_fixed_us", r.overlap_fixed_us).add("min_gemm_us", r.min_gemm_us);
+      j.add("shapes", static_cast<int64_t>(shapes.size()));
+      append(t.out, j.str());
+      std::fprintf(stderr, "%s rates from %zu shapes: GEMM %.0f TFLOP/s + %.1f us, collective %.0f GB/s + %.1f us, "
+                   "overlap +%.1f us\n", op_key(op), shapes.size(), r.gemm_tflops, r.gemm_fixed_us, r.nccl_gbps,
+                   r.nccl_fixed_us, r.overlap_fixed_us);
+    }
+  }
+  ASYNCTP_CUDA_CHECK(cudaStreamDestroy(stream));
+  return all_correct ? 0 : 3;
+}
+
+}  // namespace
+}  // namespace asynctp::tune
+
+int main(int argc, char** argv) {
+  using namespace asynctp;
+  tune::TuneArgs args;
+  try {
+    args = tune::parse(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  }
+  if (args.help) {
+    std::fputs(tune::kUsage, stdout);
+    return 0;
+  }
+  std::string reason;
+  const int visible = probe_cuda_device_count(&reason);
+  if (visible == 0) {
+    std::fprintf(stderr, "asynctp-tune: no GPU on this machine (%s)\n", reason.c_str());
+    return 2;
+  }
+  const int n = args.bench.gpus > 0 ? args.bench.gpus : visible;
+  if (n > visible) {
+    std::fprintf(stderr, "asynctp-tune: --gpus %d but only %d GPU(s) are visible\n", n, visible);
+    return 2;
+  }
+  try {
+    const LaunchResult result = launch(n, [&](RankContext& ctx) { return tune::run_rank(ctx, args); });
+    if (!result.ok) {
+      std::fprintf(stderr, "asynctp-tune: %s\n", result.message.c_str());
+      return 1;
+    }
+  } catch (const Error& e) {
+    std::fprintf(stderr, "asynctp-tune: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
