@@ -6,6 +6,8 @@
 #include <nccl_device/core.h>
 #include <nccl_device/impl/comm__types.h>
 
+#include <array>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +39,9 @@ struct Communicator::Impl {
   int cc_major = 0, cc_minor = 0;
   std::string gpu_name;
   std::string tuning_cache;  // kAuto's cache file on top of the built-in one; empty: none
+  // kAuto's choices made so far, by (op, M, N, K, dtype, last dim): {algorithm, chunks per rank}. A
+  // call's choice is then a lookup, not a model evaluation (tune/resolve.cc).
+  mutable std::map<std::array<int64_t, 6>, std::pair<int, int>> auto_choices;
 
   Team lsa;
   std::vector<int> lsa_world_ranks;  // world rank of each LSA team member

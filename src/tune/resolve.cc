@@ -81,12 +81,23 @@ Choice choose_for(const Communicator& comm, const ProblemKey& key) {
 
 namespace {
 
-// `options` with auto's choice for `key`, or sequential where the arguments could not be sized.
+// `options` with auto's choice for `key`, or sequential where the arguments could not be sized. The
+// choice is remembered per communicator: the host time of a call is part of its cost.
 OpOptions with_choice(const Communicator& comm, const OpOptions& options, bool sized, const ProblemKey& key) {
   OpOptions resolved = options;
-  const Choice c = sized ? choose_for(comm, key) : Choice{};
-  resolved.algorithm = c.algorithm;
-  resolved.chunks_per_rank = c.chunks_per_rank;
+  resolved.algorithm = Algorithm::kSequential;
+  resolved.chunks_per_rank = 0;
+  if (!sized) return resolved;
+  auto& memo = comm.impl().auto_choices;
+  const std::array<int64_t, 6> k{static_cast<int64_t>(key.op), key.M, key.N, key.K, static_cast<int64_t>(key.dtype),
+                                 key.last_dim ? 1 : 0};
+  auto it = memo.find(k);
+  if (it == memo.end()) {
+    const Choice c = choose_for(comm, key);
+    it = memo.emplace(k, std::make_pair(static_cast<int>(c.algorithm), c.chunks_per_rank)).first;
+  }
+  resolved.algorithm = static_cast<Algorithm>(it->second.first);
+  resolved.chunks_per_rank = it->second.second;
   return resolved;
 }
 

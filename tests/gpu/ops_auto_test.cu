@@ -35,10 +35,18 @@ std::string write_cache(const RankContext& ctx, const std::vector<std::string>& 
   return path;
 }
 
-std::string choice_line(const Communicator& comm, const char* op, int64_t M, int64_t N, int64_t K, const char* algorithm,
+// The GPU's name as the communicator will report it (one NCCL id makes one communicator per process,
+// so the test cannot ask a communicator before it makes the one it uses).
+std::string gpu_name(const RankContext& ctx) {
+  cudaDeviceProp prop{};
+  RANK_CUDA(cudaGetDeviceProperties(&prop, ctx.device));
+  return prop.name;
+}
+
+std::string choice_line(const RankContext& ctx, const char* op, int64_t M, int64_t N, int64_t K, const char* algorithm,
                         int chunks) {
-  return std::string("{\"kind\":\"choice\",\"gpu\":\"") + comm.impl().gpu_name + "\",\"world_size\":" +
-         std::to_string(comm.world_size()) + ",\"op\":\"" + op + "\",\"dtype\":\"bf16\",\"dim\":\"0\",\"M\":" +
+  return std::string("{\"kind\":\"choice\",\"gpu\":\"") + gpu_name(ctx) + "\",\"world_size\":" +
+         std::to_string(ctx.world_size) + ",\"op\":\"" + op + "\",\"dtype\":\"bf16\",\"dim\":\"0\",\"M\":" +
          std::to_string(M) + ",\"N\":" + std::to_string(N) + ",\"K\":" + std::to_string(K) + ",\"algorithm\":\"" +
          algorithm + "\",\"chunks_per_rank\":" + std::to_string(chunks) + ",\"us\":1}";
 }
@@ -73,12 +81,9 @@ TEST(AutoOps, CacheEntriesAreFollowed_MultiRank) {
   RUN_EVERY_WORLD_SIZE([](RankContext& ctx) {
     const int ws = ctx.world_size;
     const int64_t ag_m = 256 * ws, rs_m = 512 * ws, N = 384, K = 512;
-    std::string path;
-    {
-      auto probe = make_comm(ctx);  // for the GPU's name
-      path = write_cache(ctx, {"{\"kind\":\"note\",\"text\":\"test\"}", choice_line(*probe, "ag", ag_m, N, K, "pipelined", 2),
-                               choice_line(*probe, "rs", rs_m, N, K * ws, "fused", 2)});
-    }
+    const std::string path = write_cache(ctx, {"{\"kind\":\"note\",\"text\":\"test\"}",
+                                               choice_line(ctx, "ag", ag_m, N, K, "pipelined", 2),
+                                               choice_line(ctx, "rs", rs_m, N, K * ws, "fused", 2)});
     auto comm = comm_with_cache(ctx, path);
     tune::ProblemKey key;
     key.op = tune::Op::kAllGatherMatmul, key.M = ag_m, key.N = N, key.K = K;
@@ -105,13 +110,7 @@ TEST(AutoOps, RanksWhoseCachesDisagreeFailTogether) {
   REQUIRE_GPUS(2);
   RUN_RANKS(2, [](RankContext& ctx) {
     const int64_t M = 256 * ctx.world_size, N = 384, K = 512;
-    std::string path;
-    if (ctx.rank == 0) {
-      auto probe = make_comm(ctx);
-      path = write_cache(ctx, {choice_line(*probe, "ag", M, N, K, "fused", 1)});
-    } else {
-      auto probe = make_comm(ctx);  // the ranks make their communicators in step
-    }
+    const std::string path = ctx.rank == 0 ? write_cache(ctx, {choice_line(ctx, "ag", M, N, K, "fused", 1)}) : "";
     auto comm = comm_with_cache(ctx, path);
     Stream st;
     Buf a(M / ctx.world_size * K * 2), b(K * N * 2), out(M * N * 2);
@@ -129,26 +128,23 @@ TEST(AutoOps, RanksWhoseCachesDisagreeFailTogether) {
   });
 }
 
-TEST(AutoOps, ACacheThatCannotBeReadOrParsedIsAnErrorNamingIt) {
+// (A missing file and each kind of bad line are CPU-tested in tests/unit/tune_test.cc.)
+TEST(AutoOps, ACacheThatCannotBeParsedIsAnErrorNamingIt) {
   REQUIRE_GPUS(1);
   RUN_RANKS(1, [](RankContext& ctx) {
+    const std::string bad = write_cache(ctx, {"{\"kind\":\"note\"}", "{\"kind\":\"choice\",\"op\":\"ag\",\"M\":[1]}"});
+    auto comm = comm_with_cache(ctx, bad);
     Stream st;
     Buf a(256 * 512 * 2), b(512 * 384 * 2), out(256 * 384 * 2);
     const TensorRef ta = TensorRef::dense(a.p, DType::kBF16, {256, 512});
     const TensorRef tb = TensorRef::dense(b.p, DType::kBF16, {512, 384});
     const TensorRef to = TensorRef::dense(out.p, DType::kBF16, {256, 384});
-    const std::string bad = write_cache(ctx, {"{\"kind\":\"note\"}", "{\"kind\":\"choice\",\"op\":\"ag\",\"M\":[1]}"});
-    const std::string missing = bad + ".absent";
-    for (const std::string& path : {bad, missing}) {
-      auto comm = comm_with_cache(ctx, path);
-      try {
-        all_gather_matmul(*comm, ta, {tb}, 0, {to}, TensorRef{}, st.s, auto_options());
-        RANK_CHECK(false, path, ": no error");
-      } catch (const Error& e) {
-        const std::string m = e.what();
-        RANK_CHECK(contains(m, path), m);
-        RANK_CHECK(path == bad ? contains(m, "line 2") : contains(m, "cannot be read"), m);
-      }
+    try {
+      all_gather_matmul(*comm, ta, {tb}, 0, {to}, TensorRef{}, st.s, auto_options());
+      RANK_CHECK(false, "no error");
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      RANK_CHECK(contains(m, bad + ", line 2: not a flat JSON object"), m);
     }
     std::remove(bad.c_str());
     return 0;

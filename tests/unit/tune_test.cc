@@ -171,6 +171,17 @@ TEST(Fit, RecoversTheRatesMeasurementsWereMadeWith) {
   EXPECT_EQ(fit_rates({shapes[0]}).gemm_tflops, Rates{}.gemm_tflops);  // one shape: the defaults
 }
 
+TEST(TuningCache, AFileThatCannotBeReadIsAnErrorNamingIt) {
+  try {
+    tuning_cache("/nonexistent/asynctp.jsonl");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tuning cache '/nonexistent/asynctp.jsonl' cannot be read"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_GE(tuning_cache("").size(), 0u);  // the built-in one alone
+}
+
 TEST(BuiltinTuning, ParsesAsAutoWillReadIt) {
   TuningCache c;
   EXPECT_NO_THROW(c.add_text(kBuiltinTuning, "built-in"));
