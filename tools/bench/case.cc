@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <sstream>
 
 #include "algo/fused.h"
@@ -104,6 +105,31 @@ CaseSetup setup_of(const Args& args) {
 
 std::string shape_text(const Shape& s) {
   return std::to_string(s.M) + "x" + std::to_string(s.N) + "x" + std::to_string(s.K);
+}
+
+int launch_tool(const char* tool, int gpus, const std::function<int(RankContext&)>& rank_fn) {
+  std::string reason;
+  const int visible = probe_cuda_device_count(&reason);
+  if (visible == 0) {
+    std::fprintf(stderr, "%s: no GPU on this machine (%s)\n", tool, reason.c_str());
+    return 2;
+  }
+  const int n = gpus > 0 ? gpus : visible;
+  if (n > visible) {
+    std::fprintf(stderr, "%s: --gpus %d but only %d GPU(s) are visible\n", tool, n, visible);
+    return 2;
+  }
+  try {
+    const LaunchResult result = launch(n, rank_fn);
+    if (!result.ok) {
+      std::fprintf(stderr, "%s: %s\n", tool, result.message.c_str());
+      return 1;
+    }
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s: %s\n", tool, e.what());
+    return 1;
+  }
+  return 0;
 }
 
 std::string unsupported(const CaseSetup& setup, const Shape& s, bool ag, int ws) {

@@ -150,26 +150,5 @@ int main(int argc, char** argv) {
     std::fputs(bench::kUsage, stdout);
     return 0;
   }
-  std::string reason;
-  const int visible = probe_cuda_device_count(&reason);
-  if (visible == 0) {
-    std::fprintf(stderr, "asynctp-bench: no GPU on this machine (%s)\n", reason.c_str());
-    return 2;
-  }
-  const int n = args.gpus > 0 ? args.gpus : visible;
-  if (n > visible) {
-    std::fprintf(stderr, "asynctp-bench: --gpus %d but only %d GPU(s) are visible\n", n, visible);
-    return 2;
-  }
-  try {
-    const LaunchResult result = launch(n, [&](RankContext& ctx) { return bench::run_rank(ctx, args); });
-    if (!result.ok) {
-      std::fprintf(stderr, "asynctp-bench: %s\n", result.message.c_str());
-      return 1;
-    }
-  } catch (const Error& e) {
-    std::fprintf(stderr, "asynctp-bench: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  return bench::launch_tool("asynctp-bench", args.gpus, [&](RankContext& ctx) { return bench::run_rank(ctx, args); });
 }

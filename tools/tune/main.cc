@@ -255,26 +255,5 @@ int main(int argc, char** argv) {
     std::fputs(tune::kUsage, stdout);
     return 0;
   }
-  std::string reason;
-  const int visible = probe_cuda_device_count(&reason);
-  if (visible == 0) {
-    std::fprintf(stderr, "asynctp-tune: no GPU on this machine (%s)\n", reason.c_str());
-    return 2;
-  }
-  const int n = args.bench.gpus > 0 ? args.bench.gpus : visible;
-  if (n > visible) {
-    std::fprintf(stderr, "asynctp-tune: --gpus %d but only %d GPU(s) are visible\n", n, visible);
-    return 2;
-  }
-  try {
-    const LaunchResult result = launch(n, [&](RankContext& ctx) { return tune::run_rank(ctx, args); });
-    if (!result.ok) {
-      std::fprintf(stderr, "asynctp-tune: %s\n", result.message.c_str());
-      return 1;
-    }
-  } catch (const Error& e) {
-    std::fprintf(stderr, "asynctp-tune: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  return bench::launch_tool("asynctp-tune", args.bench.gpus, [&](RankContext& ctx) { return tune::run_rank(ctx, args); });
 }
