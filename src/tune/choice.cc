@@ -1,6 +1,7 @@
 #include "tune/choice.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -181,6 +182,23 @@ const Choice* TuningCache::find(const ProblemKey& key) const {
   return nullptr;
 }
 
+const TuningCache::Entry* TuningCache::nearest_overlapped(const ProblemKey& key) const {
+  const Entry* best = nullptr;
+  double best_distance = 0;
+  for (const Entry& e : entries_) {
+    const ProblemKey& k = e.key;
+    if (e.choice.algorithm == Algorithm::kSequential || k.op != key.op || k.dtype != key.dtype ||
+        k.last_dim != key.last_dim || k.world_size != key.world_size || k.gpu != key.gpu) {
+      continue;
+    }
+    const double d = 2 * std::fabs(std::log2(static_cast<double>(k.M) / key.M)) +
+                     std::fabs(std::log2(static_cast<double>(k.N) / key.N)) +
+                     std::fabs(std::log2(static_cast<double>(k.K) / key.K));
+    if (best == nullptr || d < best_distance) best = &e, best_distance = d;  // ties: the earlier line
+  }
+  return best;
+}
+
 Rates TuningCache::rates(const std::string& gpu, int world_size, Op op) const {
   for (auto it = rates_.rbegin(); it != rates_.rend(); ++it) {
     if (it->gpu == gpu && it->world_size == world_size && (it->op.empty() || it->op == op_key(op))) return it->rates;
@@ -204,7 +222,19 @@ const TuningCache& tuning_cache(const std::string& path) {
 
 Choice choose(const ProblemKey& key, const TuningCache& cache, bool fused_applies) {
   if (const Choice* c = cache.find(key)) return *c;
-  return model_choice(key, cache.rates(key.gpu, key.world_size, key.op), fused_applies);
+  Choice c = model_choice(key, cache.rates(key.gpu, key.world_size, key.op), fused_applies);
+  if (c.algorithm == Algorithm::kSequential) return c;
+  // Whether to overlap is the model's call; how (pipelined or fused, and the pieces), it has no rates
+  // for, so it follows what measured fastest at the nearest tuned shape that overlapped.
+  if (const TuningCache::Entry* near = cache.nearest_overlapped(key)) {
+    c.algorithm = near->choice.algorithm == Algorithm::kFused && !fused_applies ? Algorithm::kPipelined
+                                                                                : near->choice.algorithm;
+    c.chunks_per_rank = near->choice.chunks_per_rank;
+    c.why += "; " + std::string(algorithm_name(c.algorithm)) + " with " + std::to_string(c.chunks_per_rank) +
+             " pieces as tuned at " + std::to_string(near->key.M) + "x" + std::to_string(near->key.N) + "x" +
+             std::to_string(near->key.K);
+  }
+  return c;
 }
 
 }  // namespace asynctp::tune

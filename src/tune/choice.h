@@ -57,20 +57,24 @@ Choice model_choice(const ProblemKey& key, const Rates& rates, bool fused_applie
 
 class TuningCache {
  public:
+  struct Entry {
+    ProblemKey key;
+    Choice choice;
+  };
+
   // Parses JSON Lines text: {"kind":"choice", ...} and {"kind":"rates", ...} lines (docs/auto.md);
   // blank lines and lines of other kinds are skipped. Throws asynctp::Error naming `origin` and the
   // line where a line is not valid.
   void add_text(const std::string& text, const std::string& origin);
   const Choice* find(const ProblemKey& key) const;  // the last entry for the key
+  // The overlapped choice tuned for the shape nearest `key` (same op, dtype, dim, world size and GPU
+  // model), nearness measured in octaves, M's counted twice; null if none was overlapped.
+  const Entry* nearest_overlapped(const ProblemKey& key) const;
   // Measured for this GPU model, world size and op where present, else the defaults.
   Rates rates(const std::string& gpu, int world_size, Op op) const;
   size_t size() const { return entries_.size(); }
 
  private:
-  struct Entry {
-    ProblemKey key;
-    Choice choice;
-  };
   struct RatesEntry {
     std::string gpu;
     int world_size;
@@ -85,7 +89,8 @@ class TuningCache {
 // the one built into the library (tuning/*.jsonl in the repository). Loaded once per path per process.
 const TuningCache& tuning_cache(const std::string& path);
 
-// The choice for `key`: the cache's entry, else the model's.
+// The choice for `key`: the cache's entry; else the model's, whose overlapped choices take the
+// algorithm and pieces of the nearest tuned overlapped shape where there is one.
 Choice choose(const ProblemKey& key, const TuningCache& cache, bool fused_applies);
 
 // The text of the cache built into the library (generated from tuning/*.jsonl at build time).

@@ -147,6 +147,28 @@ TEST(Model, ChooseTakesTheCacheFirst) {
   EXPECT_FALSE(choose(k, c, true).from_cache);
 }
 
+TEST(Model, AnOverlappedChoiceFollowsTheNearestTunedShapeThatOverlapped) {
+  TuningCache c;
+  c.add_text(choice("rs", 2048, "fused", 4) + "\n" + choice("rs", 16384, "pipelined", 4) + "\n" +
+                 choice("rs", 32768, "sequential", 0) + "\n" + choice("ag", 12288, "fused", 2) + "\n",
+             "t");
+  ProblemKey k = key(Op::kMatmulReduceScatter, 12288, 3584, 8192);  // nearest overlapped rs: 16384
+  Choice got = choose(k, c, true);
+  EXPECT_EQ(got.algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(got.chunks_per_rank, 4);
+  EXPECT_FALSE(got.from_cache);
+  EXPECT_NE(got.why.find("as tuned at 16384x3584x8192"), std::string::npos) << got.why;
+  k.M = 3072;  // nearest: 2048, fused; where the fused kernel does not apply, pipelined
+  EXPECT_EQ(choose(k, c, true).algorithm, Algorithm::kFused);
+  EXPECT_EQ(choose(k, c, false).algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(choose(k, c, false).chunks_per_rank, 4);
+  k.M = 256;  // the model says sequential: no neighbour overrides that
+  EXPECT_EQ(choose(k, c, true).algorithm, Algorithm::kSequential);
+  k.world_size = 4, k.M = 12288;  // no tuned shape of this world size: the model's own pick
+  EXPECT_EQ(choose(k, c, true).algorithm, Algorithm::kFused);
+  EXPECT_EQ(choose(k, c, true).chunks_per_rank, 0);
+}
+
 TEST(Fit, RecoversTheRatesMeasurementsWereMadeWith) {
   Rates truth;
   truth.gemm_tflops = 650, truth.gemm_fixed_us = 5, truth.nccl_gbps = truth.copy_gbps = 280, truth.nccl_fixed_us = 20;
