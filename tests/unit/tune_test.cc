@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 
 #include "asynctp/error.h"
 #include "tune/choice.h"
@@ -202,6 +204,32 @@ TEST(TuningCache, AFileThatCannotBeReadIsAnErrorNamingIt) {
         << e.what();
   }
   EXPECT_GE(tuning_cache("").size(), 0u);  // the built-in one alone
+}
+
+TEST(Resume, ReadsBackTheShapesAFileHolds) {
+  const std::string path = "/tmp/asynctp_resume_test.jsonl";
+  {
+    std::ofstream out(path);
+    out << "{\"kind\":\"note\"}\n"
+        << "{\"kind\":\"choice\",\"gpu\":\"NVIDIA H200\",\"world_size\":2,\"op\":\"rs\",\"dtype\":\"bf16\",\"dim\":\"0\","
+           "\"M\":4096,\"N\":3584,\"K\":8192,\"algorithm\":\"fused\",\"chunks_per_rank\":4,\"us\":208.7,"
+           "\"sequential_us\":257.3,\"overlapped_us\":208.7,\"gemm_alone_us\":176,\"comm_alone_us\":90}\n"
+        << choice("ag", 2048, "sequential", 0) << "\n";
+  }
+  const auto got = read_measured(path);
+  ASSERT_EQ(got.size(), 2u);
+  const ProblemKey rs = key(Op::kMatmulReduceScatter, 4096, 3584, 8192);
+  ASSERT_EQ(got.count(problem_key_text(rs)), 1u) << problem_key_text(rs);
+  const Measured& m = got.at(problem_key_text(rs));
+  EXPECT_EQ(m.gemm_us, 176);
+  EXPECT_EQ(m.comm_us, 90);
+  EXPECT_EQ(m.overlapped_us, 208.7);
+  EXPECT_EQ(got.count(problem_key_text(key(Op::kAllGatherMatmul, 2048, 3584, 8192))), 1u);
+  EXPECT_EQ(got.count(problem_key_text(key(Op::kAllGatherMatmul, 2048, 3584, 8192, 4))), 0u);
+  EXPECT_TRUE(read_measured("/nonexistent/none.jsonl").empty());  // a new file
+  { std::ofstream(path, std::ios::app) << "{\"kind\":\"choice\",\"op\":\"ag\"}\n"; }
+  EXPECT_THROW(read_measured(path), Error);
+  std::remove(path.c_str());
 }
 
 TEST(BuiltinTuning, ParsesAsAutoWillReadIt) {

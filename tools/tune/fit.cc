@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "tune/flat_json.h"
 
 namespace asynctp::tune {
 namespace {
@@ -27,6 +31,41 @@ Line fit_line(const std::vector<double>& x, const std::vector<double>& y) {
 }
 
 }  // namespace
+
+std::string problem_key_text(const ProblemKey& k) {
+  std::ostringstream s;
+  s << op_key(k.op) << " " << k.M << " " << k.N << " " << k.K << " " << (k.dtype == DType::kFP16 ? "fp16" : "bf16")
+    << " " << (k.last_dim ? "last" : "0") << " " << k.world_size << " " << k.gpu;
+  return s.str();
+}
+
+std::map<std::string, Measured> read_measured(const std::string& path) {
+  std::map<std::string, Measured> out;
+  std::ifstream in(path);
+  if (!in) return out;
+  std::stringstream all;
+  all << in.rdbuf();
+  TuningCache validated;  // every line as auto will read it, errors naming the line
+  validated.add_text(all.str(), path);
+  std::string line;
+  while (std::getline(all, line)) {
+    FlatObject o;
+    std::string error;
+    if (!parse_flat_object(line, o, error) || o["kind"].text != "choice") continue;
+    Measured m;
+    m.key.op = o["op"].text == "rs" ? Op::kMatmulReduceScatter : Op::kAllGatherMatmul;
+    m.key.M = static_cast<int64_t>(o["M"].number), m.key.N = static_cast<int64_t>(o["N"].number);
+    m.key.K = static_cast<int64_t>(o["K"].number);
+    m.key.dtype = o["dtype"].text == "fp16" ? DType::kFP16 : DType::kBF16;
+    m.key.last_dim = o["dim"].text == "last";
+    m.key.world_size = static_cast<int>(o["world_size"].number);
+    m.key.gpu = o["gpu"].text;
+    m.gemm_us = o["gemm_alone_us"].number, m.comm_us = o["comm_alone_us"].number;
+    m.sequential_us = o["sequential_us"].number, m.overlapped_us = o["overlapped_us"].number;
+    out[problem_key_text(m.key)] = m;
+  }
+  return out;
+}
 
 Rates fit_rates(const std::vector<Measured>& shapes) {
   Rates r;

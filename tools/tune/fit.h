@@ -1,7 +1,10 @@
-// asynctp-tune's model fit: the rates Algorithm::kAuto's model estimates untuned shapes with (GEMM
-// rate, collective rate, fixed costs), fitted to what was measured at the tuned shapes.
+// asynctp-tune's side of the cache: what a file already holds (so that a run resumes), and the rates
+// Algorithm::kAuto's model estimates untuned shapes with (GEMM rate, collective rate, fixed costs),
+// fitted to what was measured at the tuned shapes.
 #pragma once
 
+#include <map>
+#include <string>
 #include <vector>
 
 #include "tune/choice.h"
@@ -16,6 +19,11 @@ struct Measured {
   double sequential_us = 0;
   double overlapped_us = 0;  // the fastest pipelined or fused candidate; 0: none ran
 };
+
+// The tuned shapes a cache file holds, by problem_key_text of their keys (empty if there is no
+// file); resuming asynctp-tune skips them. Throws asynctp::Error where a line is not valid.
+std::map<std::string, Measured> read_measured(const std::string& path);
+std::string problem_key_text(const ProblemKey& key);
 
 // Rates for one (GPU model, world size, op): least squares for the GEMM (time = FLOPs / rate + fixed)
 // and for the collective (time = bytes / rate + fixed); the copy engine's rate taken as the

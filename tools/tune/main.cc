@@ -88,45 +88,6 @@ TuneArgs parse(const std::vector<std::string>& argv) {
 
 std::string dim_name(bool last) { return last ? "last" : "0"; }
 
-// Keys (op M N K dtype dim world gpu) of the choices `path` holds, and their measurements.
-std::map<std::string, Measured> read_existing(const std::string& path) {
-  std::map<std::string, Measured> out;
-  std::ifstream in(path);
-  std::string line;
-  TuningCache parsed;  // validates each line as auto will read it
-  std::stringstream all;
-  while (std::getline(in, line)) all << line << "\n";
-  parsed.add_text(all.str(), path);
-  std::istringstream lines(all.str());
-  while (std::getline(lines, line)) {
-    FlatObject o;
-    std::string error;
-    if (!parse_flat_object(line, o, error) || o["kind"].text != "choice") continue;
-    Measured m;
-    m.key.op = o["op"].text == "rs" ? Op::kMatmulReduceScatter : Op::kAllGatherMatmul;
-    m.key.M = static_cast<int64_t>(o["M"].number), m.key.N = static_cast<int64_t>(o["N"].number);
-    m.key.K = static_cast<int64_t>(o["K"].number);
-    m.key.dtype = o["dtype"].text == "fp16" ? DType::kFP16 : DType::kBF16;
-    m.key.last_dim = o["dim"].text == "last";
-    m.key.world_size = static_cast<int>(o["world_size"].number);
-    m.key.gpu = o["gpu"].text;
-    m.gemm_us = o["gemm_alone_us"].number, m.comm_us = o["comm_alone_us"].number;
-    m.sequential_us = o["sequential_us"].number, m.overlapped_us = o["overlapped_us"].number;
-    std::ostringstream k;
-    k << o["op"].text << " " << m.key.M << " " << m.key.N << " " << m.key.K << " " << o["dtype"].text << " "
-      << o["dim"].text << " " << m.key.world_size << " " << m.key.gpu;
-    out[k.str()] = m;
-  }
-  return out;
-}
-
-std::string key_text(const ProblemKey& k) {
-  std::ostringstream s;
-  s << op_key(k.op) << " " << k.M << " " << k.N << " " << k.K << " " << dtype_name(k.dtype) << " "
-    << dim_name(k.last_dim) << " " << k.world_size << " " << k.gpu;
-  return s.str();
-}
-
 void append(const std::string& path, const std::string& line) {
   std::ofstream out(path, std::ios::app);
   out << line << "\n";
@@ -143,7 +104,7 @@ int run_rank(RankContext& ctx, const TuneArgs& t) {
   bench::CaseSetup setup = bench::setup_of(a);
   setup.time_fused_gemm = false;
   // Every rank reads the file so that all skip the same shapes.
-  std::map<std::string, Measured> done = t.fresh ? std::map<std::string, Measured>{} : read_existing(t.out);
+  std::map<std::string, Measured> done = t.fresh ? std::map<std::string, Measured>{} : read_measured(t.out);
   ASYNCTP_CHECK(static_cast<int>(ctx.allgather(std::to_string(done.size())).size()) == ctx.world_size, "asynctp-tune: rank count");
 
   std::vector<bench::Candidate> candidates;
@@ -172,7 +133,7 @@ int run_rank(RankContext& ctx, const TuneArgs& t) {
       key.world_size = ctx.world_size;
       key.gpu = comm->impl().gpu_name;
       const std::string why = bench::unsupported(setup, shape, ag, ctx.world_size);
-      if (done.count(key_text(key)) || !why.empty()) {
+      if (done.count(problem_key_text(key)) || !why.empty()) {
         if (ctx.rank == 0) {
           std::fprintf(stderr, "[%d/%d] %s %s: %s\n", index, total, op_key(key.op), bench::shape_text(shape).c_str(),
                        why.empty() ? "in the cache already" : ("skipped: " + why).c_str());
@@ -198,7 +159,7 @@ int run_rank(RankContext& ctx, const TuneArgs& t) {
       }
       if (best == nullptr) continue;  // nothing correct: reported above, nothing to cache
       Measured m{key, res.gemm_us, res.comm_us, sequential_us, best_overlapped ? best_overlapped->median_us : 0};
-      done[key_text(key)] = m;
+      done[problem_key_text(key)] = m;
       if (ctx.rank != 0) continue;
       bench::JsonLine j;
       j.add("kind", "choice").add("gpu", key.gpu).add("world_size", key.world_size).add("op", op_key(key.op));
