@@ -24,6 +24,10 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
                                  const TensorRef& b, const TensorRef& output, cudaStream_t stream,
                                  const AgreeFn& agree, int chunks_per_rank);
 
+// Whether the fused reduce-scatter takes rows per rank this many: whole 256-row clusters, so that no
+// cluster holds two ranks' rows.
+inline bool fused_rs_takes_rows(int64_t rows_per_rank) { return rows_per_rank % kernels::fused::kClusterRows == 0; }
+
 // Why the fused kernel does not take this reduce-scatter ("" where it does); it then runs pipelined.
 const char* fused_rs_unsupported(const ops::MatmulReduceScatterPlan& plan, const TensorRef& a, const TensorRef& b,
                                  const TensorRef& output);

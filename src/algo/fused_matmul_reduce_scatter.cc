@@ -27,7 +27,7 @@ int resolve_fused_rs_pieces(int requested, int64_t rows_per_rank) {
 const char* fused_rs_unsupported(const ops::MatmulReduceScatterPlan& plan, const TensorRef& a, const TensorRef& b,
                                  const TensorRef& output) {
   if (plan.scatter_last) return "scatter_dim last";
-  if (plan.out_rows % kernels::fused::kClusterRows != 0) return "rows per rank not a multiple of 256";
+  if (!fused_rs_takes_rows(plan.out_rows)) return "rows per rank not a multiple of 256";
   kernels::fused::AgGemmArgs g;
   g.dtype = plan.dtype;
   g.M = plan.M, g.N = plan.N, g.K = plan.k_local;

@@ -1,7 +1,7 @@
 #include "tune/resolve.h"
 
 #include "comm/communicator_impl.h"
-#include "kernels/fused/ag_gemm.h"
+#include "algo/fused.h"
 
 namespace asynctp::tune {
 namespace {
@@ -71,8 +71,8 @@ bool matmul_reduce_scatter_key(const Communicator& comm, const TensorRef& a, con
 bool fused_kernel_applies(const ProblemKey& key) {
   if (key.last_dim) return false;
   if (key.op == Op::kAllGatherMatmul) return true;
-  // matmul_reduce_scatter: rows per rank in whole 256-row clusters (fused_rs_unsupported).
-  return key.M % key.world_size == 0 && (key.M / key.world_size) % kernels::fused::kClusterRows == 0;
+  // matmul_reduce_scatter: the rows test of fused_rs_unsupported (which also needs the pointers).
+  return key.M % key.world_size == 0 && algo::fused_rs_takes_rows(key.M / key.world_size);
 }
 
 Choice choose_for(const Communicator& comm, const ProblemKey& key) {

@@ -107,6 +107,17 @@ std::string shape_text(const Shape& s) {
   return std::to_string(s.M) + "x" + std::to_string(s.N) + "x" + std::to_string(s.K);
 }
 
+tune::ProblemKey problem_key(const Communicator& comm, const CaseSetup& setup, const Shape& shape, bool ag) {
+  tune::ProblemKey key;
+  key.op = ag ? tune::Op::kAllGatherMatmul : tune::Op::kMatmulReduceScatter;
+  key.M = shape.M, key.N = shape.N, key.K = shape.K;
+  key.dtype = setup.dtype;
+  key.last_dim = ag ? setup.gather_last : setup.scatter_last;
+  key.world_size = comm.world_size();
+  key.gpu = comm.impl().gpu_name;
+  return key;
+}
+
 int launch_tool(const char* tool, int gpus, const std::function<int(RankContext&)>& rank_fn) {
   std::string reason;
   const int visible = probe_cuda_device_count(&reason);

@@ -11,6 +11,7 @@
 
 #include "asynctp/asynctp.h"
 #include "bench/cli.h"
+#include "tune/choice.h"
 
 namespace asynctp::bench {
 
@@ -50,6 +51,9 @@ CaseResult run_case(RankContext& ctx, Communicator& comm, const CaseSetup& setup
                     const std::function<void(const Candidate&)>& progress);
 
 std::string shape_text(const Shape& s);
+
+// The key auto and the tuning cache know this case by on `comm`.
+tune::ProblemKey problem_key(const Communicator& comm, const CaseSetup& setup, const Shape& shape, bool ag);
 
 // A tool's main after its command line: one rank per GPU (`gpus`, 0: every visible one), each running
 // `rank_fn`; messages name `tool`. Returns the exit code: 2 without a GPU or with too few, 1 when a

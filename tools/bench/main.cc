@@ -23,14 +23,7 @@ namespace {
 
 // auto's choice for this case, as the library will make it.
 std::string auto_label(Communicator& comm, const CaseSetup& setup, const Shape& s, bool ag) {
-  tune::ProblemKey key;
-  key.op = ag ? tune::Op::kAllGatherMatmul : tune::Op::kMatmulReduceScatter;
-  key.M = s.M, key.N = s.N, key.K = s.K;
-  key.dtype = setup.dtype;
-  key.last_dim = ag ? setup.gather_last : setup.scatter_last;
-  key.world_size = comm.world_size();
-  key.gpu = comm.impl().gpu_name;
-  const tune::Choice c = tune::choose_for(comm, key);
+  const tune::Choice c = tune::choose_for(comm, problem_key(comm, setup, s, ag));
   std::string label = std::string("auto:") + algorithm_name(c.algorithm);
   if (c.chunks_per_rank > 0) label += "/" + std::to_string(c.chunks_per_rank);
   return label + (c.from_cache ? "" : "*");

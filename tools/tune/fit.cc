@@ -34,7 +34,7 @@ Line fit_line(const std::vector<double>& x, const std::vector<double>& y) {
 
 std::string problem_key_text(const ProblemKey& k) {
   std::ostringstream s;
-  s << op_key(k.op) << " " << k.M << " " << k.N << " " << k.K << " " << (k.dtype == DType::kFP16 ? "fp16" : "bf16")
+  s << op_key(k.op) << " " << k.M << " " << k.N << " " << k.K << " " << dtype_name(k.dtype)
     << " " << (k.last_dim ? "last" : "0") << " " << k.world_size << " " << k.gpu;
   return s.str();
 }

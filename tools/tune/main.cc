@@ -103,9 +103,12 @@ int run_rank(RankContext& ctx, const TuneArgs& t) {
   const bench::Args& a = t.bench;
   bench::CaseSetup setup = bench::setup_of(a);
   setup.time_fused_gemm = false;
-  // Every rank reads the file so that all skip the same shapes.
+  // Every rank reads the file, and all must skip the same shapes: the cases are collective.
   std::map<std::string, Measured> done = t.fresh ? std::map<std::string, Measured>{} : read_measured(t.out);
-  ASYNCTP_CHECK(static_cast<int>(ctx.allgather(std::to_string(done.size())).size()) == ctx.world_size, "asynctp-tune: rank count");
+  for (const std::string& theirs : ctx.allgather(std::to_string(done.size()))) {
+    ASYNCTP_CHECK(theirs == std::to_string(done.size()), "asynctp-tune: the ranks read ", t.out,
+                  " differently (", theirs, " and ", done.size(), " tuned shapes); is it on a shared path?");
+  }
 
   std::vector<bench::Candidate> candidates;
   candidates.push_back({"sequential", {}});
@@ -125,13 +128,7 @@ int run_rank(RankContext& ctx, const TuneArgs& t) {
     for (bool ag : {true, false}) {
       if ((ag && !a.run_ag) || (!ag && !a.run_rs)) continue;
       ++index;
-      ProblemKey key;
-      key.op = ag ? Op::kAllGatherMatmul : Op::kMatmulReduceScatter;
-      key.M = shape.M, key.N = shape.N, key.K = shape.K;
-      key.dtype = a.dtype;
-      key.last_dim = ag ? a.gather_last : a.scatter_last;
-      key.world_size = ctx.world_size;
-      key.gpu = comm->impl().gpu_name;
+      const ProblemKey key = bench::problem_key(*comm, setup, shape, ag);
       const std::string why = bench::unsupported(setup, shape, ag, ctx.world_size);
       if (done.count(problem_key_text(key)) || !why.empty()) {
         if (ctx.rank == 0) {
