@@ -203,7 +203,7 @@ TEST(TuningCache, AFileThatCannotBeReadIsAnErrorNamingIt) {
     EXPECT_NE(std::string(e.what()).find("tuning cache '/nonexistent/asynctp.jsonl' cannot be read"), std::string::npos)
         << e.what();
   }
-  EXPECT_GE(tuning_cache("").size(), 0u);  // the built-in one alone
+  EXPECT_GT(tuning_cache("").size(), 0u);  // the built-in one alone, which holds the 2xH200 entries
 }
 
 TEST(Resume, ReadsBackTheShapesAFileHolds) {
