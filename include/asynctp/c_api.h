@@ -1,0 +1,81 @@
+/* asynctp's C interface: the host API behind a stable C ABI, for bindings (the Python package loads
+ * it with ctypes) and for callers built with another C++ standard library.
+ *
+ * Every function returns 0 on success. On failure it returns -1 and leaves the message of the
+ * asynctp::Error (or other exception) it caught in asynctp_last_error(), which is per thread and
+ * stays valid until this thread's next failing call. Nothing throws across this boundary.
+ *
+ * Tensors are DLPack-like views: data pointer, dtype, shape and strides in elements. The meaning of
+ * each argument is that of the C++ function of the same name in asynctp/ops.h. */
+#ifndef ASYNCTP_C_API_H_
+#define ASYNCTP_C_API_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ASYNCTP_C_API_VERSION 1
+#define ASYNCTP_C_MAX_DIMS 6
+#define ASYNCTP_C_UNIQUE_ID_BYTES 128
+
+typedef struct asynctp_comm asynctp_comm; /* an asynctp::Communicator, opaque */
+
+enum asynctp_dtype { ASYNCTP_BF16 = 0, ASYNCTP_FP16 = 1, ASYNCTP_FP32 = 2 };
+enum asynctp_algorithm { ASYNCTP_SEQUENTIAL = 0, ASYNCTP_PIPELINED = 1, ASYNCTP_FUSED = 2, ASYNCTP_AUTO = 3 };
+enum asynctp_b_layout { ASYNCTP_ROW_MAJOR = 0, ASYNCTP_COL_MAJOR = 1 };
+enum asynctp_reduce_op { ASYNCTP_SUM = 0, ASYNCTP_AVG = 1 };
+
+typedef struct {
+  void* data;
+  int32_t dtype; /* enum asynctp_dtype */
+  int32_t ndim;
+  int64_t shape[ASYNCTP_C_MAX_DIMS];
+  int64_t strides[ASYNCTP_C_MAX_DIMS];
+} asynctp_tensor;
+
+/* asynctp::OpOptions; asynctp_op_options_default() fills in the C++ defaults. */
+typedef struct {
+  int32_t algorithm;          /* enum asynctp_algorithm */
+  int32_t b_layout;           /* enum asynctp_b_layout */
+  int32_t check_across_ranks; /* 0 or 1 */
+  int32_t chunks_per_rank;    /* 0: the algorithm's default */
+} asynctp_op_options;
+
+/* ASYNCTP_C_API_VERSION of the library loaded; a binding compares it with the one it was written for. */
+int asynctp_c_api_version(void);
+/* "0.1.0" */
+const char* asynctp_version_string(void);
+const char* asynctp_last_error(void);
+void asynctp_op_options_default(asynctp_op_options* options);
+
+/* ncclGetUniqueId into `id` (ASYNCTP_C_UNIQUE_ID_BYTES bytes); one rank makes it, all pass it on. */
+int asynctp_get_unique_id(unsigned char* id);
+
+/* asynctp::Communicator::create. device < 0: the thread's current device; timeout_ms <= 0 and
+ * tuning_cache NULL or "": the defaults of CommunicatorOptions. Collective. */
+int asynctp_comm_create(int rank, int world_size, const unsigned char* id, int device, int timeout_ms,
+                        const char* tuning_cache, asynctp_comm** comm);
+/* Collective. Accepts NULL. */
+int asynctp_comm_destroy(asynctp_comm* comm);
+int asynctp_comm_rank(const asynctp_comm* comm, int* rank);
+int asynctp_comm_world_size(const asynctp_comm* comm, int* world_size);
+int asynctp_comm_device(const asynctp_comm* comm, int* device);
+
+/* gathered_a may be NULL. stream is a cudaStream_t (NULL: the legacy default stream). */
+int asynctp_all_gather_matmul(asynctp_comm* comm, const asynctp_tensor* a_shard, const asynctp_tensor* bs,
+                              int num_bs, int gather_dim, const asynctp_tensor* outputs,
+                              const asynctp_tensor* gathered_a, void* stream, const asynctp_op_options* options);
+int asynctp_matmul_reduce_scatter(asynctp_comm* comm, const asynctp_tensor* a, const asynctp_tensor* b,
+                                  int scatter_dim, int reduce_op, const asynctp_tensor* output, void* stream,
+                                  const asynctp_op_options* options);
+
+/* asynctp::Communicator::synchronize: waits for `stream`, turning a timed-out wait into an error. */
+int asynctp_comm_synchronize(const asynctp_comm* comm, void* stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ASYNCTP_C_API_H_ */

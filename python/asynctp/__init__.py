@@ -1,0 +1,27 @@
+"""asynctp for PyTorch: all-gather + matmul and matmul + reduce-scatter with the communication hidden.
+
+    import asynctp
+    a_full, (gate, up) = asynctp.all_gather_matmul(x_shard, [w_gate.t(), w_up.t()], 0)
+    y_shard = asynctp.matmul_reduce_scatter(h, w_down.t(), "sum", 0)
+
+The ops are also registered as torch.ops.asynctp.all_gather_matmul and
+torch.ops.asynctp.matmul_reduce_scatter. The C++ library stays free of PyTorch: this package calls its C
+interface (libasynctp_c.so) through ctypes. docs/python.md has the details.
+"""
+
+from ._lib import Error, library_path, version
+
+_TORCH_API = ("all_gather_matmul", "matmul_reduce_scatter", "communicator", "shutdown", "Communicator")
+
+__all__ = ["Error", "library_path", "version", *_TORCH_API]
+
+
+def __getattr__(name):
+    # The ops need PyTorch; the library checks (version, library_path, Error) do not.
+    if name not in _TORCH_API:
+        raise AttributeError(f"module 'asynctp' has no attribute {name!r}")
+    try:
+        from . import comm, ops  # noqa: PLC0415 (registers the torch ops on first use)
+    except ImportError as e:
+        raise ImportError(f"asynctp.{name} needs PyTorch ({e})") from e
+    return getattr(ops, name, None) or getattr(comm, name)

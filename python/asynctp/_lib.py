@@ -1,0 +1,168 @@
+"""libasynctp_c.so through ctypes: the C interface of include/asynctp/c_api.h, and its errors as
+asynctp.Error. Needs no PyTorch."""
+
+import ctypes
+import os
+import pathlib
+import threading
+
+C_API_VERSION = 1  # ASYNCTP_C_API_VERSION this module was written for
+MAX_DIMS = 6
+UNIQUE_ID_BYTES = 128
+
+# Enum values of c_api.h.
+DTYPE_BF16, DTYPE_FP16, DTYPE_FP32 = 0, 1, 2
+ALGORITHMS = {"sequential": 0, "pipelined": 1, "fused": 2, "auto": 3}
+ROW_MAJOR, COL_MAJOR = 0, 1
+REDUCE_OPS = {"sum": 0, "avg": 1}
+
+
+class Error(RuntimeError):
+    """An error from asynctp; the message is the C++ library's asynctp::Error, unchanged."""
+
+
+class Tensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("dtype", ctypes.c_int32),
+        ("ndim", ctypes.c_int32),
+        ("shape", ctypes.c_int64 * MAX_DIMS),
+        ("strides", ctypes.c_int64 * MAX_DIMS),
+    ]
+
+    @classmethod
+    def of(cls, data_ptr, dtype, shape, strides):
+        if len(shape) > MAX_DIMS:
+            raise Error(f"a tensor of {len(shape)} dims; asynctp takes at most {MAX_DIMS}")
+        t = cls()
+        t.data = data_ptr
+        t.dtype = dtype
+        t.ndim = len(shape)
+        for i, (s, st) in enumerate(zip(shape, strides)):
+            t.shape[i] = s
+            t.strides[i] = st
+        return t
+
+
+class OpOptions(ctypes.Structure):
+    _fields_ = [
+        ("algorithm", ctypes.c_int32),
+        ("b_layout", ctypes.c_int32),
+        ("check_across_ranks", ctypes.c_int32),
+        ("chunks_per_rank", ctypes.c_int32),
+    ]
+
+
+_Comm = ctypes.c_void_p
+_int_p = ctypes.POINTER(ctypes.c_int)
+_SIGNATURES = {
+    "asynctp_c_api_version": ([], ctypes.c_int),
+    "asynctp_version_string": ([], ctypes.c_char_p),
+    "asynctp_last_error": ([], ctypes.c_char_p),
+    "asynctp_op_options_default": ([ctypes.POINTER(OpOptions)], None),
+    "asynctp_get_unique_id": ([ctypes.c_char_p], ctypes.c_int),
+    "asynctp_comm_create": (
+        [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_char_p,
+         ctypes.POINTER(_Comm)],
+        ctypes.c_int,
+    ),
+    "asynctp_comm_destroy": ([_Comm], ctypes.c_int),
+    "asynctp_comm_rank": ([_Comm, _int_p], ctypes.c_int),
+    "asynctp_comm_world_size": ([_Comm, _int_p], ctypes.c_int),
+    "asynctp_comm_device": ([_Comm, _int_p], ctypes.c_int),
+    "asynctp_all_gather_matmul": (
+        [_Comm, ctypes.POINTER(Tensor), ctypes.POINTER(Tensor), ctypes.c_int, ctypes.c_int,
+         ctypes.POINTER(Tensor), ctypes.POINTER(Tensor), ctypes.c_void_p, ctypes.POINTER(OpOptions)],
+        ctypes.c_int,
+    ),
+    "asynctp_matmul_reduce_scatter": (
+        [_Comm, ctypes.POINTER(Tensor), ctypes.POINTER(Tensor), ctypes.c_int, ctypes.c_int,
+         ctypes.POINTER(Tensor), ctypes.c_void_p, ctypes.POINTER(OpOptions)],
+        ctypes.c_int,
+    ),
+    "asynctp_comm_synchronize": ([_Comm, ctypes.c_void_p], ctypes.c_int),
+}
+
+_lock = threading.Lock()
+_lib = None
+_path = None
+
+
+def _candidates():
+    """Where libasynctp_c.so is looked for, in order."""
+    env = os.environ.get("ASYNCTP_LIBRARY")
+    if env:
+        return [pathlib.Path(env)]
+    here = pathlib.Path(__file__).resolve().parent
+    # A wheel puts it beside this file; a source tree (PYTHONPATH=python) finds it in build/.
+    return [here / "libasynctp_c.so", here.parent.parent / "build" / "libasynctp_c.so"]
+
+
+def _preload_pip_nccl():
+    """Loads the NCCL of the nvidia-nccl wheel (PyTorch's) before asynctp, so that both share one.
+
+    libasynctp_c.so asks for libnccl.so.2 by name; a library of that name already in the process is
+    reused. Without this, a process that has not imported torch yet could load the system's NCCL, and
+    asynctp refuses an NCCL other than the one it was built with."""
+    try:
+        import nvidia.nccl  # noqa: PLC0415 (optional)
+    except ImportError:
+        return
+    for root in getattr(nvidia.nccl, "__path__", []):
+        lib = pathlib.Path(root) / "lib" / "libnccl.so.2"
+        if lib.exists():
+            ctypes.CDLL(str(lib), mode=ctypes.RTLD_GLOBAL)
+            return
+
+
+def lib():
+    """The loaded library (loaded on first use)."""
+    global _lib, _path
+    with _lock:
+        if _lib is not None:
+            return _lib
+        tried = _candidates()
+        found = next((p for p in tried if p.exists()), None)
+        if found is None:
+            raise Error(
+                "libasynctp_c.so not found (looked at " + ", ".join(map(str, tried)) + "): build it "
+                "with scripts/setup.sh, install the package (pip install .), or set ASYNCTP_LIBRARY to its path")
+        _preload_pip_nccl()
+        loaded = ctypes.CDLL(str(found))
+        for name, (args, res) in _SIGNATURES.items():
+            fn = getattr(loaded, name)
+            fn.argtypes = args
+            fn.restype = res
+        got = loaded.asynctp_c_api_version()
+        if got != C_API_VERSION:
+            raise Error(f"{found} has C API version {got}; this asynctp package needs {C_API_VERSION}: "
+                        "rebuild the library from the same source tree as the package")
+        _lib, _path = loaded, found
+        return _lib
+
+
+def library_path():
+    lib()
+    return _path
+
+
+def call(name, *args):
+    """Calls asynctp_<name>; a failure raises Error with the library's message."""
+    if getattr(lib(), "asynctp_" + name)(*args) != 0:
+        raise Error(lib().asynctp_last_error().decode("utf-8", "replace"))
+
+
+def version():
+    return lib().asynctp_version_string().decode()
+
+
+def default_options():
+    o = OpOptions()
+    lib().asynctp_op_options_default(ctypes.byref(o))
+    return o
+
+
+def unique_id():
+    buf = ctypes.create_string_buffer(UNIQUE_ID_BYTES)
+    call("get_unique_id", buf)
+    return buf.raw

@@ -1,0 +1,275 @@
+"""asynctp's ops as PyTorch custom ops: torch.ops.asynctp.all_gather_matmul and
+torch.ops.asynctp.matmul_reduce_scatter.
+
+Arguments and results mean what they mean for torch.ops.symm_mem.fused_all_gather_matmul and
+fused_matmul_reduce_scatter. Each op runs on the current CUDA stream; a fake implementation (shapes
+and strides only, computed by the same code as the real one) lets torch.compile trace it, and an
+autograd formula makes it differentiable: the backward of each op is the other op (docs/python.md)."""
+
+import ctypes
+
+import torch
+import torch.distributed._functional_collectives as funcol
+import torch.distributed.distributed_c10d as c10d
+
+from . import _lib
+from .comm import communicator, group_name
+from ._lib import Error
+
+_DTYPES = {torch.bfloat16: _lib.DTYPE_BF16, torch.float16: _lib.DTYPE_FP16, torch.float32: _lib.DTYPE_FP32}
+
+
+def _ref(t, op, name):
+    code = _DTYPES.get(t.dtype)
+    if code is None:
+        raise Error(f"{op}: {name} is {t.dtype}; expected torch.bfloat16 or torch.float16")
+    return _lib.Tensor.of(t.data_ptr(), code, t.shape, t.stride())
+
+
+def _dim(dim, ndim, op, name):
+    d = dim + ndim if dim < 0 else dim
+    if not 0 <= d < ndim:
+        raise Error(f"{op}: {name} is {dim}; expected a dim of a {ndim}-dim tensor (-{ndim} to {ndim - 1})")
+    return d
+
+
+def _options(op, algorithm, chunks_per_rank, b_layout):
+    code = _lib.ALGORITHMS.get(algorithm)
+    if code is None:
+        raise Error(f"{op}: algorithm is {algorithm!r}; expected one of " + ", ".join(_lib.ALGORITHMS))
+    o = _lib.default_options()
+    o.algorithm, o.chunks_per_rank, o.b_layout = code, chunks_per_rank, b_layout
+    return o
+
+
+def _b_operands(bs, op, name):
+    """(layout, the [K, N] or [N, K] tensors passed to asynctp). B = W.t() of a contiguous nn.Linear
+    weight W goes as W, column-major, without a copy; a B that is neither layout is copied."""
+    for i, b in enumerate(bs):
+        if b.dim() != 2:
+            raise Error(f"{op}: {name}[{i}] has {b.dim()} dims; expected 2 ([K, N])")
+    col = not bs[0].is_contiguous() and bs[0].t().is_contiguous()
+    if col:
+        return _lib.COL_MAJOR, [b.t().contiguous() for b in bs]
+    return _lib.ROW_MAJOR, [b.contiguous() for b in bs]
+
+
+def _stream(device):
+    return ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream)
+
+
+def _check_device(comm, t, op, name):
+    if t.device.type != "cuda" or t.device.index != comm.device:
+        raise Error(f"rank {comm.rank}: {op}: {name} is on {t.device}; the communicator of its group was made on "
+                    f"cuda:{comm.device} (the current device when the group's first asynctp op ran)")
+
+
+class _AllGatherShapes:
+    """How all_gather_matmul maps torch's N-dim A and gather_dim onto asynctp's 2-dim op, and back.
+
+    gather_dim last: the shards are concatenated along K (asynctp's gather_dim 1). Any other dim is
+    moved to the front and the rest flattened into rows (asynctp's gather_dim 0), as torch's fused op
+    does; results are moved back, so they are views with the same strides as torch's."""
+
+    def __init__(self, a_shard, gather_dim, world):
+        op = "all_gather_matmul"
+        if a_shard.dim() < 2:
+            raise Error(f"{op}: a_shard has {a_shard.dim()} dims; expected at least 2 ([..., K])")
+        self.world = world
+        self.dim = _dim(gather_dim, a_shard.dim(), op, "gather_dim")
+        self.along_k = self.dim == a_shard.dim() - 1
+        if self.along_k:
+            self.lead = list(a_shard.shape[:-1])
+            self.a2 = a_shard.reshape(-1, a_shard.shape[-1]).contiguous()
+            self.rows, self.k = self.a2.shape[0], self.a2.shape[1] * world
+        else:
+            x = a_shard.movedim(self.dim, 0)
+            self.lead = list(x.shape[:-1])
+            self.a2 = x.reshape(-1, x.shape[-1]).contiguous()
+            self.rows, self.k = self.a2.shape[0] * world, self.a2.shape[1]
+
+    def unflatten(self, flat):
+        if self.along_k:
+            return flat.view(*self.lead, flat.shape[-1])
+        return flat.view(self.world, *self.lead, flat.shape[-1]).flatten(0, 1).movedim(0, self.dim)
+
+    def allocate(self, bs, return_a):
+        outs = [self.a2.new_empty(self.rows, b.shape[1]) for b in bs]
+        a_full = self.a2.new_empty(self.rows, self.k) if return_a else None
+        return a_full, outs
+
+
+class _ReduceScatterShapes:
+    """matmul_reduce_scatter's N-dim A onto asynctp's 2-dim op: scatter_dim last splits N (asynctp's
+    scatter_dim 1); any other dim is moved to the front and split there (asynctp's scatter_dim 0)."""
+
+    def __init__(self, a, b, scatter_dim, world):
+        op = "matmul_reduce_scatter"
+        if a.dim() < 2:
+            raise Error(f"{op}: a has {a.dim()} dims; expected at least 2 ([..., K])")
+        if b.dim() != 2:
+            raise Error(f"{op}: b has {b.dim()} dims; expected 2 ([K, N])")
+        self.world = world
+        self.dim = _dim(scatter_dim, a.dim(), op, "scatter_dim")
+        self.along_n = self.dim == a.dim() - 1
+        n = b.shape[1]
+        if self.along_n:
+            self.lead = list(a.shape[:-1])
+            self.a2 = a.reshape(-1, a.shape[-1]).contiguous()
+            if n % world:
+                raise Error(f"{op}: b.shape[1] (N) is {n}; with scatter_dim last it must divide by the world size {world}")
+            self.out_shape = (self.a2.shape[0], n // world)
+        else:
+            x = a.movedim(self.dim, 0)
+            self.lead = list(x.shape[:-1])
+            if self.lead[0] % world:
+                raise Error(f"{op}: a.shape[{self.dim}] is {self.lead[0]}; it must divide by the world size {world} "
+                            "(each rank keeps an equal slice along scatter_dim)")
+            self.a2 = x.reshape(-1, x.shape[-1]).contiguous()
+            self.out_shape = (self.a2.shape[0] // world, n)
+
+    def allocate(self):
+        return self.a2.new_empty(self.out_shape)
+
+    def unflatten(self, flat):
+        if self.along_n:
+            return flat.view(*self.lead, flat.shape[-1])
+        return flat.view(self.lead[0] // self.world, *self.lead[1:], flat.shape[-1]).movedim(0, self.dim)
+
+
+def _world(group_name_):
+    return c10d._resolve_process_group(group_name_).size()
+
+
+_AG_SCHEMA = ("(Tensor a_shard, Tensor[] bs, int gather_dim, str group_name, bool return_a, str algorithm, "
+              "int chunks_per_rank) -> (Tensor?, Tensor[])")
+_RS_SCHEMA = ("(Tensor a, Tensor b, str reduce_op, int scatter_dim, str group_name, str algorithm, "
+              "int chunks_per_rank) -> Tensor")
+
+
+@torch.library.custom_op("asynctp::all_gather_matmul", mutates_args=(), device_types="cuda", schema=_AG_SCHEMA)
+def _all_gather_matmul(a_shard, bs, gather_dim, group_name, return_a, algorithm, chunks_per_rank):
+    op = "all_gather_matmul"
+    comm = communicator(group_name)
+    if not bs:
+        raise Error(f"{op}: bs is empty; expected at least one B")
+    shapes = _AllGatherShapes(a_shard, gather_dim, comm.world_size)
+    _check_device(comm, a_shard, op, "a_shard")
+    layout, b_ops = _b_operands(bs, op, "bs")
+    a_full, outs = shapes.allocate(bs, return_a)
+    b_refs = (_lib.Tensor * len(bs))(*[_ref(b, op, f"bs[{i}]") for i, b in enumerate(b_ops)])
+    out_refs = (_lib.Tensor * len(bs))(*[_ref(o, op, f"outputs[{i}]") for i, o in enumerate(outs)])
+    gathered = ctypes.byref(_ref(a_full, op, "gathered_a")) if a_full is not None else None
+    options = _options(op, algorithm, chunks_per_rank, layout)
+    _lib.call(op, comm.handle, ctypes.byref(_ref(shapes.a2, op, "a_shard")), b_refs, len(bs),
+              1 if shapes.along_k else 0, out_refs, gathered, _stream(a_shard.device), ctypes.byref(options))
+    return (shapes.unflatten(a_full) if a_full is not None else None), [shapes.unflatten(o) for o in outs]
+
+
+@_all_gather_matmul.register_fake
+def _all_gather_matmul_fake(a_shard, bs, gather_dim, group_name, return_a, algorithm, chunks_per_rank):
+    shapes = _AllGatherShapes(a_shard, gather_dim, _world(group_name))
+    a_full, outs = shapes.allocate(bs, return_a)
+    return (shapes.unflatten(a_full) if a_full is not None else None), [shapes.unflatten(o) for o in outs]
+
+
+@torch.library.custom_op("asynctp::matmul_reduce_scatter", mutates_args=(), device_types="cuda", schema=_RS_SCHEMA)
+def _matmul_reduce_scatter(a, b, reduce_op, scatter_dim, group_name, algorithm, chunks_per_rank):
+    op = "matmul_reduce_scatter"
+    comm = communicator(group_name)
+    shapes = _ReduceScatterShapes(a, b, scatter_dim, comm.world_size)
+    _check_device(comm, a, op, "a")
+    reduce_code = _lib.REDUCE_OPS.get(reduce_op)
+    if reduce_code is None:
+        raise Error(f"{op}: reduce_op is {reduce_op!r}; expected 'sum' or 'avg'")
+    layout, (b_op,) = _b_operands([b], op, "b")
+    out = shapes.allocate()
+    options = _options(op, algorithm, chunks_per_rank, layout)
+    _lib.call(op, comm.handle, ctypes.byref(_ref(shapes.a2, op, "a")), ctypes.byref(_ref(b_op, op, "b")),
+              1 if shapes.along_n else 0, reduce_code, ctypes.byref(_ref(out, op, "output")), _stream(a.device),
+              ctypes.byref(options))
+    return shapes.unflatten(out)
+
+
+@_matmul_reduce_scatter.register_fake
+def _matmul_reduce_scatter_fake(a, b, reduce_op, scatter_dim, group_name, algorithm, chunks_per_rank):
+    shapes = _ReduceScatterShapes(a, b, scatter_dim, _world(group_name))
+    return shapes.unflatten(shapes.allocate())
+
+
+# --- autograd: the backward of each op is the other op ---------------------------------------------
+
+def _flat_rows(t):
+    return t.reshape(-1, t.shape[-1])
+
+
+def _ag_setup(ctx, inputs, output):
+    a_shard, bs, gather_dim, name, return_a, algorithm, chunks = inputs
+    ctx.args = (gather_dim, name, return_a, algorithm, chunks)
+    # The gathered A is needed for the weights' gradients: kept where the op returned it, else
+    # gathered again in backward (memory over time, as activation checkpointing would choose).
+    ctx.save_for_backward(output[0] if return_a else a_shard, *bs)
+
+
+def _ag_backward(ctx, grad_a_full, grad_outs):
+    gather_dim, name, return_a, algorithm, chunks = ctx.args
+    saved, *bs = ctx.saved_tensors
+    pairs = [(g, b) for g, b in zip(grad_outs, bs) if g is not None]
+    grad_a_shard = None
+    if pairs:
+        # d(a_shard) = reduce_scatter(sum_i dC_i @ B_i^T): one matmul_reduce_scatter over the Bs side by side.
+        g = torch.cat([p[0] for p in pairs], dim=-1) if len(pairs) > 1 else pairs[0][0]
+        b = torch.cat([p[1] for p in pairs], dim=1) if len(pairs) > 1 else pairs[0][1]
+        grad_a_shard = torch.ops.asynctp.matmul_reduce_scatter(g, b.t(), "sum", gather_dim, name, algorithm, chunks)
+    if grad_a_full is not None:
+        rs = funcol.wait_tensor(funcol.reduce_scatter_tensor(grad_a_full.contiguous(), "sum", gather_dim, name))
+        grad_a_shard = rs if grad_a_shard is None else grad_a_shard + rs
+    a_full = saved if return_a else funcol.wait_tensor(
+        funcol.all_gather_tensor(saved.contiguous(), gather_dim, name))
+    grad_bs = [None if g is None else _flat_rows(a_full).t() @ _flat_rows(g) for g in grad_outs]
+    return grad_a_shard, grad_bs, None, None, None, None, None
+
+
+def _rs_setup(ctx, inputs, output):
+    a, b, reduce_op, scatter_dim, name, algorithm, chunks = inputs
+    ctx.args = (reduce_op, scatter_dim, name, algorithm, chunks)
+    ctx.save_for_backward(a, b)
+
+
+def _rs_backward(ctx, grad_out):
+    reduce_op, scatter_dim, name, algorithm, chunks = ctx.args
+    a, b = ctx.saved_tensors
+    if reduce_op == "avg":
+        grad_out = grad_out / _world(name)
+    # dP = all_gather(d_out) along scatter_dim; d(a) = dP @ b^T is one all_gather_matmul, which also
+    # returns dP for d(b) = a^T @ dP.
+    grad_p, (grad_a,) = torch.ops.asynctp.all_gather_matmul(grad_out, [b.t()], scatter_dim, name, True, algorithm,
+                                                             chunks)
+    grad_b = _flat_rows(a).t() @ _flat_rows(grad_p)
+    return grad_a, grad_b, None, None, None, None, None
+
+
+_all_gather_matmul.register_autograd(_ag_backward, setup_context=_ag_setup)
+_matmul_reduce_scatter.register_autograd(_rs_backward, setup_context=_rs_setup)
+
+
+# --- the public functions --------------------------------------------------------------------------
+
+def all_gather_matmul(a_shard, bs, gather_dim=0, group=None, return_a=True, *, algorithm="auto", chunks_per_rank=0):
+    """All-gathers `a_shard` along `gather_dim` over `group` and multiplies the result by each B.
+
+    Same arguments and results as torch.ops.symm_mem.fused_all_gather_matmul(a_shard, bs, gather_dim,
+    group_name, return_A=return_a): returns (the gathered A or None, [A @ B for B in bs]). `group` is a
+    ProcessGroup, its name, or None for the default group. algorithm: "auto" (default), "sequential",
+    "pipelined" or "fused"; chunks_per_rank: asynctp::OpOptions::chunks_per_rank (0: the default)."""
+    return torch.ops.asynctp.all_gather_matmul(a_shard, list(bs), gather_dim, group_name(group), return_a, algorithm,
+                                               chunks_per_rank)
+
+
+def matmul_reduce_scatter(a, b, reduce_op="sum", scatter_dim=0, group=None, *, algorithm="auto", chunks_per_rank=0):
+    """Multiplies `a` by `b` and reduce-scatters the product ("sum" or "avg") along `scatter_dim`.
+
+    Same arguments and result as torch.ops.symm_mem.fused_matmul_reduce_scatter(a, b, reduce_op,
+    scatter_dim, group_name)."""
+    return torch.ops.asynctp.matmul_reduce_scatter(a, b, reduce_op, scatter_dim, group_name(group), algorithm,
+                                                   chunks_per_rank)

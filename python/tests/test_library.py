@@ -1,0 +1,58 @@
+"""libasynctp_c.so through ctypes, without PyTorch or a GPU: loading, versions, and errors arriving as
+asynctp.Error with the C++ library's message."""
+
+import ctypes
+import pathlib
+import re
+
+import pytest
+
+import asynctp
+from asynctp import _lib
+
+
+def test_loads_and_reports_the_project_version():
+    cmake = (pathlib.Path(__file__).resolve().parents[2] / "CMakeLists.txt").read_text()
+    project_version = re.search(r"project\(asynctp VERSION (\d+\.\d+\.\d+)", cmake).group(1)
+    assert asynctp.version() == project_version
+    assert asynctp.library_path().name == "libasynctp_c.so"
+
+
+def test_option_defaults_are_the_cpp_defaults():
+    o = _lib.default_options()
+    assert (o.algorithm, o.b_layout, o.check_across_ranks, o.chunks_per_rank) == (
+        _lib.ALGORITHMS["sequential"], _lib.ROW_MAJOR, 1, 0)
+
+
+def test_a_null_communicator_is_an_error_naming_the_function():
+    rank = ctypes.c_int(-7)
+    with pytest.raises(asynctp.Error, match=r"^asynctp_comm_rank: comm is NULL \(never created, or destroyed\)$"):
+        _lib.call("comm_rank", None, ctypes.byref(rank))
+    assert rank.value == -7  # nothing written
+
+
+def test_the_first_bad_argument_is_reported_and_destroying_null_succeeds():
+    a = _lib.Tensor.of(None, 9, [4, 4], [4, 1])
+    with pytest.raises(asynctp.Error, match="comm is NULL"):
+        _lib.call("matmul_reduce_scatter", None, ctypes.byref(a), ctypes.byref(a), 0, 0, ctypes.byref(a), None, None)
+    _lib.call("comm_destroy", None)  # destroying NULL is allowed, and succeeds
+
+
+def test_create_refuses_a_missing_result_pointer():
+    with pytest.raises(asynctp.Error, match=r"asynctp_comm_create: comm \(the result\) is NULL"):
+        _lib.call("comm_create", 0, 2, b"\0" * _lib.UNIQUE_ID_BYTES, -1, 0, None, None)
+
+
+def test_more_dims_than_the_c_view_holds_is_refused_in_python():
+    with pytest.raises(asynctp.Error, match="at most 6"):
+        _lib.Tensor.of(None, 0, [1] * 7, [1] * 7)
+
+
+def test_ops_without_torch_say_they_need_it():
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match="needs PyTorch"):
+            asynctp.all_gather_matmul  # noqa: B018
+    else:
+        pytest.skip("PyTorch is installed here, so the ops load")

@@ -1,0 +1,230 @@
+// The C interface (asynctp/c_api.h): converts its plain structs to the C++ API's types, and every
+// exception into -1 plus a per-thread message, so that no C++ exception crosses into C or Python.
+#include "asynctp/c_api.h"
+
+#include <nccl.h>
+
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "asynctp/communicator.h"
+#include "asynctp/error.h"
+#include "asynctp/ops.h"
+#include "asynctp/tensor.h"
+#include "asynctp/version.h"
+#include "common/check.h"
+
+struct asynctp_comm {
+  std::unique_ptr<asynctp::Communicator> comm;
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+template <typename Fn>
+int guarded(Fn&& fn) {
+  try {
+    fn();
+    return 0;
+  } catch (const std::exception& e) {
+    last_error = e.what();
+  } catch (...) {
+    last_error = "asynctp: unknown exception";
+  }
+  return -1;
+}
+
+using asynctp::detail::cat;
+using asynctp::detail::raise;
+
+template <typename T>
+const T& require(const T* p, const char* function, const char* argument) {
+  if (p == nullptr) raise(cat(function, ": ", argument, " is NULL"));
+  return *p;
+}
+
+asynctp::Communicator& require_comm(const asynctp_comm* c, const char* function) {
+  if (c == nullptr || !c->comm) raise(cat(function, ": comm is NULL (never created, or destroyed)"));
+  return *c->comm;
+}
+
+asynctp::TensorRef to_ref(const asynctp_tensor& t, const char* function, const std::string& argument) {
+  asynctp::TensorRef r;
+  switch (t.dtype) {
+    case ASYNCTP_BF16: r.dtype = asynctp::DType::kBF16; break;
+    case ASYNCTP_FP16: r.dtype = asynctp::DType::kFP16; break;
+    case ASYNCTP_FP32: r.dtype = asynctp::DType::kFP32; break;
+    default:
+      raise(cat(function, ": ", argument, ".dtype is ", t.dtype, "; expected ASYNCTP_BF16 (0), ASYNCTP_FP16 (1) or ",
+                "ASYNCTP_FP32 (2)"));
+  }
+  if (t.ndim < 0 || t.ndim > ASYNCTP_C_MAX_DIMS) {
+    raise(cat(function, ": ", argument, ".ndim is ", t.ndim, "; expected 0 to ", ASYNCTP_C_MAX_DIMS));
+  }
+  static_assert(ASYNCTP_C_MAX_DIMS == asynctp::TensorRef::kMaxDims, "the C and C++ tensor views must agree");
+  r.data = t.data;
+  r.ndim = t.ndim;
+  for (int d = 0; d < t.ndim; ++d) {
+    r.shape[d] = t.shape[d];
+    r.strides[d] = t.strides[d];
+  }
+  return r;
+}
+
+asynctp::OpOptions to_options(const asynctp_op_options* o, const char* function) {
+  asynctp::OpOptions options;
+  if (o == nullptr) return options;
+  switch (o->algorithm) {
+    case ASYNCTP_SEQUENTIAL: options.algorithm = asynctp::Algorithm::kSequential; break;
+    case ASYNCTP_PIPELINED: options.algorithm = asynctp::Algorithm::kPipelined; break;
+    case ASYNCTP_FUSED: options.algorithm = asynctp::Algorithm::kFused; break;
+    case ASYNCTP_AUTO: options.algorithm = asynctp::Algorithm::kAuto; break;
+    default:
+      raise(cat(function, ": options.algorithm is ", o->algorithm,
+                "; expected ASYNCTP_SEQUENTIAL (0), ASYNCTP_PIPELINED (1), ASYNCTP_FUSED (2) or ASYNCTP_AUTO (3)"));
+  }
+  switch (o->b_layout) {
+    case ASYNCTP_ROW_MAJOR: options.b_layout = asynctp::BLayout::kRowMajor; break;
+    case ASYNCTP_COL_MAJOR: options.b_layout = asynctp::BLayout::kColMajor; break;
+    default:
+      raise(cat(function, ": options.b_layout is ", o->b_layout,
+                "; expected ASYNCTP_ROW_MAJOR (0) or ASYNCTP_COL_MAJOR (1)"));
+  }
+  options.check_across_ranks = o->check_across_ranks != 0;
+  options.chunks_per_rank = o->chunks_per_rank;
+  return options;
+}
+
+}  // namespace
+
+extern "C" {
+
+int asynctp_c_api_version(void) { return ASYNCTP_C_API_VERSION; }
+
+const char* asynctp_version_string(void) {
+  static const std::string text = [] {
+    const asynctp::Version v = asynctp::version();
+    return cat(v.major, ".", v.minor, ".", v.patch);
+  }();
+  return text.c_str();
+}
+
+const char* asynctp_last_error(void) { return last_error.c_str(); }
+
+void asynctp_op_options_default(asynctp_op_options* o) {
+  if (o == nullptr) return;
+  const asynctp::OpOptions d;
+  o->algorithm = static_cast<int32_t>(d.algorithm);
+  o->b_layout = static_cast<int32_t>(d.b_layout);
+  o->check_across_ranks = d.check_across_ranks ? 1 : 0;
+  o->chunks_per_rank = d.chunks_per_rank;
+}
+
+int asynctp_get_unique_id(unsigned char* id) {
+  return guarded([&] {
+    if (id == nullptr) raise("asynctp_get_unique_id: id is NULL");
+    static_assert(sizeof(ncclUniqueId) == ASYNCTP_C_UNIQUE_ID_BYTES, "ncclUniqueId changed size");
+    ncclUniqueId nccl_id;
+    const ncclResult_t r = ncclGetUniqueId(&nccl_id);
+    if (r != ncclSuccess) raise(cat("asynctp_get_unique_id: ncclGetUniqueId failed: ", ncclGetErrorString(r)));
+    std::memcpy(id, &nccl_id, sizeof nccl_id);
+  });
+}
+
+int asynctp_comm_create(int rank, int world_size, const unsigned char* id, int device, int timeout_ms,
+                        const char* tuning_cache, asynctp_comm** comm) {
+  return guarded([&] {
+    const char* fn = "asynctp_comm_create";
+    if (comm == nullptr) raise(cat(fn, ": comm (the result) is NULL"));
+    *comm = nullptr;
+    if (id == nullptr) raise(cat(fn, ": id is NULL"));
+    ncclUniqueId nccl_id;
+    std::memcpy(&nccl_id, id, sizeof nccl_id);
+    asynctp::CommunicatorOptions options;
+    options.device = device;
+    options.timeout_ms = timeout_ms;
+    if (tuning_cache != nullptr) options.tuning_cache = tuning_cache;
+    auto made = std::make_unique<asynctp_comm>();
+    made->comm = asynctp::Communicator::create(rank, world_size, nccl_id, options);
+    *comm = made.release();
+  });
+}
+
+int asynctp_comm_destroy(asynctp_comm* comm) {
+  return guarded([&] { delete comm; });
+}
+
+int asynctp_comm_rank(const asynctp_comm* comm, int* rank) {
+  return guarded([&] {
+    const char* fn = "asynctp_comm_rank";
+    require(rank, fn, "rank");
+    *rank = require_comm(comm, fn).rank();
+  });
+}
+
+int asynctp_comm_world_size(const asynctp_comm* comm, int* world_size) {
+  return guarded([&] {
+    const char* fn = "asynctp_comm_world_size";
+    require(world_size, fn, "world_size");
+    *world_size = require_comm(comm, fn).world_size();
+  });
+}
+
+int asynctp_comm_device(const asynctp_comm* comm, int* device) {
+  return guarded([&] {
+    const char* fn = "asynctp_comm_device";
+    require(device, fn, "device");
+    *device = require_comm(comm, fn).device();
+  });
+}
+
+int asynctp_all_gather_matmul(asynctp_comm* comm, const asynctp_tensor* a_shard, const asynctp_tensor* bs, int num_bs,
+                              int gather_dim, const asynctp_tensor* outputs, const asynctp_tensor* gathered_a,
+                              void* stream, const asynctp_op_options* options) {
+  return guarded([&] {
+    const char* fn = "asynctp_all_gather_matmul";
+    asynctp::Communicator& c = require_comm(comm, fn);
+    const asynctp::TensorRef a = to_ref(require(a_shard, fn, "a_shard"), fn, "a_shard");
+    if (num_bs < 1) raise(cat(fn, ": num_bs is ", num_bs, "; expected at least 1 (one output per B)"));
+    require(bs, fn, "bs");
+    require(outputs, fn, "outputs");
+    std::vector<asynctp::TensorRef> b_refs, out_refs;
+    for (int i = 0; i < num_bs; ++i) {
+      b_refs.push_back(to_ref(bs[i], fn, cat("bs[", i, "]")));
+      out_refs.push_back(to_ref(outputs[i], fn, cat("outputs[", i, "]")));
+    }
+    const asynctp::TensorRef g = gathered_a ? to_ref(*gathered_a, fn, "gathered_a") : asynctp::TensorRef{};
+    asynctp::all_gather_matmul(c, a, b_refs, gather_dim, out_refs, g, static_cast<cudaStream_t>(stream),
+                               to_options(options, fn));
+  });
+}
+
+int asynctp_matmul_reduce_scatter(asynctp_comm* comm, const asynctp_tensor* a, const asynctp_tensor* b, int scatter_dim,
+                                  int reduce_op, const asynctp_tensor* output, void* stream,
+                                  const asynctp_op_options* options) {
+  return guarded([&] {
+    const char* fn = "asynctp_matmul_reduce_scatter";
+    asynctp::Communicator& c = require_comm(comm, fn);
+    asynctp::ReduceOp op;
+    switch (reduce_op) {
+      case ASYNCTP_SUM: op = asynctp::ReduceOp::kSum; break;
+      case ASYNCTP_AVG: op = asynctp::ReduceOp::kAvg; break;
+      default: raise(cat(fn, ": reduce_op is ", reduce_op, "; expected ASYNCTP_SUM (0) or ASYNCTP_AVG (1)"));
+    }
+    asynctp::matmul_reduce_scatter(c, to_ref(require(a, fn, "a"), fn, "a"), to_ref(require(b, fn, "b"), fn, "b"),
+                                   scatter_dim, op, to_ref(require(output, fn, "output"), fn, "output"),
+                                   static_cast<cudaStream_t>(stream), to_options(options, fn));
+  });
+}
+
+int asynctp_comm_synchronize(const asynctp_comm* comm, void* stream) {
+  return guarded([&] {
+    require_comm(comm, "asynctp_comm_synchronize").synchronize(static_cast<cudaStream_t>(stream));
+  });
+}
+
+}  // extern "C"
