@@ -61,7 +61,9 @@ def _group(group):
 
 
 def group_name(group=None):
-    return _group(group).group_name
+    """The name torch.distributed knows `group` by (a name is returned as it is, which keeps
+    torch.compile from tracing into the process group's lookup)."""
+    return group if isinstance(group, str) else _group(group).group_name
 
 
 def communicator(group=None, *, timeout_ms=0, tuning_cache=None):

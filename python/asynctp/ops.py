@@ -155,13 +155,14 @@ def _all_gather_matmul(a_shard, bs, gather_dim, group_name, return_a, algorithm,
         raise Error(f"{op}: bs is empty; expected at least one B")
     shapes = _AllGatherShapes(a_shard, gather_dim, comm.world_size)
     _check_device(comm, a_shard, op, "a_shard")
+    a_ref = _ref(shapes.a2, op, "a_shard")
     layout, b_ops = _b_operands(bs, op, "bs")
     a_full, outs = shapes.allocate(bs, return_a)
     b_refs = (_lib.Tensor * len(bs))(*[_ref(b, op, f"bs[{i}]") for i, b in enumerate(b_ops)])
     out_refs = (_lib.Tensor * len(bs))(*[_ref(o, op, f"outputs[{i}]") for i, o in enumerate(outs)])
     gathered = ctypes.byref(_ref(a_full, op, "gathered_a")) if a_full is not None else None
     options = _options(op, algorithm, chunks_per_rank, layout)
-    _lib.call(op, comm.handle, ctypes.byref(_ref(shapes.a2, op, "a_shard")), b_refs, len(bs),
+    _lib.call(op, comm.handle, ctypes.byref(a_ref), b_refs, len(bs),
               1 if shapes.along_k else 0, out_refs, gathered, _stream(a_shard.device), ctypes.byref(options))
     return (shapes.unflatten(a_full) if a_full is not None else None), [shapes.unflatten(o) for o in outs]
 
@@ -182,10 +183,11 @@ def _matmul_reduce_scatter(a, b, reduce_op, scatter_dim, group_name, algorithm, 
     reduce_code = _lib.REDUCE_OPS.get(reduce_op)
     if reduce_code is None:
         raise Error(f"{op}: reduce_op is {reduce_op!r}; expected 'sum' or 'avg'")
+    a_ref = _ref(shapes.a2, op, "a")
     layout, (b_op,) = _b_operands([b], op, "b")
     out = shapes.allocate()
     options = _options(op, algorithm, chunks_per_rank, layout)
-    _lib.call(op, comm.handle, ctypes.byref(_ref(shapes.a2, op, "a")), ctypes.byref(_ref(b_op, op, "b")),
+    _lib.call(op, comm.handle, ctypes.byref(a_ref), ctypes.byref(_ref(b_op, op, "b")),
               1 if shapes.along_n else 0, reduce_code, ctypes.byref(_ref(out, op, "output")), _stream(a.device),
               ctypes.byref(options))
     return shapes.unflatten(out)
