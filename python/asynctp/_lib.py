@@ -21,27 +21,24 @@ class Error(RuntimeError):
     """An error from asynctp; the message is the C++ library's asynctp::Error, unchanged."""
 
 
+_Dims = ctypes.c_int64 * MAX_DIMS
+
+
 class Tensor(ctypes.Structure):
     _fields_ = [
         ("data", ctypes.c_void_p),
         ("dtype", ctypes.c_int32),
         ("ndim", ctypes.c_int32),
-        ("shape", ctypes.c_int64 * MAX_DIMS),
-        ("strides", ctypes.c_int64 * MAX_DIMS),
+        ("shape", _Dims),
+        ("strides", _Dims),
     ]
 
     @classmethod
     def of(cls, data_ptr, dtype, shape, strides):
-        if len(shape) > MAX_DIMS:
-            raise Error(f"a tensor of {len(shape)} dims; asynctp takes at most {MAX_DIMS}")
-        t = cls()
-        t.data = data_ptr
-        t.dtype = dtype
-        t.ndim = len(shape)
-        for i, (s, st) in enumerate(zip(shape, strides)):
-            t.shape[i] = s
-            t.strides[i] = st
-        return t
+        n = len(shape)
+        if n > MAX_DIMS:
+            raise Error(f"a tensor of {n} dims; asynctp takes at most {MAX_DIMS}")
+        return cls(data_ptr, dtype, n, _Dims(*shape), _Dims(*strides))
 
 
 class OpOptions(ctypes.Structure):
@@ -118,6 +115,8 @@ def _preload_pip_nccl():
 def lib():
     """The loaded library (loaded on first use)."""
     global _lib, _path
+    if _lib is not None:
+        return _lib
     with _lock:
         if _lib is not None:
             return _lib
@@ -133,6 +132,7 @@ def lib():
             fn = getattr(loaded, name)
             fn.argtypes = args
             fn.restype = res
+            _functions[name[len("asynctp_"):]] = fn
         got = loaded.asynctp_c_api_version()
         if got != C_API_VERSION:
             raise Error(f"{found} has C API version {got}; this asynctp package needs {C_API_VERSION}: "
@@ -146,10 +146,14 @@ def library_path():
     return _path
 
 
+_functions = {}  # "all_gather_matmul" -> asynctp_all_gather_matmul, filled by lib()
+
+
 def call(name, *args):
     """Calls asynctp_<name>; a failure raises Error with the library's message."""
-    if getattr(lib(), "asynctp_" + name)(*args) != 0:
-        raise Error(lib().asynctp_last_error().decode("utf-8", "replace"))
+    fn = _functions.get(name) or (lib() and _functions[name])
+    if fn(*args) != 0:
+        raise Error(_lib.asynctp_last_error().decode("utf-8", "replace"))
 
 
 def version():
@@ -160,6 +164,11 @@ def default_options():
     o = OpOptions()
     lib().asynctp_op_options_default(ctypes.byref(o))
     return o
+
+
+def options(algorithm, b_layout, chunks_per_rank, check_across_ranks=True):
+    """OpOptions without a call into the library (the ops build one per call)."""
+    return OpOptions(algorithm, b_layout, 1 if check_across_ranks else 0, chunks_per_rank)
 
 
 def unique_id():

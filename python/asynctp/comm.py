@@ -69,6 +69,10 @@ def group_name(group=None):
 def communicator(group=None, *, timeout_ms=0, tuning_cache=None):
     """The communicator of `group` (None: the default group; a ProcessGroup or its name), made on
     first use on the current CUDA device. Collective on first use."""
+    if isinstance(group, str):  # the ops' path: one dict lookup once made
+        comm = _comms.get(group)
+        if comm is not None:
+            return comm
     pg = _group(group)
     name = pg.group_name
     with _lock:

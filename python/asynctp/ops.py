@@ -37,9 +37,7 @@ def _options(op, algorithm, chunks_per_rank, b_layout):
     code = _lib.ALGORITHMS.get(algorithm)
     if code is None:
         raise Error(f"{op}: algorithm is {algorithm!r}; expected one of " + ", ".join(_lib.ALGORITHMS))
-    o = _lib.default_options()
-    o.algorithm, o.chunks_per_rank, o.b_layout = code, chunks_per_rank, b_layout
-    return o
+    return _lib.options(code, b_layout, chunks_per_rank)
 
 
 def _b_operands(bs, op, name):
@@ -54,12 +52,19 @@ def _b_operands(bs, op, name):
     return _lib.ROW_MAJOR, [b.contiguous() for b in bs]
 
 
-def _stream(device):
-    return ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream)
+try:
+    _raw_stream = torch._C._cuda_getCurrentRawStream  # the handle alone, without making a Stream object
+except AttributeError:
+    def _raw_stream(index):
+        return torch.cuda.current_stream(index).cuda_stream
+
+
+def _stream(t):
+    return ctypes.c_void_p(_raw_stream(t.get_device()))
 
 
 def _check_device(comm, t, op, name):
-    if t.device.type != "cuda" or t.device.index != comm.device:
+    if t.get_device() != comm.device:
         raise Error(f"rank {comm.rank}: {op}: {name} is on {t.device}; the communicator of its group was made on "
                     f"cuda:{comm.device} (the current device when the group's first asynctp op ran)")
 
@@ -83,12 +88,14 @@ class _AllGatherShapes:
             self.a2 = a_shard.reshape(-1, a_shard.shape[-1]).contiguous()
             self.rows, self.k = self.a2.shape[0], self.a2.shape[1] * world
         else:
-            x = a_shard.movedim(self.dim, 0)
+            x = a_shard.movedim(self.dim, 0) if self.dim else a_shard
             self.lead = list(x.shape[:-1])
             self.a2 = x.reshape(-1, x.shape[-1]).contiguous()
             self.rows, self.k = self.a2.shape[0] * world, self.a2.shape[1]
 
     def unflatten(self, flat):
+        if len(self.lead) == 1:  # a 2-dim A: asynctp's result is torch's
+            return flat
         if self.along_k:
             return flat.view(*self.lead, flat.shape[-1])
         return flat.view(self.world, *self.lead, flat.shape[-1]).flatten(0, 1).movedim(0, self.dim)
@@ -120,7 +127,7 @@ class _ReduceScatterShapes:
                 raise Error(f"{op}: b.shape[1] (N) is {n}; with scatter_dim last it must divide by the world size {world}")
             self.out_shape = (self.a2.shape[0], n // world)
         else:
-            x = a.movedim(self.dim, 0)
+            x = a.movedim(self.dim, 0) if self.dim else a
             self.lead = list(x.shape[:-1])
             if self.lead[0] % world:
                 raise Error(f"{op}: a.shape[{self.dim}] is {self.lead[0]}; it must divide by the world size {world} "
@@ -132,6 +139,8 @@ class _ReduceScatterShapes:
         return self.a2.new_empty(self.out_shape)
 
     def unflatten(self, flat):
+        if len(self.lead) == 1:
+            return flat
         if self.along_n:
             return flat.view(*self.lead, flat.shape[-1])
         return flat.view(self.lead[0] // self.world, *self.lead[1:], flat.shape[-1]).movedim(0, self.dim)
@@ -147,8 +156,7 @@ _RS_SCHEMA = ("(Tensor a, Tensor b, str reduce_op, int scatter_dim, str group_na
               "int chunks_per_rank) -> Tensor")
 
 
-@torch.library.custom_op("asynctp::all_gather_matmul", mutates_args=(), device_types="cuda", schema=_AG_SCHEMA)
-def _all_gather_matmul(a_shard, bs, gather_dim, group_name, return_a, algorithm, chunks_per_rank):
+def _all_gather_matmul_cuda(a_shard, bs, gather_dim, group_name, return_a, algorithm, chunks_per_rank):
     op = "all_gather_matmul"
     comm = communicator(group_name)
     if not bs:
@@ -163,8 +171,12 @@ def _all_gather_matmul(a_shard, bs, gather_dim, group_name, return_a, algorithm,
     gathered = ctypes.byref(_ref(a_full, op, "gathered_a")) if a_full is not None else None
     options = _options(op, algorithm, chunks_per_rank, layout)
     _lib.call(op, comm.handle, ctypes.byref(a_ref), b_refs, len(bs),
-              1 if shapes.along_k else 0, out_refs, gathered, _stream(a_shard.device), ctypes.byref(options))
+              1 if shapes.along_k else 0, out_refs, gathered, _stream(a_shard), ctypes.byref(options))
     return (shapes.unflatten(a_full) if a_full is not None else None), [shapes.unflatten(o) for o in outs]
+
+
+_all_gather_matmul = torch.library.custom_op("asynctp::all_gather_matmul", _all_gather_matmul_cuda, mutates_args=(),
+                                             device_types="cuda", schema=_AG_SCHEMA)
 
 
 @_all_gather_matmul.register_fake
@@ -174,8 +186,7 @@ def _all_gather_matmul_fake(a_shard, bs, gather_dim, group_name, return_a, algor
     return (shapes.unflatten(a_full) if a_full is not None else None), [shapes.unflatten(o) for o in outs]
 
 
-@torch.library.custom_op("asynctp::matmul_reduce_scatter", mutates_args=(), device_types="cuda", schema=_RS_SCHEMA)
-def _matmul_reduce_scatter(a, b, reduce_op, scatter_dim, group_name, algorithm, chunks_per_rank):
+def _matmul_reduce_scatter_cuda(a, b, reduce_op, scatter_dim, group_name, algorithm, chunks_per_rank):
     op = "matmul_reduce_scatter"
     comm = communicator(group_name)
     shapes = _ReduceScatterShapes(a, b, scatter_dim, comm.world_size)
@@ -188,9 +199,13 @@ def _matmul_reduce_scatter(a, b, reduce_op, scatter_dim, group_name, algorithm, 
     out = shapes.allocate()
     options = _options(op, algorithm, chunks_per_rank, layout)
     _lib.call(op, comm.handle, ctypes.byref(a_ref), ctypes.byref(_ref(b_op, op, "b")),
-              1 if shapes.along_n else 0, reduce_code, ctypes.byref(_ref(out, op, "output")), _stream(a.device),
+              1 if shapes.along_n else 0, reduce_code, ctypes.byref(_ref(out, op, "output")), _stream(a),
               ctypes.byref(options))
     return shapes.unflatten(out)
+
+
+_matmul_reduce_scatter = torch.library.custom_op("asynctp::matmul_reduce_scatter", _matmul_reduce_scatter_cuda,
+                                                 mutates_args=(), device_types="cuda", schema=_RS_SCHEMA)
 
 
 @_matmul_reduce_scatter.register_fake
@@ -257,6 +272,28 @@ _matmul_reduce_scatter.register_autograd(_rs_backward, setup_context=_rs_setup)
 
 # --- the public functions --------------------------------------------------------------------------
 
+def _direct(*tensors):
+    """Whether a call may skip PyTorch's dispatcher and run the CUDA implementation itself.
+
+    The dispatcher's work for a custom op (autograd, fake tensors, tracing, modes) costs ~100 us of
+    host time per call, which a GPU waiting on the op sees. It is skipped only where none of it
+    applies: plain CUDA tensors, no gradient wanted, not being compiled, no dispatch mode active."""
+    if torch.compiler.is_compiling() or _dispatch_mode() is not None:
+        return False
+    grad = torch.is_grad_enabled()
+    for t in tensors:
+        if type(t) is not torch.Tensor or not t.is_cuda or (grad and t.requires_grad):
+            return False
+    return True
+
+
+try:
+    from torch.utils._python_dispatch import _get_current_dispatch_mode as _dispatch_mode
+except ImportError:  # no way to tell: always take the dispatcher
+    def _dispatch_mode():
+        return True
+
+
 def all_gather_matmul(a_shard, bs, gather_dim=0, group=None, return_a=True, *, algorithm="auto", chunks_per_rank=0):
     """All-gathers `a_shard` along `gather_dim` over `group` and multiplies the result by each B.
 
@@ -264,8 +301,10 @@ def all_gather_matmul(a_shard, bs, gather_dim=0, group=None, return_a=True, *, a
     group_name, return_A=return_a): returns (the gathered A or None, [A @ B for B in bs]). `group` is a
     ProcessGroup, its name, or None for the default group. algorithm: "auto" (default), "sequential",
     "pipelined" or "fused"; chunks_per_rank: asynctp::OpOptions::chunks_per_rank (0: the default)."""
-    return torch.ops.asynctp.all_gather_matmul(a_shard, list(bs), gather_dim, group_name(group), return_a, algorithm,
-                                               chunks_per_rank)
+    args = (a_shard, list(bs), gather_dim, group_name(group), return_a, algorithm, chunks_per_rank)
+    if _direct(a_shard, *args[1]):
+        return _all_gather_matmul_cuda(*args)
+    return torch.ops.asynctp.all_gather_matmul(*args)
 
 
 def matmul_reduce_scatter(a, b, reduce_op="sum", scatter_dim=0, group=None, *, algorithm="auto", chunks_per_rank=0):
@@ -273,5 +312,7 @@ def matmul_reduce_scatter(a, b, reduce_op="sum", scatter_dim=0, group=None, *, a
 
     Same arguments and result as torch.ops.symm_mem.fused_matmul_reduce_scatter(a, b, reduce_op,
     scatter_dim, group_name)."""
-    return torch.ops.asynctp.matmul_reduce_scatter(a, b, reduce_op, scatter_dim, group_name(group), algorithm,
-                                                   chunks_per_rank)
+    args = (a, b, reduce_op, scatter_dim, group_name(group), algorithm, chunks_per_rank)
+    if _direct(a, b):
+        return _matmul_reduce_scatter_cuda(*args)
+    return torch.ops.asynctp.matmul_reduce_scatter(*args)

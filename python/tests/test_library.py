@@ -24,6 +24,11 @@ def test_option_defaults_are_the_cpp_defaults():
         _lib.ALGORITHMS["sequential"], _lib.ROW_MAJOR, 1, 0)
 
 
+def test_options_built_in_python_match_the_librarys_defaults():
+    a, b = _lib.default_options(), _lib.options(_lib.ALGORITHMS["sequential"], _lib.ROW_MAJOR, 0)
+    assert [getattr(a, f) for f, _ in _lib.OpOptions._fields_] == [getattr(b, f) for f, _ in _lib.OpOptions._fields_]
+
+
 def test_a_null_communicator_is_an_error_naming_the_function():
     rank = ctypes.c_int(-7)
     with pytest.raises(asynctp.Error, match=r"^asynctp_comm_rank: comm is NULL \(never created, or destroyed\)$"):
