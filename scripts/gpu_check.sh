@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# On the GPU machine: runs the CPU tests, the GPU tests, asynctp-p2p, and asynctp-bench beside
-# bench/torch_anchor.py (PyTorch's own paths, same run), from a build made on the development machine
+# On the GPU machine: runs the CPU tests, the GPU tests, asynctp-p2p, asynctp-bench beside
+# bench/torch_anchor.py (PyTorch's own paths, same run), and the Python package's tests, example and
+# bench/compare_torch.py, from a build made on the development machine
 # (carried there), against the NCCL it was built with. Logs go to $OUT (or /tmp/asynctp-out).
 # Usage: scripts/gpu_check.sh [BUILD_DIR] [BENCH_ARGS...]
 #
@@ -44,5 +45,17 @@ tail -3 "$out/bench.err"
 echo "== torch_anchor.py (same run)"
 if command -v torchrun >/dev/null; then
   torchrun --nproc-per-node "$(nvidia-smi -L | wc -l)" bench/torch_anchor.py 2>&1 | grep -v "^W\|^\[W" | tee "$out/torch_anchor.txt"
+fi
+echo "== Python package: pytest, examples/llama_mlp.py, bench/compare_torch.py (same run)"
+if python3 -c 'import torch, pytest' 2>/dev/null; then
+  export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} ASYNCTP_LIBRARY=$PWD/$build/libasynctp_c.so
+  python3 -m pytest -q -rs -p no:cacheprovider python/tests 2>&1 | tee "$out/pytest.log" | tail -5
+  grep -qE "^[0-9]+ passed" "$out/pytest.log" && ! grep -qE "[0-9]+ (failed|errors?)" "$out/pytest.log" || status=1
+  ranks=$(nvidia-smi -L | wc -l)
+  torchrun --nproc-per-node "$ranks" examples/llama_mlp.py 2>&1 | grep -v "^W\|^\[W" | tee "$out/llama_mlp.txt" || status=1
+  torchrun --nproc-per-node "$ranks" bench/compare_torch.py --json "$out/compare_torch.json" 2>&1 \
+    | grep -v "^W\|^\[W\|FutureWarning\|enable_symm_mem" | tee "$out/compare_torch.txt" || status=1
+else
+  echo "PyTorch or pytest missing here: the Python package was not checked"
 fi
 exit $status

@@ -2,7 +2,7 @@
 # Sets asynctp up on a fresh machine (Debian/Ubuntu with the CUDA 13 toolkit and NCCL >= 2.28):
 #   1. system packages: CMake, Ninja, GoogleTest (apt, where missing);
 #   2. CUTLASS 4.2 headers: pip installs nvidia-cutlass==4.2.0.0 into third_party/cutlass (ignored by
-#      git), unless CUTLASS_DIR points at headers already;
+#      git), unless CUTLASS_DIR points at headers already; pytest (pip) where missing;
 #   3. configure and build into $BUILD_DIR (default: build/).
 # Environment: BUILD_DIR, NCCL_ROOT, CUTLASS_DIR, CMAKE_ARGS (extra arguments for configure).
 set -euo pipefail
@@ -36,6 +36,12 @@ cutlass_wheel_dir=$root/third_party/cutlass
 if [ -z "${CUTLASS_DIR:-}" ] && [ ! -f "$cutlass_wheel_dir/cutlass_library/source/include/cutlass/version.h" ]; then
   say "installing nvidia-cutlass==4.2.0.0 headers into third_party/cutlass (pip)"
   python3 -m pip install -q --no-deps --disable-pip-version-check --target "$cutlass_wheel_dir" nvidia-cutlass==4.2.0.0
+fi
+
+# 2b. pytest, for the Python package's tests (python/tests) that the test command runs.
+if ! python3 -c 'import pytest' 2>/dev/null; then
+  say "installing pytest (pip)"
+  python3 -m pip install -q --disable-pip-version-check pytest
 fi
 
 # 3. Configure and build.

@@ -135,6 +135,15 @@ def _errors(rank, world):
     # After the errors, the communicator still works.
     _, (out,) = asynctp.all_gather_matmul(a, [w.t()], 0)
     assert out.shape == (128 * world, 32)
+    # The op runs on the current stream: captured into a CUDA graph on torch's capture stream (work on
+    # any other stream would break the capture), then replayed.
+    _, (eager,) = asynctp.all_gather_matmul(a, [w.t()], 0, algorithm="pipelined")  # grows the workspace first
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        _, (graphed,) = asynctp.all_gather_matmul(a, [w.t()], 0, algorithm="pipelined")
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(graphed, eager)
     # A destroyed communicator is refused by name, and the next op on the group makes a new one.
     comm = asynctp.communicator()
     asynctp.shutdown()

@@ -1,0 +1,86 @@
+"""Where the Python binding's time goes, per call of all_gather_matmul (4096x3584x8192, bf16): the C
+interface called directly with prepared arguments, the public function (which skips the dispatcher
+where it may), and torch.ops.asynctp (always through the dispatcher). Host: wall time of the call
+alone; GPU: event-timed call started on idle GPUs after a barrier, as bench/compare_torch.py times.
+
+    torchrun --nproc-per-node 2 bench/binding_overhead.py
+"""
+
+import ctypes
+import os
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+import asynctp
+from asynctp import _lib, ops
+from asynctp.comm import communicator
+
+
+def _median_after_barrier(fn, clock, iters=20):
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        dist.barrier()
+        torch.cuda.synchronize()
+        times.append(clock(fn))
+    return statistics.median(times)
+
+
+def gpu_us(fn):
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    fn()
+    e.record()
+    torch.cuda.synchronize()
+    return s.elapsed_time(e) * 1000.0
+
+
+def host_us(fn):
+    t = time.perf_counter()
+    fn()
+    us = (time.perf_counter() - t) * 1e6
+    torch.cuda.synchronize()
+    return us
+
+
+def main():
+    local = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local)
+    dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    world, name = dist.get_world_size(), dist.group.WORLD.group_name
+    M, N, K = 4096, 3584, 8192
+    a = torch.randn(M // world, K, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+    comm = communicator(name)
+    a_ref, b_refs, out_refs = ops._ref(a, "", "a"), (_lib.Tensor * 1)(ops._ref(b, "", "b")), (_lib.Tensor * 1)(ops._ref(out, "", "out"))
+    rows = []
+    for alg in ("sequential", "fused"):
+        opt = _lib.options(_lib.ALGORITHMS[alg], _lib.ROW_MAJOR, 0)
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        paths = {
+            "C interface": lambda: _lib.call("all_gather_matmul", comm.handle, ctypes.byref(a_ref), b_refs, 1, 0,
+                                             out_refs, None, stream, ctypes.byref(opt)),
+            "asynctp.all_gather_matmul": lambda: asynctp.all_gather_matmul(a, [b], 0, name, return_a=False,
+                                                                           algorithm=alg),
+            "torch.ops.asynctp.all_gather_matmul": lambda: torch.ops.asynctp.all_gather_matmul(a, [b], 0, name, False,
+                                                                                               alg, 0),
+        }
+        for path, fn in paths.items():
+            rows.append((alg, path, _median_after_barrier(fn, host_us), _median_after_barrier(fn, gpu_us)))
+    if dist.get_rank() == 0:
+        print(f"{world} ranks, {torch.cuda.get_device_name()}, all_gather_matmul {M}x{N}x{K} bf16, medians (rank 0)")
+        print("| algorithm | called through | host µs | GPU µs |\n|---|---|---:|---:|")
+        for alg, path, host, gpu in rows:
+            print(f"| {alg} | {path} | {host:.1f} | {gpu:.1f} |")
+    asynctp.shutdown()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
