@@ -46,8 +46,10 @@ fi
 
 # 3. Configure and build.
 say "configuring into $build_dir"
+# The Python tests run under the python3 that got pytest above.
 # shellcheck disable=SC2086
-cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-}
+cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE="$(command -v python3)" \
+  ${CMAKE_ARGS:-}
 say "building"
 cmake --build "$build_dir" --parallel "$(nproc)"
 say "done: tests with 'ctest --test-dir $build_dir --output-on-failure'"
