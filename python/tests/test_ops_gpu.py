@@ -135,15 +135,19 @@ def _errors(rank, world):
     # After the errors, the communicator still works.
     _, (out,) = asynctp.all_gather_matmul(a, [w.t()], 0)
     assert out.shape == (128 * world, 32)
-    # The op runs on the current stream: captured into a CUDA graph on torch's capture stream (work on
-    # any other stream would break the capture), then replayed.
-    _, (eager,) = asynctp.all_gather_matmul(a, [w.t()], 0, algorithm="pipelined")  # grows the workspace first
+    # The op runs on the current stream: captured into a CUDA graph on torch's capture stream, then
+    # replayed on new input. Work the capture missed would leave the output without the new result.
+    static_a = a.clone()
+    asynctp.all_gather_matmul(static_a, [w.t()], 0, algorithm="pipelined")  # grows the workspace first
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        _, (graphed,) = asynctp.all_gather_matmul(a, [w.t()], 0, algorithm="pipelined")
+        _, (graphed,) = asynctp.all_gather_matmul(static_a, [w.t()], 0, algorithm="pipelined")
+    new_a = torch.randn_like(a)
+    _, (expected,) = asynctp.all_gather_matmul(new_a, [w.t()], 0, algorithm="pipelined")
+    static_a.copy_(new_a)
     graph.replay()
     torch.cuda.synchronize()
-    assert torch.equal(graphed, eager)
+    assert torch.equal(graphed, expected)
     # A destroyed communicator is refused by name, and the next op on the group makes a new one.
     comm = asynctp.communicator()
     asynctp.shutdown()
