@@ -8,7 +8,6 @@ alone; GPU: event-timed call started on idle GPUs after a barrier, as bench/comp
 
 import ctypes
 import os
-import statistics
 import time
 
 import torch
@@ -17,27 +16,7 @@ import torch.distributed as dist
 import asynctp
 from asynctp import _lib, ops
 from asynctp.comm import communicator
-
-
-def _median_after_barrier(fn, clock, iters=20):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        dist.barrier()
-        torch.cuda.synchronize()
-        times.append(clock(fn))
-    return statistics.median(times)
-
-
-def gpu_us(fn):
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    fn()
-    e.record()
-    torch.cuda.synchronize()
-    return s.elapsed_time(e) * 1000.0
+from compare_torch import gpu_us, median_after_barrier  # bench/ is the script's folder
 
 
 def host_us(fn):
@@ -72,7 +51,8 @@ def main():
                                                                                                alg, 0),
         }
         for path, fn in paths.items():
-            rows.append((alg, path, _median_after_barrier(fn, host_us), _median_after_barrier(fn, gpu_us)))
+            rows.append((alg, path, median_after_barrier(fn, host_us, 20, warmup=3),
+                         median_after_barrier(fn, gpu_us, 20, warmup=3)))
     if dist.get_rank() == 0:
         print(f"{world} ranks, {torch.cuda.get_device_name()}, all_gather_matmul {M}x{N}x{K} bf16, medians (rank 0)")
         print("| algorithm | called through | host µs | GPU µs |\n|---|---|---:|---:|")

@@ -26,10 +26,18 @@ SEED_SHAPES = [(4096, 3584, 8192), (2048, 3584, 8192), (4096, 6656, 16384), (163
 ALGORITHMS = ["sequential", "pipelined", "fused", "auto"]
 
 
-def timed(fn, iters, warmup=5):
-    """{"idle": median of single calls each started on idle GPUs after a barrier (the host's time to
-    launch is on the clock), "steady": mean of `iters` calls back to back (the host runs ahead, as in
-    a training step)}, each the slowest rank's."""
+def gpu_us(fn):
+    """One call of fn, event-timed on the current stream."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1000.0
+
+
+def median_after_barrier(fn, clock, iters, warmup=5):
+    """This rank's median of clock(fn) over `iters` calls, each started after a barrier on idle GPUs."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -37,21 +45,23 @@ def timed(fn, iters, warmup=5):
     for _ in range(iters):
         dist.barrier()
         torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1000.0)
+        times.append(clock(fn))
+    return statistics.median(times)
+
+
+def timed(fn, iters):
+    """{"idle": median of single calls each started on idle GPUs after a barrier (the host's time to
+    launch is on the clock), "steady": mean of `iters` calls back to back (the host runs ahead, as in
+    a training step)}, each the slowest rank's."""
+    idle = median_after_barrier(fn, gpu_us, iters)
+
+    def back_to_back():
+        for _ in range(iters):
+            fn()
+
     dist.barrier()
     torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    t = torch.tensor([statistics.median(times), start.elapsed_time(end) * 1000.0 / iters], device="cuda")
+    t = torch.tensor([idle, gpu_us(back_to_back) / iters], device="cuda")
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return {"idle": t[0].item(), "steady": t[1].item()}
 

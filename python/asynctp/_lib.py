@@ -151,7 +151,10 @@ _functions = {}  # "all_gather_matmul" -> asynctp_all_gather_matmul, filled by l
 
 def call(name, *args):
     """Calls asynctp_<name>; a failure raises Error with the library's message."""
-    fn = _functions.get(name) or (lib() and _functions[name])
+    fn = _functions.get(name)
+    if fn is None:
+        lib()  # fills _functions
+        fn = _functions[name]
     if fn(*args) != 0:
         raise Error(_lib.asynctp_last_error().decode("utf-8", "replace"))
 

@@ -69,6 +69,13 @@ def _check_device(comm, t, op, name):
                     f"cuda:{comm.device} (the current device when the group's first asynctp op ran)")
 
 
+def _as_rows(t, dim):
+    """(the leading shape, t as a dense [rows, t.shape[-1]] matrix): `dim` moved to the front first
+    unless it is already there or is the last dim, whose rows are t's own."""
+    x = t if dim in (0, t.dim() - 1) else t.movedim(dim, 0)
+    return list(x.shape[:-1]), x.reshape(-1, x.shape[-1]).contiguous()
+
+
 class _AllGatherShapes:
     """How all_gather_matmul maps torch's N-dim A and gather_dim onto asynctp's 2-dim op, and back.
 
@@ -83,15 +90,9 @@ class _AllGatherShapes:
         self.world = world
         self.dim = _dim(gather_dim, a_shard.dim(), op, "gather_dim")
         self.along_k = self.dim == a_shard.dim() - 1
-        if self.along_k:
-            self.lead = list(a_shard.shape[:-1])
-            self.a2 = a_shard.reshape(-1, a_shard.shape[-1]).contiguous()
-            self.rows, self.k = self.a2.shape[0], self.a2.shape[1] * world
-        else:
-            x = a_shard.movedim(self.dim, 0) if self.dim else a_shard
-            self.lead = list(x.shape[:-1])
-            self.a2 = x.reshape(-1, x.shape[-1]).contiguous()
-            self.rows, self.k = self.a2.shape[0] * world, self.a2.shape[1]
+        self.lead, self.a2 = _as_rows(a_shard, self.dim)
+        rows, k = self.a2.shape
+        self.rows, self.k = (rows, k * world) if self.along_k else (rows * world, k)
 
     def unflatten(self, flat):
         if len(self.lead) == 1:  # a 2-dim A: asynctp's result is torch's
@@ -120,19 +121,15 @@ class _ReduceScatterShapes:
         self.dim = _dim(scatter_dim, a.dim(), op, "scatter_dim")
         self.along_n = self.dim == a.dim() - 1
         n = b.shape[1]
+        self.lead, self.a2 = _as_rows(a, self.dim)
         if self.along_n:
-            self.lead = list(a.shape[:-1])
-            self.a2 = a.reshape(-1, a.shape[-1]).contiguous()
             if n % world:
                 raise Error(f"{op}: b.shape[1] (N) is {n}; with scatter_dim last it must divide by the world size {world}")
             self.out_shape = (self.a2.shape[0], n // world)
         else:
-            x = a.movedim(self.dim, 0) if self.dim else a
-            self.lead = list(x.shape[:-1])
             if self.lead[0] % world:
                 raise Error(f"{op}: a.shape[{self.dim}] is {self.lead[0]}; it must divide by the world size {world} "
                             "(each rank keeps an equal slice along scatter_dim)")
-            self.a2 = x.reshape(-1, x.shape[-1]).contiguous()
             self.out_shape = (self.a2.shape[0] // world, n)
 
     def allocate(self):
@@ -241,9 +238,12 @@ def _ag_backward(ctx, grad_a_full, grad_outs):
     if grad_a_full is not None:
         rs = funcol.wait_tensor(funcol.reduce_scatter_tensor(grad_a_full.contiguous(), "sum", gather_dim, name))
         grad_a_shard = rs if grad_a_shard is None else grad_a_shard + rs
-    a_full = saved if return_a else funcol.wait_tensor(
-        funcol.all_gather_tensor(saved.contiguous(), gather_dim, name))
-    grad_bs = [None if g is None else _flat_rows(a_full).t() @ _flat_rows(g) for g in grad_outs]
+    grad_bs = [None] * len(grad_outs)
+    if pairs:
+        a_full = saved if return_a else funcol.wait_tensor(
+            funcol.all_gather_tensor(saved.contiguous(), gather_dim, name))
+        a_rows_t = _flat_rows(a_full).t()  # once for every B (a copy where A was gathered along a middle dim)
+        grad_bs = [None if g is None else a_rows_t @ _flat_rows(g) for g in grad_outs]
     return grad_a_shard, grad_bs, None, None, None, None, None
 
 
@@ -272,11 +272,18 @@ _matmul_reduce_scatter.register_autograd(_rs_backward, setup_context=_rs_setup)
 
 # --- the public functions --------------------------------------------------------------------------
 
+try:
+    from torch.utils._python_dispatch import _get_current_dispatch_mode as _dispatch_mode
+except ImportError:  # no way to tell: always take the dispatcher
+    def _dispatch_mode():
+        return True
+
+
 def _direct(*tensors):
     """Whether a call may skip PyTorch's dispatcher and run the CUDA implementation itself.
 
-    The dispatcher's work for a custom op (autograd, fake tensors, tracing, modes) costs ~100 us of
-    host time per call, which a GPU waiting on the op sees. It is skipped only where none of it
+    The dispatcher's work for a custom op (autograd, fake tensors, tracing, modes) cost 35-110 us of
+    host time per call on 2xH200 (docs/python.md), which a GPU waiting on the op sees. It is skipped only where none of it
     applies: plain CUDA tensors, no gradient wanted, not being compiled, no dispatch mode active."""
     if torch.compiler.is_compiling() or _dispatch_mode() is not None:
         return False
@@ -285,13 +292,6 @@ def _direct(*tensors):
         if type(t) is not torch.Tensor or not t.is_cuda or (grad and t.requires_grad):
             return False
     return True
-
-
-try:
-    from torch.utils._python_dispatch import _get_current_dispatch_mode as _dispatch_mode
-except ImportError:  # no way to tell: always take the dispatcher
-    def _dispatch_mode():
-        return True
 
 
 def all_gather_matmul(a_shard, bs, gather_dim=0, group=None, return_a=True, *, algorithm="auto", chunks_per_rank=0):
