@@ -282,8 +282,8 @@ except ImportError:  # no way to tell: always take the dispatcher
 def _direct(*tensors):
     """Whether a call may skip PyTorch's dispatcher and run the CUDA implementation itself.
 
-    The dispatcher's work for a custom op (autograd, fake tensors, tracing, modes) cost 35-110 us of
-    host time per call on 2xH200 (docs/python.md), which a GPU waiting on the op sees. It is skipped only where none of it
+    The dispatcher's work for a custom op (autograd, fake tensors, tracing, modes) measured up to
+    ~110 us of host time per call on 2xH200 (docs/python.md), which a GPU waiting on the op sees. It is skipped only where none of it
     applies: plain CUDA tensors, no gradient wanted, not being compiled, no dispatch mode active."""
     if torch.compiler.is_compiling() or _dispatch_mode() is not None:
         return False
