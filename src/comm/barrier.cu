@@ -32,6 +32,7 @@ __global__ void lsa_barrier_kernel(uint32_t* const* pads, uint32_t* epoch_counte
 
 void Communicator::barrier(cudaStream_t stream) {
   Impl& m = *impl_;
+  m.require_usable("Communicator::barrier");
   const int n = m.lsa.size;
   const kernels::WaitContext ctx{m.fault, timeout_ns(*this), m.rank};
   const int threads = (n + 31) / 32 * 32;

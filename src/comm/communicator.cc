@@ -3,9 +3,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
-#include <random>
 #include <cstring>
+#include <random>
+#include <thread>
 
 #include "algo/overlap_resources.h"
 #include "asynctp/version.h"
@@ -55,6 +57,7 @@ std::unique_ptr<Communicator::Impl> make_impl(ncclComm_t comm, bool owns, const 
   impl->timeout_ms = detail::resolve_timeout_ms(options.timeout_ms);
   ASYNCTP_CHECK(options.signal_count > 0, "CommunicatorOptions::signal_count must be > 0, got ", options.signal_count);
   impl->signal_count = options.signal_count;
+  impl->check_nonfinite = detail::env_flag("ASYNCTP_CHECK_NAN");
   impl->tuning_cache = options.tuning_cache;
   if (impl->tuning_cache.empty()) {
     const char* env = std::getenv("ASYNCTP_TUNING_CACHE");
@@ -91,7 +94,7 @@ std::vector<std::string> Communicator::Impl::allgather_short(const std::string& 
   ASYNCTP_NCCL_CHECK(ncclAllGather(bytes + rank * kBusIdBytes, bytes, kBusIdBytes, ncclChar, comm, setup_stream));
   std::vector<char> all(static_cast<size_t>(world_size) * kBusIdBytes);
   ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(all.data(), bytes, all.size(), cudaMemcpyDeviceToHost, setup_stream));
-  ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(setup_stream));
+  wait_bounded(setup_stream, timeout_ms, "Communicator: exchanging set-up values");
   std::vector<std::string> out;
   for (int r = 0; r < world_size; ++r) out.emplace_back(all.data() + r * kBusIdBytes, strnlen(all.data() + r * kBusIdBytes, kBusIdBytes));
   return out;
@@ -129,12 +132,76 @@ std::vector<int> Communicator::Impl::failing_ranks(bool local_ok) {
   std::vector<int> all(world_size);
   ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(all.data(), exchange_buf, sizeof(int) * world_size, cudaMemcpyDeviceToHost,
                                      setup_stream));
-  ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(setup_stream));
+  wait_bounded(setup_stream, timeout_ms, "Communicator: agreeing across ranks");
   std::vector<int> failing;
   for (int r = 0; r < world_size; ++r) {
     if (all[r] == 0) failing.push_back(r);
   }
   return failing;
+}
+
+void Communicator::Impl::require_usable(const char* what) const {
+  if (broken.empty()) return;
+  detail::raise(detail::cat(what, ": this communicator can no longer be used, since ", broken,
+                            ". Destroy it (and end the process if its CUDA context is lost) and make a new one"));
+}
+
+void Communicator::Impl::abandon(const std::string& why) {
+  if (!broken.empty()) return;
+  broken = why;
+  // Aborting makes NCCL's kernels give up their waits, so the streams they hold drain. A wrapped
+  // communicator belongs to the caller, who decides when to abort it.
+  if (check_comm != nullptr) {
+    ncclCommAbort(check_comm);
+    check_comm = nullptr;
+  }
+  if (owns_comm && constructed && !nccl_aborted) {
+    ncclCommAbort(comm);
+    nccl_aborted = true;
+  }
+}
+
+void Communicator::Impl::wait_bounded(cudaStream_t stream, int64_t wait_ms, const char* what) {
+  require_usable(what);
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const auto deadline = start + std::chrono::milliseconds(wait_ms);
+  auto next_nccl_poll = start;
+  for (int spin = 0;; ++spin) {
+    const cudaError_t e = cudaStreamQuery(stream);
+    if (e == cudaSuccess) return;
+    if (e != cudaErrorNotReady) {
+      const std::string fault = detail::describe_device_fault();
+      abandon(fault.empty() ? detail::cat("a CUDA error (", cudaGetErrorName(e), ") ended a wait") : fault);
+      ASYNCTP_CUDA_CHECK(e);
+    }
+    const auto now = Clock::now();
+    if (now >= next_nccl_poll) {
+      // A peer process that died can surface here first (ncclRemoteError, ncclSystemError).
+      ncclResult_t async = ncclSuccess;
+      if (!nccl_aborted && ncclCommGetAsyncError(comm, &async) == ncclSuccess && async != ncclSuccess &&
+          async != ncclInProgress) {
+        const std::string why = detail::cat("NCCL reported an asynchronous error (", ncclGetErrorString(async),
+                                            ") while ", what, " waited");
+        abandon(why);
+        detail::raise(detail::cat(what, ": ", why, "; NCCL was aborted and this communicator can no longer be used"));
+      }
+      next_nccl_poll = now + std::chrono::milliseconds(10);
+    }
+    if (now >= deadline) break;
+    // Short waits stay responsive; a long one stops costing a core.
+    if (spin < 4096) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  const std::string why = detail::cat(what, " timed out after ", wait_ms,
+                                      " ms: a peer did not arrive (it failed, was not started, or is making a "
+                                      "different call; ASYNCTP_TIMEOUT_MS sets the bound)");
+  abandon(why);
+  detail::raise(detail::cat(why, owns_comm ? "; NCCL was aborted" : "; call ncclCommAbort on the communicator given to "
+                                                                     "Communicator::wrap, which asynctp does not own"));
 }
 
 void* Communicator::Impl::scratch_for(size_t bytes) {
@@ -241,6 +308,7 @@ Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
   ASYNCTP_CUDA_CHECK(cudaMalloc(&m.barrier_epoch, sizeof(uint32_t)));
   ASYNCTP_CUDA_CHECK(cudaMemsetAsync(m.barrier_epoch, 0, sizeof(uint32_t), m.setup_stream));
   ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(m.setup_stream));
+  m.constructed = true;
 }
 
 Communicator::~Communicator() {
@@ -248,7 +316,9 @@ Communicator::~Communicator() {
   cudaSetDevice(m.device);
   // After a kernel trapped (a wait timed out) the context is gone: collective teardown could hang on a
   // peer that is gone too, so the resources are left to the dying process and NCCL is aborted.
-  const bool healthy = cudaDeviceSynchronize() == cudaSuccess;
+  // A broken communicator may have peers that are gone, or an NCCL kernel of a wrapped communicator
+  // that still waits: nothing here may wait on the device then.
+  const bool healthy = m.broken.empty() && cudaDeviceSynchronize() == cudaSuccess;
   if (healthy) {
     m.overlap.reset();
     m.workspace.reset();
@@ -260,6 +330,8 @@ Communicator::~Communicator() {
     cudaFreeHost(m.check_host);
     cudaFree(m.scratch);
     cudaFree(m.tail_split);
+    cudaFree(m.nonfinite_buf);
+    cudaFreeHost(m.nonfinite_host);
     if (m.check_comm) ncclCommDestroy(m.check_comm);
     if (m.has_dev_comm) ncclDevCommDestroy(m.comm, &m.dev_comm);
   } else {
@@ -273,7 +345,7 @@ Communicator::~Communicator() {
   if (m.cublaslt) cublasLtDestroy(m.cublaslt);
   if (m.setup_stream) cudaStreamDestroy(m.setup_stream);
   if (m.check_stream) cudaStreamDestroy(m.check_stream);
-  if (m.owns_comm) {
+  if (m.owns_comm && !m.nccl_aborted) {
     if (healthy) {
       ncclCommDestroy(m.comm);
     } else {
@@ -298,6 +370,7 @@ int Communicator::lsa_to_world(int lsa_rank) const {
 }
 
 SymmetricBuffer& Communicator::workspace(size_t bytes) {
+  impl_->require_usable("Communicator::workspace");
   ASYNCTP_CHECK(bytes > 0, "Communicator::workspace: bytes must be > 0");
   if (!impl_->workspace || impl_->workspace->size() < bytes) {
     // Grow geometrically so a sequence of slightly larger requests does not reallocate every time.
@@ -309,7 +382,11 @@ SymmetricBuffer& Communicator::workspace(size_t bytes) {
   return *impl_->workspace;
 }
 
-void Communicator::synchronize(cudaStream_t stream) const { ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(stream)); }
+void Communicator::synchronize(cudaStream_t stream) const {
+  // Twice the device-side bound, so a kernel's own timeout report (which names the flag and the
+  // peer) arrives before this host-side one.
+  impl_->wait_bounded(stream, 2 * static_cast<int64_t>(impl_->timeout_ms), "Communicator::synchronize");
+}
 
 bool Communicator::all_ok(bool local_ok) { return impl_->failing_ranks(local_ok).empty(); }
 

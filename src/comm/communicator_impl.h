@@ -72,6 +72,27 @@ struct Communicator::Impl {
   std::unique_ptr<algo::OverlapResources> overlap;       // made by the first pipelined or fused call
   void* tail_split = nullptr;  // the fused GEMM's split-K workspace (kernels/fused/tail_split.h)
   int tail_split_sms = 0;      // the SM count it is sized for
+  bool check_nonfinite = false;        // ASYNCTP_CHECK_NAN=1: scan the ops' inputs first (ops/nonfinite.h)
+  unsigned long long* nonfinite_buf = nullptr;  // device: {count, first index} for that scan
+  unsigned long long* nonfinite_host = nullptr;  // pinned copy of it
+
+  // Why this communicator may no longer be used, or empty while it is healthy. Set when a wait on the
+  // peers gave up: the ranks are then out of step (or NCCL was aborted), so any later collective could
+  // pair calls that do not belong together. Every later op, barrier and workspace call throws with it.
+  std::string broken;
+  bool nccl_aborted = false;  // the owned NCCL communicator was aborted: no collective teardown
+  bool constructed = false;   // until then, Communicator::create aborts NCCL itself if set-up fails
+
+  // Throws an Error naming `what` and quoting `broken` when the communicator is broken.
+  void require_usable(const char* what) const;
+  // Records `why` as the reason the communicator is broken (the first reason stays) and aborts the
+  // NCCL communicators asynctp owns, which ends any NCCL kernel still waiting on a peer.
+  void abandon(const std::string& why);
+  // Waits until `stream` has finished, at most `timeout_ms`. A kernel that trapped (one of asynctp's
+  // bounded waits gave up) raises its report. NCCL's kernels have no bound of their own, so when the
+  // time passes, or NCCL reports an asynchronous error, the communicator is abandoned and an Error
+  // naming `what` is thrown.
+  void wait_bounded(cudaStream_t stream, int64_t timeout_ms, const char* what);
 
   // The live SymmetricBuffer that holds all of [p, p + bytes) on this rank, or null.
   const SymmetricBuffer* find_symmetric(const void* p, size_t bytes) const;

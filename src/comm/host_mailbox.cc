@@ -17,10 +17,13 @@ namespace asynctp {
 // Two slots per rank, used by call parity: a rank can be at most one call ahead of the slowest (it
 // cannot finish call k+1 before everyone published k+1, which each does only after reading call k),
 // so the slot it overwrites at k+2 has been read by everyone.
+// A rank that gives up waiting records the call in `gave_up` (of its parity-0 slot), so that a rank
+// arriving late fails that call too instead of running it alone.
 struct HostMailbox::Slot {
   std::atomic<uint64_t> seq;
+  std::atomic<uint64_t> gave_up;
   int64_t values[kSlots];
-  char pad[64 - sizeof(uint64_t)];
+  char pad[64 - 2 * sizeof(uint64_t)];
 };
 
 std::unique_ptr<HostMailbox> HostMailbox::create(const std::string& name, int rank, int size) {
@@ -62,6 +65,7 @@ const int64_t* HostMailbox::exchange(const int64_t* mine, uint64_t seq, int time
     for (uint32_t spin = 0; theirs->seq.load(std::memory_order_acquire) < seq; ++spin) {
       if ((spin & 1023) == 1023) {
         if (std::chrono::steady_clock::now() > deadline) {
+          slot(rank_, 0)->gave_up.store(seq, std::memory_order_release);
           detail::raise(detail::cat(what, ": rank ", r, " did not reach call ", seq, " within ", timeout_ms,
                                     " ms (it is not making the same call, or it failed; ASYNCTP_TIMEOUT_MS sets the "
                                     "bound)"));
@@ -70,6 +74,12 @@ const int64_t* HostMailbox::exchange(const int64_t* mine, uint64_t seq, int time
       }
     }
     std::memcpy(gathered_.get() + static_cast<size_t>(r) * kSlots, theirs->values, sizeof(int64_t) * kSlots);
+  }
+  for (int r = 0; r < size_; ++r) {
+    if (slot(r, 0)->gave_up.load(std::memory_order_acquire) >= seq) {
+      detail::raise(detail::cat(what, ": rank ", r, " gave up waiting for call ", seq,
+                                " before this rank arrived (this rank came more than ASYNCTP_TIMEOUT_MS late)"));
+    }
   }
   return gathered_.get();
 }

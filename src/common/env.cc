@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <string>
 
 #include "common/check.h"
 
@@ -18,6 +19,14 @@ int env_positive_int(const char* name, int fallback) {
                 "environment variable ", name, "='", text, "' is not a positive integer (expected, e.g., ",
                 name, "=", fallback, ")");
   return static_cast<int>(value);
+}
+
+bool env_flag(const char* name) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0' || std::string(text) == "0") return false;
+  ASYNCTP_CHECK(std::string(text) == "1", "environment variable ", name, "='", text, "' is not 0 or 1 (expected ",
+                name, "=1 to turn it on)");
+  return true;
 }
 
 int resolve_timeout_ms(int requested) {

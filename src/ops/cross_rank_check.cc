@@ -27,7 +27,12 @@ void agree_across_ranks(Communicator& comm, const char* op, const Signature& sig
   const int64_t* all = nullptr;
   if (m.mailbox) {
     static_assert(HostMailbox::kSlots == kCheckSlots, "one record layout for both exchanges");
-    all = m.mailbox->exchange(mine, ++m.check_seq, m.timeout_ms, op);
+    try {
+      all = m.mailbox->exchange(mine, ++m.check_seq, m.timeout_ms, op);
+    } catch (const Error& e) {
+      m.abandon(e.what());  // the ranks' call counts no longer match: no later check could pair them
+      throw;
+    }
   } else {
     int64_t* slot = m.check_buf + static_cast<size_t>(m.rank) * kCheckSlots;
     int64_t* gathered = m.check_host + kCheckSlots;
@@ -36,7 +41,7 @@ void agree_across_ranks(Communicator& comm, const char* op, const Signature& sig
     ASYNCTP_NCCL_CHECK(ncclAllGather(slot, m.check_buf, kCheckSlots, ncclInt64, m.check_comm, m.check_stream));
     ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(gathered, m.check_buf, sizeof(int64_t) * kCheckSlots * m.world_size,
                                        cudaMemcpyDeviceToHost, m.check_stream));
-    ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(m.check_stream));
+    m.wait_bounded(m.check_stream, m.timeout_ms, op);
     all = gathered;
   }
 

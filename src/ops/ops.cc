@@ -1,13 +1,19 @@
 // The public ops: validate, agree across ranks, then run the chosen algorithm.
 #include "asynctp/ops.h"
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "algo/fused.h"
 #include "algo/pipelined.h"
 #include "algo/sequential.h"
 #include "asynctp/communicator.h"
 #include "asynctp/error.h"
 #include "comm/communicator_impl.h"
+#include "common/check.h"
 #include "ops/cross_rank_check.h"
+#include "ops/nonfinite.h"
 #include "ops/plan.h"
 #include "tune/resolve.h"
 
@@ -25,18 +31,33 @@ const char* algorithm_name(Algorithm algorithm) {
 
 namespace {
 
-// Validates on this rank. Where the arguments are refused and ranks check each other, the refusal is
-// shared first (so every rank fails together); otherwise the cross-rank check is returned for the
-// algorithm to run just before its first communication.
+using NamedInputs = std::vector<std::pair<std::string, TensorRef>>;
+
+// Validates on this rank (and, under ASYNCTP_CHECK_NAN=1, scans `inputs` for NaN and Inf). Where
+// this rank refuses and ranks check each other, the refusal is shared first (so every rank fails
+// together); otherwise the cross-rank check is returned for the algorithm to run just before its first
+// communication.
 template <typename Plan, typename PlanFn>
 std::pair<Plan, algo::AgreeFn> plan_and_agree(Communicator& comm, const char* op, ops::Signature signature,
-                                              const OpOptions& options, cudaStream_t stream, PlanFn plan_fn) {
+                                              const OpOptions& options, cudaStream_t stream, PlanFn plan_fn,
+                                              const NamedInputs& inputs) {
   Plan plan;
+  std::string refusal;
   try {
     plan = plan_fn();
   } catch (const Error& e) {
-    if (options.check_across_ranks) ops::agree_across_ranks(comm, op, signature, e.what(), stream);
-    throw;
+    refusal = e.what();
+  }
+  if (refusal.empty() && comm.impl().check_nonfinite) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    ASYNCTP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    for (size_t i = 0; i < inputs.size() && refusal.empty() && capture == cudaStreamCaptureStatusNone; ++i) {
+      refusal = ops::describe_nonfinite(comm, op, inputs[i].first.c_str(), inputs[i].second, stream);
+    }
+  }
+  if (!refusal.empty()) {
+    if (options.check_across_ranks) ops::agree_across_ranks(comm, op, signature, refusal, stream);
+    throw Error(refusal);
   }
   if (!options.check_across_ranks) return {plan, [] {}};
   return {plan, [&comm, op, signature = std::move(signature), stream] {
@@ -50,6 +71,7 @@ void all_gather_matmul(Communicator& comm, const TensorRef& a_shard, const std::
                        const std::vector<TensorRef>& outputs, const TensorRef& gathered_a, cudaStream_t stream,
                        const OpOptions& requested) {
   const char* op = "all_gather_matmul";
+  comm.impl().require_usable(op);
   // kAuto becomes a concrete algorithm first, so that the ranks compare what they will run.
   const OpOptions options = tune::resolve_all_gather_matmul(comm, a_shard, bs, gather_dim, requested);
   ops::Signature signature = ops::signature_of(op, a_shard, bs, gather_dim, options, gathered_a.defined() ? 1 : 0);
@@ -63,9 +85,12 @@ void all_gather_matmul(Communicator& comm, const TensorRef& a_shard, const std::
                   a_symmetric ? static_cast<const char*>(a_shard.data) - static_cast<const char*>(a_symmetric->local())
                               : -1);
   }
-  const auto [plan, agree] = plan_and_agree<ops::AllGatherMatmulPlan>(comm, op, std::move(signature), options, stream, [&] {
-    return ops::plan_all_gather_matmul(comm.world_size(), a_shard, bs, gather_dim, outputs, gathered_a, options);
-  });
+  NamedInputs inputs{{"a_shard", a_shard}};
+  for (size_t i = 0; i < bs.size(); ++i) inputs.emplace_back(detail::cat("bs[", i, "]"), bs[i]);
+  const auto [plan, agree] = plan_and_agree<ops::AllGatherMatmulPlan>(
+      comm, op, std::move(signature), options, stream,
+      [&] { return ops::plan_all_gather_matmul(comm.world_size(), a_shard, bs, gather_dim, outputs, gathered_a, options); },
+      inputs);
   if (options.algorithm == Algorithm::kPipelined) {
     algo::pipelined_all_gather_matmul(comm, plan, a_shard, a_symmetric, bs, outputs, gathered_a, stream, agree,
                                       options.chunks_per_rank);
@@ -80,12 +105,14 @@ void all_gather_matmul(Communicator& comm, const TensorRef& a_shard, const std::
 void matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const TensorRef& b, int scatter_dim,
                            ReduceOp reduce_op, const TensorRef& output, cudaStream_t stream, const OpOptions& requested) {
   const char* op = "matmul_reduce_scatter";
+  comm.impl().require_usable(op);
   const OpOptions options = tune::resolve_matmul_reduce_scatter(comm, a, b, scatter_dim, requested);
   const auto [plan, agree] = plan_and_agree<ops::MatmulReduceScatterPlan>(
       comm, op, ops::signature_of(op, a, {b}, scatter_dim, options, static_cast<int64_t>(reduce_op)), options, stream,
       [&] {
         return ops::plan_matmul_reduce_scatter(comm.world_size(), a, b, scatter_dim, reduce_op, output, options);
-      });
+      },
+      NamedInputs{{"a", a}, {"b", b}});
   if (options.algorithm == Algorithm::kPipelined) {
     algo::pipelined_matmul_reduce_scatter(comm, plan, a, b, output, stream, agree, options.chunks_per_rank);
   } else if (options.algorithm == Algorithm::kFused) {

@@ -1,6 +1,7 @@
 #include "ops/plan.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -10,6 +11,8 @@ namespace asynctp::ops {
 namespace {
 
 using detail::cat;
+
+constexpr int64_t kMaxElements = int64_t{1} << 59;
 
 std::string shape_of(const int64_t* dims, int n) {
   std::string s = "[";
@@ -25,15 +28,26 @@ void check_tensor(const char* op, const char* name, const TensorRef& t, DType dt
                 t.ndim ? cat(" (shape ", shape_string(t), ")") : std::string());
   ASYNCTP_CHECK(t.dtype == dtype, op, ": ", name, " is ", dtype_name(t.dtype), " but expected ", dtype_name(dtype),
                 " (inputs and outputs share one dtype, bf16 or fp16)");
+  int64_t count = 1;
   for (int d = 0; d < t.ndim; ++d) {
     ASYNCTP_CHECK(t.shape[d] > 0, op, ": ", name, " has shape ", shape_string(t),
                   "; every dim must be > 0");
+    // Byte counts and offsets are int64 throughout: the element count must leave room for them.
+    ASYNCTP_CHECK(!__builtin_mul_overflow(count, t.shape[d], &count) && count <= kMaxElements, op, ": ", name,
+                  " has shape ", shape_string(t), ", more than 2^59 elements; expected a tensor that fits in memory");
   }
   ASYNCTP_CHECK(t.is_dense(), op, ": ", name, " with shape ", shape_string(t), " has strides ",
                 shape_of(t.strides, t.ndim), "; expected a dense row-major tensor (make it contiguous first)");
   ASYNCTP_CHECK(t.data != nullptr, op, ": ", name, " has a null data pointer");
   ASYNCTP_CHECK(reinterpret_cast<uintptr_t>(t.data) % 16 == 0, op, ": ", name, " data pointer ", t.data,
                 " is not 16-byte aligned; expected 16-byte alignment");
+}
+
+// The GEMM kernels (CUTLASS's problem shape, cuBLASLt's leading dimensions on some paths, the fused
+// GEMM's row flags) index each matrix dimension with 32-bit integers; element offsets are 64-bit.
+void check_gemm_dim(const char* op, const char* dim, int64_t value, const std::string& from) {
+  ASYNCTP_CHECK(value <= INT32_MAX, op, ": the GEMM's ", dim, " is ", value, " (", from, "); expected at most ",
+                INT32_MAX, " (2^31 - 1): split the call");
 }
 
 bool overlap(const TensorRef& x, const TensorRef& y) {
@@ -93,6 +107,8 @@ AllGatherMatmulPlan plan_all_gather_matmul(int world_size, const TensorRef& a, c
   p.m_local = rows;
   p.k_local = a_k;
   p.K = p.gather_last ? a_k * world_size : a_k;
+  check_gemm_dim(op, "M", p.M, p.gather_last ? "a_shard's rows" : "a_shard's rows x world size");
+  check_gemm_dim(op, "K", p.K, p.gather_last ? "a_shard's last dim x world size" : "a_shard's last dim");
 
   ASYNCTP_CHECK(!bs.empty(), op, ": bs is empty; expected one or more B");
   ASYNCTP_CHECK(outputs.size() == bs.size(), op, ": got ", bs.size(), " B(s) but ", outputs.size(),
@@ -108,6 +124,7 @@ AllGatherMatmulPlan plan_all_gather_matmul(int world_size, const TensorRef& a, c
                   p.gather_last ? cat(" (", a_k, " per rank x ", world_size, " ranks)") : std::string(),
                   "; expected ", col ? cat("[N, ", p.K, "]") : cat("[", p.K, ", N]"));
     p.N.push_back(n);
+    check_gemm_dim(op, "N", n, cat(name, "'s N"));
   }
   for (size_t i = 0; i < outputs.size(); ++i) {
     const std::string name = cat("outputs[", i, "]");
@@ -162,6 +179,9 @@ MatmulReduceScatterPlan plan_matmul_reduce_scatter(int world_size, const TensorR
   p.N = col ? b.shape[0] : b.shape[1];
   ASYNCTP_CHECK(b_k == p.k_local, op, ": b has shape ", shape_string(b), " (", col ? "[N, K/world]" : "[K/world, N]",
                 ") but a has K/world = ", p.k_local, "; expected ", col ? cat("[N, ", p.k_local, "]") : cat("[", p.k_local, ", N]"));
+  check_gemm_dim(op, "M", p.M, "a's rows");
+  check_gemm_dim(op, "N", p.N, "b's N");
+  check_gemm_dim(op, "K", p.k_local, "a's last dim");
   TensorRef expect = a;
   expect.shape[a.ndim - 1] = p.N;
   if (p.scatter_last) {

@@ -97,5 +97,20 @@ TEST(Environment, MalformedValuesAreRefusedByName) {
   ::unsetenv("ASYNCTP_TIMEOUT_MS");
 }
 
+TEST(Environment, SwitchesAreZeroOrOne) {
+  ::unsetenv("ASYNCTP_CHECK_NAN");
+  EXPECT_FALSE(detail::env_flag("ASYNCTP_CHECK_NAN"));
+  ::setenv("ASYNCTP_CHECK_NAN", "0", 1);
+  EXPECT_FALSE(detail::env_flag("ASYNCTP_CHECK_NAN"));
+  ::setenv("ASYNCTP_CHECK_NAN", "1", 1);
+  EXPECT_TRUE(detail::env_flag("ASYNCTP_CHECK_NAN"));
+  for (const char* bad : {"yes", "2", "true"}) {
+    ::setenv("ASYNCTP_CHECK_NAN", bad, 1);
+    const std::string m = message_of([] { detail::env_flag("ASYNCTP_CHECK_NAN"); });
+    EXPECT_TRUE(contains(m, std::string("ASYNCTP_CHECK_NAN='") + bad + "' is not 0 or 1")) << m;
+  }
+  ::unsetenv("ASYNCTP_CHECK_NAN");
+}
+
 }  // namespace
 }  // namespace asynctp

@@ -52,17 +52,25 @@ TEST(HostMailbox, TenThousandExchangesAmongThreeRanks) {
   EXPECT_TRUE(r.ok) << r.message;
 }
 
-TEST(HostMailbox, ARankThatNeverArrivesEndsTheWaitWithAnError) {
+TEST(HostMailbox, ARankThatNeverArrivesEndsTheWaitWithAnErrorAndALateOneFailsToo) {
   const std::string name = "/asynctp-test-late-" + std::to_string(::getpid());
   const LaunchResult r = launch(
       2,
       [&](RankContext& ctx) {
         auto box = open_box(ctx, name);
-        if (ctx.rank == 1) {
-          ctx.allgather("");  // wait for rank 0's verdict, never exchanging
-          return 0;
-        }
         int64_t mine[HostMailbox::kSlots] = {};
+        if (ctx.rank == 1) {
+          ctx.allgather("");  // arrives only after rank 0 has given up
+          try {
+            box->exchange(mine, 1, 300, "all_gather_matmul");
+          } catch (const Error& e) {
+            return std::string(e.what()).find("all_gather_matmul: rank 0 gave up waiting for call 1 before this "
+                                              "rank arrived") != std::string::npos
+                       ? 0
+                       : 23;
+          }
+          return 24;  // ran the call alone
+        }
         int code = 21;
         try {
           box->exchange(mine, 1, 300, "all_gather_matmul");

@@ -121,6 +121,29 @@ TEST(AllGatherMatmulPlan, RefusesBadPointersStridesAndOverlaps) {
                  "gathered_a overlaps outputs[0]");
 }
 
+TEST(Plans, DimsPast32BitIndexingAreRefusedAndLargeTensorsAreNot) {
+  // A GEMM dim of 2^31 no kernel can index; more than 2^31 elements in all is fine.
+  const int64_t big = int64_t{1} << 31;
+  EXPECT_REFUSED(plan_all_gather_matmul(2, t(0, {big / 2, 64}), {t(1, {64, 128})}, 0, {t(3, {big, 128})}, TensorRef{}, {}),
+                 "all_gather_matmul: the GEMM's M is 2147483648 (a_shard's rows x world size); expected at most "
+                 "2147483647 (2^31 - 1)");
+  EXPECT_REFUSED(plan_all_gather_matmul(2, t(0, {64, big / 2}), {t(1, {64, 128})}, -1, {t(3, {64, 128})}, TensorRef{}, {}),
+                 "the GEMM's K is 2147483648 (a_shard's last dim x world size)");
+  EXPECT_REFUSED(plan_all_gather_matmul(2, t(0, {64, 64}), {t(1, {64, big})}, 0, {t(3, {128, big})}, TensorRef{}, {}),
+                 "the GEMM's N is 2147483648 (bs[0]'s N)");
+  EXPECT_REFUSED(plan_matmul_reduce_scatter(2, t(0, {big, 64}), t(1, {64, 64}), 0, ReduceOp::kSum, t(2, {big / 2, 64}), {}),
+                 "matmul_reduce_scatter: the GEMM's M is 2147483648 (a's rows)");
+  EXPECT_REFUSED(plan_all_gather_matmul(2, t(0, {int64_t{1} << 40, int64_t{1} << 30}), {t(1, {64, 128})}, 0,
+                                        {t(3, {64, 128})}, TensorRef{}, {}),
+                 "a_shard has shape [1099511627776, 1073741824], more than 2^59 elements");
+  auto far = [](int i, std::initializer_list<int64_t> shape) {
+    return TensorRef::dense(reinterpret_cast<void*>(static_cast<uintptr_t>(i + 1) << 40), DType::kBF16, shape);
+  };
+  const auto p = plan_all_gather_matmul(2, far(0, {32768, 40000}), {far(1, {40000, 65536})}, 0,
+                                        {far(2, {65536, 65536})}, TensorRef{}, {});
+  EXPECT_EQ(p.M * p.N[0], int64_t{1} << 32);
+}
+
 TEST(MatmulReduceScatterPlan, BothScatterDims) {
   auto p = plan_matmul_reduce_scatter(2, t(0, {4096, 4096}), t(1, {4096, 3584}), 0, ReduceOp::kSum,
                                       t(2, {2048, 3584}), {});
