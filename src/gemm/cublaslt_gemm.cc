@@ -14,15 +14,18 @@ cudaDataType_t cuda_type(DType t) {
   return CUDA_R_32F;
 }
 
+void destroy(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c) {
+  // cuBLASLt reads the descriptors when a GEMM is enqueued, not when it runs: enqueued work keeps going.
+  cublasLtMatrixLayoutDestroy(a);
+  cublasLtMatrixLayoutDestroy(b);
+  cublasLtMatrixLayoutDestroy(c);
+  cublasLtMatmulDescDestroy(desc);
+}
+
 }  // namespace
 
 void GemmRunner::reset() {
-  for (auto& [key, plan] : plans_) {
-    cublasLtMatrixLayoutDestroy(plan.a);
-    cublasLtMatrixLayoutDestroy(plan.b);
-    cublasLtMatrixLayoutDestroy(plan.c);
-    cublasLtMatmulDescDestroy(plan.desc);
-  }
+  for (auto& [key, plan] : plans_) destroy(plan.desc, plan.a, plan.b, plan.c);
   plans_.clear();
   for (void*& w : workspace_) {
     if (w) cudaFree(w);
@@ -45,7 +48,18 @@ GemmRunner::Plan& GemmRunner::plan_for(const Problem& p) {
   const int64_t ldc = p.ldc ? p.ldc : p.N;
   const Key key{p.M, p.N, p.K, static_cast<int>(p.dtype), static_cast<int>(p.b_layout), lda, ldb, ldc, p.beta != 0.0f};
   auto it = plans_.find(key);
-  if (it != plans_.end()) return it->second;
+  if (it != plans_.end()) {
+    it->second.last_use = ++uses_;
+    return it->second;
+  }
+  if (plans_.size() >= kMaxPlans) {
+    auto oldest = plans_.begin();
+    for (auto i = plans_.begin(); i != plans_.end(); ++i) {
+      if (i->second.last_use < oldest->second.last_use) oldest = i;
+    }
+    destroy(oldest->second.desc, oldest->second.a, oldest->second.b, oldest->second.c);
+    plans_.erase(oldest);
+  }
 
   Plan plan;
   const cudaDataType_t type = cuda_type(p.dtype);
@@ -78,6 +92,7 @@ GemmRunner::Plan& GemmRunner::plan_for(const Problem& p) {
                               " K=", p.K, " (lda ", lda, ", ldb ", ldb, ", ldc ", ldc, ")"));
   }
   plan.algo = result.algo;
+  plan.last_use = ++uses_;
   return plans_.emplace(key, plan).first->second;
 }
 

@@ -44,10 +44,15 @@ class GemmRunner {
   void reset();
 
  private:
+  // Plans cached at most: a job that sees ever new shapes (varying sequence lengths) must not grow
+  // without bound; past this the least recently used plan goes.
+  static constexpr size_t kMaxPlans = 256;
+
   struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
+    uint64_t last_use = 0;
   };
   using Key = std::tuple<int64_t, int64_t, int64_t, int, int, int64_t, int64_t, int64_t, bool>;
   Plan& plan_for(const Problem& p);
@@ -55,6 +60,10 @@ class GemmRunner {
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_[kLanes] = {};
   std::map<Key, Plan> plans_;
+  uint64_t uses_ = 0;
+
+ public:
+  size_t cached_plans() const { return plans_.size(); }
 };
 
 // The workspace cuBLASLt may use per GEMM (Hopper kernels want up to 32 MiB).

@@ -81,6 +81,8 @@ Choice choose_for(const Communicator& comm, const ProblemKey& key) {
 
 namespace {
 
+constexpr size_t kMaxRememberedChoices = 4096;
+
 // `options` with auto's choice for `key`, or sequential where the arguments could not be sized. The
 // choice is remembered per communicator: the host time of a call is part of its cost.
 OpOptions with_choice(const Communicator& comm, const OpOptions& options, bool sized, const ProblemKey& key) {
@@ -93,6 +95,8 @@ OpOptions with_choice(const Communicator& comm, const OpOptions& options, bool s
                                  key.last_dim ? 1 : 0};
   auto it = memo.find(k);
   if (it == memo.end()) {
+    // Bounded for jobs whose shapes keep changing; a forgotten choice is only recomputed.
+    if (memo.size() >= kMaxRememberedChoices) memo.clear();
     const Choice c = choose_for(comm, key);
     it = memo.emplace(k, std::make_pair(static_cast<int>(c.algorithm), c.chunks_per_rank)).first;
   }

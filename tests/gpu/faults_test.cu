@@ -1,0 +1,181 @@
+// Faults on two ranks: a peer that dies in the middle of an op, one that never makes the call, one
+// that comes too late. Whatever the algorithm, the surviving rank must end with an asynctp::Error
+// within its bound (or be stopped by the launcher, which names the failed rank), never hang, and
+// refuse to use the communicator afterwards. (Ranks that pass different shapes: ops_test.cu.)
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "ops_problems.h"
+
+namespace asynctp {
+namespace {
+
+using namespace asynctp::testing;
+
+constexpr int kTimeoutMs = 1500;  // every wait's bound on these ranks; the host's is twice that
+
+// Keeps a stream busy for `ns`, so that the op enqueued behind it has not begun when its rank dies.
+__global__ void hold_stream(long long ns) {
+  long long start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    __nanosleep(1000000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < ns);
+}
+
+enum class Fault {
+  kExitsMidOp,    // rank 1 enqueues the op and its process exits (code 0) before the op runs
+  kKilledMidOp,   // the same, but rank 1 dies of SIGKILL: the launcher must name it
+  kNeverCalls,    // rank 1 never makes the call; later it makes it, too late
+  kNeverCallsUnchecked,  // the same with check_across_ranks off: only the GPU-side waits can tell
+};
+
+const char* fault_name(Fault f) {
+  switch (f) {
+    case Fault::kExitsMidOp: return "exits mid-op";
+    case Fault::kKilledMidOp: return "killed mid-op";
+    case Fault::kNeverCalls: return "never calls";
+    case Fault::kNeverCallsUnchecked: return "never calls (no check)";
+  }
+  return "?";
+}
+
+struct Case {
+  Fault fault;
+  Algorithm algorithm;
+  bool reduce_scatter;
+};
+
+std::string describe(const Case& c) {
+  return detail::cat(fault_name(c.fault), ", ", algorithm_name(c.algorithm), " ",
+                     c.reduce_scatter ? "matmul_reduce_scatter" : "all_gather_matmul");
+}
+
+int run_fault(RankContext& ctx, const Case& c) {
+  auto comm = make_comm(ctx, kTimeoutMs);
+  Stream st;
+  reference::Fp32Gemm fp32;
+  AgProblem p(ctx.world_size, 256, 512, 512, st.s);
+  RsProblem q(ctx.world_size, ctx.rank, 512 * ctx.world_size, 512, 256 * ctx.world_size, st.s);
+  Buf a(p.m * p.K * 2), out(p.M * p.N * 2), rs_a(q.M * q.kl * 2), rs_out(q.rows * q.N * 2);
+  p.make(7, ctx.rank, a.p, p.ref.f(), fp32, st.s);
+  q.make(7, ctx.rank, rs_a.p, q.ref.f(), fp32, st.s);
+  OpOptions o;
+  o.algorithm = c.algorithm;
+  o.check_across_ranks = c.fault != Fault::kNeverCallsUnchecked;
+  auto call = [&] {
+    if (c.reduce_scatter) {
+      matmul_reduce_scatter(*comm, q.a_ref(rs_a.p), q.b_ref(), 0, ReduceOp::kSum, q.out_ref(rs_out.p), st.s, o);
+    } else {
+      all_gather_matmul(*comm, p.a_ref(a.p), {p.b_ref()}, 0, {p.out_ref(out.p)}, TensorRef{}, st.s, o);
+    }
+  };
+  call();  // one call together first: plans, workspace and flags exist, and the ranks are in step
+  comm->synchronize(st.s);
+  ctx.allgather("in step");
+
+  if (ctx.rank == 1) {
+    if (c.fault == Fault::kExitsMidOp || c.fault == Fault::kKilledMidOp) {
+      hold_stream<<<1, 1, 0, st.s>>>(5'000'000'000LL);
+      call();  // passes the argument check with rank 0 and enqueues its part behind the hold
+      std::printf("rank 1: op enqueued, %s now\n", c.fault == Fault::kExitsMidOp ? "exiting" : "dying");
+      std::fflush(stdout);
+      if (c.fault == Fault::kKilledMidOp) ::raise(SIGKILL);
+      ::_exit(0);
+    }
+    // Never calls: waits until rank 0 has given up, then calls, too late.
+    ctx.allgather("rank 0 gave up");
+    if (c.fault == Fault::kNeverCalls) {
+      std::string late;
+      try {
+        call();
+      } catch (const Error& e) {
+        late = e.what();
+      }
+      std::printf("rank 1, late: %s\n", late.c_str());
+      RANK_CHECK(contains(late, "rank 0 gave up waiting for call"), late);
+    }
+    (void)comm.release();  // rank 0 is gone from this communicator: no collective teardown
+    return 0;
+  }
+
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string message;
+  try {
+    call();
+    comm->synchronize(st.s);
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("rank 0 after %.2f s: %s\n", took, message.c_str());
+  RANK_CHECK(!message.empty(), "the call ended without an error although rank 1 ", fault_name(c.fault));
+  RANK_CHECK(took < 2.0 * kTimeoutMs / 1000 + 5.0, "took ", took, " s");
+  if (c.fault == Fault::kNeverCalls) {
+    RANK_CHECK(contains(message, "rank 1 did not reach call"), message);
+  } else {
+    // The GPU's own report where one of asynctp's waits gave up; the host's where an NCCL kernel waits.
+    RANK_CHECK(contains(message, "timed out after") || contains(message, "NCCL reported an asynchronous error"),
+               message);
+  }
+  std::string again;
+  try {
+    call();
+  } catch (const Error& e) {
+    again = e.what();
+  }
+  RANK_CHECK(contains(again, "this communicator can no longer be used"), again);
+  if (c.fault == Fault::kNeverCalls || c.fault == Fault::kNeverCallsUnchecked) ctx.allgather("rank 0 gave up");
+  return 0;
+}
+
+const Algorithm kAlgorithms[] = {Algorithm::kSequential, Algorithm::kPipelined, Algorithm::kFused};
+
+// Runs `fault` for every algorithm and both ops; each must end as `expect_ok` says.
+void run_every_case(Fault fault) {
+  for (const Algorithm algorithm : kAlgorithms) {
+    for (const bool rs : {false, true}) {
+      const Case c{fault, algorithm, rs};
+      SCOPED_TRACE(describe(c));
+      const auto t0 = std::chrono::steady_clock::now();
+      const LaunchResult r = launch(2, [c](RankContext& ctx) { return run_fault(ctx, c); }, test_launch_options());
+      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::printf("%s: %s (%.1f s)\n", describe(c).c_str(), r.message.c_str(), took);
+      if (fault == Fault::kKilledMidOp) {
+        EXPECT_FALSE(r.ok);
+        EXPECT_EQ(r.failed_rank, 1) << r.message;
+        EXPECT_TRUE(contains(r.message, "rank 1 was killed by SIGKILL")) << r.message;
+      } else {
+        EXPECT_TRUE(r.ok) << r.message;
+      }
+      EXPECT_LT(took, 60.0);
+    }
+  }
+}
+
+TEST(Faults, APeerThatExitsMidOpEndsTheOthersCallWithAnError) {
+  REQUIRE_GPUS(2);
+  run_every_case(Fault::kExitsMidOp);
+}
+
+TEST(Faults, APeerKilledMidOpIsNamedByTheLauncher) {
+  REQUIRE_GPUS(2);
+  run_every_case(Fault::kKilledMidOp);
+}
+
+TEST(Faults, APeerThatNeverCallsIsNamedAndALateOneFailsToo) {
+  REQUIRE_GPUS(2);
+  run_every_case(Fault::kNeverCalls);
+}
+
+TEST(Faults, APeerThatNeverCallsEndsTheWaitEvenWithoutTheArgumentCheck) {
+  REQUIRE_GPUS(2);
+  run_every_case(Fault::kNeverCallsUnchecked);
+}
+
+}  // namespace
+}  // namespace asynctp
