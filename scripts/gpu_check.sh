@@ -9,7 +9,6 @@
 # (site-packages/nvidia/nccl), while the system NCCL is 2.28.3, which asynctp refuses (no stable
 # device ABI). NVLink multicast stays off on these machines.
 set -uo pipefail
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 build=${1:-build}
 shift || true
 bench_args=("$@")
@@ -17,12 +16,7 @@ bench_args=("$@")
 out=${OUT:-/tmp/asynctp-out}
 mkdir -p "$out"
 
-nccl_lib=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
-export LD_LIBRARY_PATH=${nccl_lib:+$nccl_lib:}/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-if ldd "$build/tests/asynctp_gpu_tests" | grep -q "libcublasLt.so.13 => not found"; then
-  cublas=$(dirname "$(find / -name 'libcublasLt.so.13' -not -path '/proc/*' 2>/dev/null | head -1)")
-  export LD_LIBRARY_PATH=$cublas:$LD_LIBRARY_PATH
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_env.sh"
 echo "== machine"
 nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader
 nvidia-smi topo -m | head -4
