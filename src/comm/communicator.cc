@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <future>
+#include <memory>
 #include <random>
 #include <thread>
 
@@ -146,19 +148,44 @@ void Communicator::Impl::require_usable(const char* what) const {
                             ". Destroy it (and end the process if its CUDA context is lost) and make a new one"));
 }
 
-void Communicator::Impl::abandon(const std::string& why) {
-  if (!broken.empty()) return;
+namespace {
+
+// How long abandon() waits for ncclCommAbort. NCCL's kernels give up their waits when it sets the abort
+// flag, but a wait NCCL hands to the copy engine or the host may not, and the abort then blocks.
+constexpr int kAbortWaitMs = 5000;
+
+// Runs ncclCommAbort on a thread of its own; true if it returned within kAbortWaitMs (else the thread
+// is left to it, and the process should end).
+bool abort_within_bound(ncclComm_t c) {
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> finished = done->get_future();
+  std::thread([c, done] {
+    ncclCommAbort(c);
+    done->set_value();
+  }).detach();
+  return finished.wait_for(std::chrono::milliseconds(kAbortWaitMs)) == std::future_status::ready;
+}
+
+}  // namespace
+
+std::string Communicator::Impl::abandon(const std::string& why) {
+  if (!broken.empty()) return {};
   broken = why;
   // Aborting makes NCCL's kernels give up their waits, so the streams they hold drain. A wrapped
   // communicator belongs to the caller, who decides when to abort it.
+  bool finished = true;
   if (check_comm != nullptr) {
-    ncclCommAbort(check_comm);
+    finished = abort_within_bound(check_comm);
     check_comm = nullptr;
   }
   if (owns_comm && constructed && !nccl_aborted) {
-    ncclCommAbort(comm);
     nccl_aborted = true;
+    finished = finished && abort_within_bound(comm);
   }
+  if (!owns_comm) return "; call ncclCommAbort on the communicator given to Communicator::wrap (asynctp does not own it)";
+  return finished ? "; NCCL was aborted"
+                  : detail::cat("; ncclCommAbort had not returned after ", kAbortWaitMs,
+                                " ms (an NCCL wait that does not see the abort): end the process");
 }
 
 void Communicator::Impl::wait_bounded(cudaStream_t stream, int64_t wait_ms, const char* what) {
@@ -183,8 +210,8 @@ void Communicator::Impl::wait_bounded(cudaStream_t stream, int64_t wait_ms, cons
           async != ncclInProgress) {
         const std::string why = detail::cat("NCCL reported an asynchronous error (", ncclGetErrorString(async),
                                             ") while ", what, " waited");
-        abandon(why);
-        detail::raise(detail::cat(what, ": ", why, "; NCCL was aborted and this communicator can no longer be used"));
+        const std::string aborted = abandon(why);
+        detail::raise(detail::cat(what, ": ", why, aborted, "; this communicator can no longer be used"));
       }
       next_nccl_poll = now + std::chrono::milliseconds(10);
     }
@@ -199,9 +226,8 @@ void Communicator::Impl::wait_bounded(cudaStream_t stream, int64_t wait_ms, cons
   const std::string why = detail::cat(what, " timed out after ", wait_ms,
                                       " ms: a peer did not arrive (it failed, was not started, or is making a "
                                       "different call; ASYNCTP_TIMEOUT_MS sets the bound)");
-  abandon(why);
-  detail::raise(detail::cat(why, owns_comm ? "; NCCL was aborted" : "; call ncclCommAbort on the communicator given to "
-                                                                     "Communicator::wrap, which asynctp does not own"));
+  const std::string aborted = abandon(why);
+  detail::raise(detail::cat(why, aborted));
 }
 
 void* Communicator::Impl::scratch_for(size_t bytes) {
@@ -314,10 +340,9 @@ Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
 Communicator::~Communicator() {
   Impl& m = *impl_;
   cudaSetDevice(m.device);
-  // After a kernel trapped (a wait timed out) the context is gone: collective teardown could hang on a
-  // peer that is gone too, so the resources are left to the dying process and NCCL is aborted.
-  // A broken communicator may have peers that are gone, or an NCCL kernel of a wrapped communicator
-  // that still waits: nothing here may wait on the device then.
+  // After a kernel trapped (a wait timed out) the context is gone, and a broken communicator may have
+  // peers that are gone or an NCCL kernel that still waits: collective teardown could hang, and so
+  // could cudaFree (it waits for the device). The resources are then left to the dying process.
   const bool healthy = m.broken.empty() && cudaDeviceSynchronize() == cudaSuccess;
   if (healthy) {
     m.overlap.reset();
@@ -341,7 +366,7 @@ Communicator::~Communicator() {
     (void)m.signals.release();
     if (m.check_comm) ncclCommAbort(m.check_comm);
   }
-  m.gemm.reset();  // its cuBLASLt plans go before the handle they were made with
+  m.gemm.reset(/*free_device_memory=*/m.broken.empty());  // plans go before the handle they were made with
   if (m.cublaslt) cublasLtDestroy(m.cublaslt);
   if (m.setup_stream) cudaStreamDestroy(m.setup_stream);
   if (m.check_stream) cudaStreamDestroy(m.check_stream);

@@ -86,8 +86,9 @@ struct Communicator::Impl {
   // Throws an Error naming `what` and quoting `broken` when the communicator is broken.
   void require_usable(const char* what) const;
   // Records `why` as the reason the communicator is broken (the first reason stays) and aborts the
-  // NCCL communicators asynctp owns, which ends any NCCL kernel still waiting on a peer.
-  void abandon(const std::string& why);
+  // NCCL communicators asynctp owns, which ends any NCCL kernel still waiting on a peer. Returns what
+  // became of NCCL, as a clause for an error message ("; NCCL was aborted"); "" if already broken.
+  std::string abandon(const std::string& why);
   // Waits until `stream` has finished, at most `timeout_ms`. A kernel that trapped (one of asynctp's
   // bounded waits gave up) raises its report. NCCL's kernels have no bound of their own, so when the
   // time passes, or NCCL reports an asynchronous error, the communicator is abandoned and an Error

@@ -24,11 +24,11 @@ void destroy(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a, cublasLtMatrix
 
 }  // namespace
 
-void GemmRunner::reset() {
+void GemmRunner::reset(bool free_device_memory) {
   for (auto& [key, plan] : plans_) destroy(plan.desc, plan.a, plan.b, plan.c);
   plans_.clear();
   for (void*& w : workspace_) {
-    if (w) cudaFree(w);
+    if (w && free_device_memory) cudaFree(w);
     w = nullptr;
   }
 }

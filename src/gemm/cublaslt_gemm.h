@@ -40,8 +40,9 @@ class GemmRunner {
            const void* addend = nullptr);
   // Allocates every lane's workspace now, so that later runs allocate nothing (CUDA graph capture).
   void reserve();
-  // Frees the cached plans and the workspaces (before the cuBLASLt handle goes).
-  void reset();
+  // Frees the cached plans and the workspaces (before the cuBLASLt handle goes); the workspaces are
+  // forgotten instead where the device may still be busy for good (a broken communicator).
+  void reset(bool free_device_memory = true);
 
  private:
   // Plans cached at most: a job that sees ever new shapes (varying sequence lengths) must not grow
