@@ -4,7 +4,8 @@
 #   tests      the fault and edge-input GPU tests (Faults.*, Inputs.*)
 #   soak N     asynctp-soak: N calls per op and algorithm (100000 for the record)
 #   sanitize   compute-sanitizer memcheck, racecheck and synccheck on 2-rank soaks of every
-#              algorithm and both ops (few calls: the tools slow kernels down 10-1000x)
+#              algorithm and both ops (few calls: the tools slow kernels down 10-1000x; each tool's
+#              run is cut at $SANITIZE_TIMEOUT_S seconds, default 600)
 set -uo pipefail
 build=${1:?usage: scripts/reliability_check.sh BUILD_DIR STAGE...}
 shift
@@ -38,7 +39,7 @@ while [ $# -gt 0 ]; do
         echo "== compute-sanitizer --tool $tool"
         calls=12
         [ $tool = racecheck ] && calls=4
-        compute-sanitizer --tool $tool --target-processes all --error-exitcode 9 --print-limit 20 \
+        timeout "${SANITIZE_TIMEOUT_S:-600}" compute-sanitizer --tool $tool --target-processes all --error-exitcode 9 --print-limit 20 \
           "$build/tools/asynctp-soak" --gpus 2 --calls $calls --check-every 2 --max-dim 512 \
           --max-growth-mib 100000 >"$out/sanitize_$tool.log" 2>&1
         rc=$?

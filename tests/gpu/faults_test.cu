@@ -2,11 +2,16 @@
 // that comes too late. Whatever the algorithm, the surviving rank must end with an asynctp::Error
 // within its bound (or be stopped by the launcher, which names the failed rank), never hang, and
 // refuse to use the communicator afterwards. (Ranks that pass different shapes: ops_test.cu.)
+#include <execinfo.h>
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <thread>
 
 #include "ops_problems.h"
 
@@ -25,6 +30,25 @@ __global__ void hold_stream(long long ns) {
     __nanosleep(1000000);
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
   } while (now - start < ns);
+}
+
+// Where a surviving rank is stuck, should it be: after 12 s a watchdog makes the main thread print its
+// stack to stderr (a test that hangs then says where, before the launcher stops it).
+void print_stack(int) {
+  void* frames[64];
+  const int n = backtrace(frames, 64);
+  const char header[] = "rank 0 still waiting after 12 s; its stack:\n";
+  (void)!write(2, header, sizeof header - 1);
+  backtrace_symbols_fd(frames, n, 2);
+}
+
+void watch_main_thread(std::atomic<bool>* done) {
+  const pthread_t main_thread = pthread_self();
+  signal(SIGUSR1, print_stack);
+  std::thread([main_thread, done] {
+    std::this_thread::sleep_for(std::chrono::seconds(12));
+    if (!done->load()) pthread_kill(main_thread, SIGUSR1);
+  }).detach();
 }
 
 enum class Fault {
@@ -103,6 +127,8 @@ int run_fault(RankContext& ctx, const Case& c) {
     return 0;
   }
 
+  static std::atomic<bool> done{false};
+  watch_main_thread(&done);
   const auto t0 = std::chrono::steady_clock::now();
   std::string message;
   try {
@@ -113,8 +139,10 @@ int run_fault(RankContext& ctx, const Case& c) {
   } catch (const Error& e) {
     message = e.what();
   }
+  done = true;
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("rank 0 after %.2f s: %s\n", took, message.c_str());
+  std::fflush(stdout);
   RANK_CHECK(!message.empty(), "the call ended without an error although rank 1 ", fault_name(c.fault));
   RANK_CHECK(took < 2.0 * kTimeoutMs / 1000 + 5.0, "took ", took, " s");
   if (c.fault == Fault::kNeverCalls) {
@@ -141,8 +169,11 @@ int run_fault(RankContext& ctx, const Case& c) {
 const Algorithm kAlgorithms[] = {Algorithm::kSequential, Algorithm::kPipelined, Algorithm::kFused};
 
 // Runs `fault` for every algorithm and both ops.
+// ASYNCTP_TEST_ALGORITHM=<name> runs that algorithm's cases alone.
 void run_every_case(Fault fault) {
+  const char* only = std::getenv("ASYNCTP_TEST_ALGORITHM");
   for (const Algorithm algorithm : kAlgorithms) {
+    if (only != nullptr && std::string(only) != algorithm_name(algorithm)) continue;
     for (const bool rs : {false, true}) {
       const Case c{fault, algorithm, rs};
       SCOPED_TRACE(describe(c));
