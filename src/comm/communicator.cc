@@ -168,24 +168,21 @@ bool abort_within_bound(ncclComm_t c) {
 
 }  // namespace
 
-std::string Communicator::Impl::abandon(const std::string& why) {
+std::string Communicator::Impl::abandon(const std::string& why, NcclFate fate) {
   if (!broken.empty()) return {};
   broken = why;
-  // Aborting makes NCCL's kernels give up their waits, so the streams they hold drain. A wrapped
-  // communicator belongs to the caller, who decides when to abort it.
+  const bool owned = owns_comm && constructed;  // before that, Communicator::create aborts NCCL itself
+  if (fate == NcclFate::kLeave) {
+    nccl_done = true;
+    return "; an NCCL kernel may still be waiting on the device: end the process (its exit reclaims the GPU)";
+  }
   bool finished = true;
-  if (check_comm != nullptr) {
-    finished = abort_within_bound(check_comm);
-    check_comm = nullptr;
-  }
-  if (owns_comm && constructed && !nccl_aborted) {
-    nccl_aborted = true;
-    finished = finished && abort_within_bound(comm);
-  }
+  if (check_comm != nullptr) finished = abort_within_bound(check_comm);
+  if (owned) finished = abort_within_bound(comm) && finished;
+  nccl_done = true;
   if (!owns_comm) return "; call ncclCommAbort on the communicator given to Communicator::wrap (asynctp does not own it)";
   return finished ? "; NCCL was aborted"
-                  : detail::cat("; ncclCommAbort had not returned after ", kAbortWaitMs,
-                                " ms (an NCCL wait that does not see the abort): end the process");
+                  : detail::cat("; ncclCommAbort had not returned after ", kAbortWaitMs, " ms: end the process");
 }
 
 void Communicator::Impl::wait_bounded(cudaStream_t stream, int64_t wait_ms, const char* what) {
@@ -199,18 +196,19 @@ void Communicator::Impl::wait_bounded(cudaStream_t stream, int64_t wait_ms, cons
     if (e == cudaSuccess) return;
     if (e != cudaErrorNotReady) {
       const std::string fault = detail::describe_device_fault();
-      abandon(fault.empty() ? detail::cat("a CUDA error (", cudaGetErrorName(e), ") ended a wait") : fault);
+      abandon(fault.empty() ? detail::cat("a CUDA error (", cudaGetErrorName(e), ") ended a wait") : fault,
+              NcclFate::kAbort);
       ASYNCTP_CUDA_CHECK(e);
     }
     const auto now = Clock::now();
     if (now >= next_nccl_poll) {
       // A peer process that died can surface here first (ncclRemoteError, ncclSystemError).
       ncclResult_t async = ncclSuccess;
-      if (!nccl_aborted && ncclCommGetAsyncError(comm, &async) == ncclSuccess && async != ncclSuccess &&
+      if (!nccl_done && ncclCommGetAsyncError(comm, &async) == ncclSuccess && async != ncclSuccess &&
           async != ncclInProgress) {
         const std::string why = detail::cat("NCCL reported an asynchronous error (", ncclGetErrorString(async),
                                             ") while ", what, " waited");
-        const std::string aborted = abandon(why);
+        const std::string aborted = abandon(why, NcclFate::kLeave);
         detail::raise(detail::cat(what, ": ", why, aborted, "; this communicator can no longer be used"));
       }
       next_nccl_poll = now + std::chrono::milliseconds(10);
@@ -226,7 +224,7 @@ void Communicator::Impl::wait_bounded(cudaStream_t stream, int64_t wait_ms, cons
   const std::string why = detail::cat(what, " timed out after ", wait_ms,
                                       " ms: a peer did not arrive (it failed, was not started, or is making a "
                                       "different call; ASYNCTP_TIMEOUT_MS sets the bound)");
-  const std::string aborted = abandon(why);
+  const std::string aborted = abandon(why, NcclFate::kLeave);
   detail::raise(detail::cat(why, aborted));
 }
 
@@ -364,13 +362,13 @@ Communicator::~Communicator() {
     (void)m.workspace.release();
     (void)m.barrier_pad.release();
     (void)m.signals.release();
-    if (m.check_comm) ncclCommAbort(m.check_comm);
+    if (m.check_comm && !m.nccl_done) ncclCommAbort(m.check_comm);
   }
   m.gemm.reset(/*free_device_memory=*/m.broken.empty());  // plans go before the handle they were made with
   if (m.cublaslt) cublasLtDestroy(m.cublaslt);
   if (m.setup_stream) cudaStreamDestroy(m.setup_stream);
   if (m.check_stream) cudaStreamDestroy(m.check_stream);
-  if (m.owns_comm && !m.nccl_aborted) {
+  if (m.owns_comm && !m.nccl_done) {
     if (healthy) {
       ncclCommDestroy(m.comm);
     } else {

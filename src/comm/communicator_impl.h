@@ -80,15 +80,19 @@ struct Communicator::Impl {
   // peers gave up: the ranks are then out of step (or NCCL was aborted), so any later collective could
   // pair calls that do not belong together. Every later op, barrier and workspace call throws with it.
   std::string broken;
-  bool nccl_aborted = false;  // the owned NCCL communicator was aborted: no collective teardown
+  bool nccl_done = false;     // NCCL was aborted, or must not be touched again: no NCCL teardown
   bool constructed = false;   // until then, Communicator::create aborts NCCL itself if set-up fails
 
   // Throws an Error naming `what` and quoting `broken` when the communicator is broken.
   void require_usable(const char* what) const;
-  // Records `why` as the reason the communicator is broken (the first reason stays) and aborts the
-  // NCCL communicators asynctp owns, which ends any NCCL kernel still waiting on a peer. Returns what
-  // became of NCCL, as a clause for an error message ("; NCCL was aborted"); "" if already broken.
-  std::string abandon(const std::string& why);
+  // What abandon() does with NCCL. kAbort: abort the NCCL communicators asynctp owns (nothing of
+  // NCCL's is running: the ranks fell out of step on the host, or a kernel trapped). kLeave: an NCCL
+  // kernel may still wait on a peer that is gone; ncclCommAbort was seen to block for good then (and
+  // to keep the process from exiting), so NCCL is left alone for the process's end to reclaim.
+  enum class NcclFate { kAbort, kLeave };
+  // Records `why` as the reason the communicator is broken (the first reason stays) and settles NCCL
+  // as `fate` says. Returns what became of NCCL, as a clause for an error message; "" if already broken.
+  std::string abandon(const std::string& why, NcclFate fate);
   // Waits until `stream` has finished, at most `timeout_ms`. A kernel that trapped (one of asynctp's
   // bounded waits gave up) raises its report. NCCL's kernels have no bound of their own, so when the
   // time passes, or NCCL reports an asynchronous error, the communicator is abandoned and an Error

@@ -30,7 +30,8 @@ void agree_across_ranks(Communicator& comm, const char* op, const Signature& sig
     try {
       all = m.mailbox->exchange(mine, ++m.check_seq, m.timeout_ms, op);
     } catch (const Error& e) {
-      m.abandon(e.what());  // the ranks' call counts no longer match: no later check could pair them
+      // The ranks' call counts no longer match, so no later check could pair them; nothing of NCCL's runs.
+      m.abandon(e.what(), Communicator::Impl::NcclFate::kAbort);
       throw;
     }
   } else {
