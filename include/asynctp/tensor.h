@@ -22,10 +22,11 @@ struct TensorRef {
   int64_t shape[kMaxDims] = {};
   int64_t strides[kMaxDims] = {};
 
-  // A dense row-major view (the last dim contiguous).
+  // A dense row-major view (the last dim contiguous). Throws asynctp::Error if the element count
+  // overflows int64.
   static TensorRef dense(void* data, DType dtype, std::initializer_list<int64_t> shape);
 
-  int64_t numel() const;
+  int64_t numel() const;  // saturates at INT64_MAX for shapes whose product overflows
   size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
   bool is_dense() const;  // row-major contiguous, as dense() makes
   bool defined() const { return data != nullptr || ndim > 0; }

@@ -198,7 +198,7 @@ void Communicator::Impl::wait_bounded(cudaStream_t stream, int64_t wait_ms, cons
       const std::string fault = detail::describe_device_fault();
       abandon(fault.empty() ? detail::cat("a CUDA error (", cudaGetErrorName(e), ") ended a wait") : fault,
               NcclFate::kAbort);
-      ASYNCTP_CUDA_CHECK(e);
+      detail::raise_cuda(e, detail::cat(what, ": cudaStreamQuery").c_str(), __FILE__, __LINE__);
     }
     const auto now = Clock::now();
     if (now >= next_nccl_poll) {

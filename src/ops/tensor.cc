@@ -1,5 +1,7 @@
 #include "asynctp/tensor.h"
 
+#include <cstdint>
+
 #include "common/check.h"
 
 namespace asynctp {
@@ -27,14 +29,19 @@ TensorRef TensorRef::dense(void* data, DType dtype, std::initializer_list<int64_
   int64_t stride = 1;
   for (int d = t.ndim - 1; d >= 0; --d) {
     t.strides[d] = stride;
-    stride *= t.shape[d];
+    ASYNCTP_CHECK(!__builtin_mul_overflow(stride, t.shape[d], &stride), "TensorRef::dense: a shape of ", t.ndim,
+                  " dims whose element count does not fit in int64");
   }
   return t;
 }
 
+// Shapes come from callers unchecked, so products saturate rather than overflow (the ops then refuse
+// the tensor by name, ops/plan.cc).
 int64_t TensorRef::numel() const {
   int64_t n = 1;
-  for (int d = 0; d < ndim; ++d) n *= shape[d];
+  for (int d = 0; d < ndim; ++d) {
+    if (__builtin_mul_overflow(n, shape[d], &n)) return INT64_MAX;
+  }
   return ndim > 0 ? n : 0;
 }
 
@@ -42,7 +49,7 @@ bool TensorRef::is_dense() const {
   int64_t stride = 1;
   for (int d = ndim - 1; d >= 0; --d) {
     if (shape[d] != 1 && strides[d] != stride) return false;
-    stride *= shape[d];
+    if (__builtin_mul_overflow(stride, shape[d], &stride)) return d == 0;
   }
   return true;
 }

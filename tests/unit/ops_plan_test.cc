@@ -133,9 +133,12 @@ TEST(Plans, DimsPast32BitIndexingAreRefusedAndLargeTensorsAreNot) {
                  "the GEMM's N is 2147483648 (bs[0]'s N)");
   EXPECT_REFUSED(plan_matmul_reduce_scatter(2, t(0, {big, 64}), t(1, {64, 64}), 0, ReduceOp::kSum, t(2, {big / 2, 64}), {}),
                  "matmul_reduce_scatter: the GEMM's M is 2147483648 (a's rows)");
-  EXPECT_REFUSED(plan_all_gather_matmul(2, t(0, {int64_t{1} << 40, int64_t{1} << 30}), {t(1, {64, 128})}, 0,
-                                        {t(3, {64, 128})}, TensorRef{}, {}),
+  TensorRef huge = t(0, {1, 1});  // as a framework might hand it over: dense() refuses to make one
+  huge.shape[0] = int64_t{1} << 40, huge.shape[1] = int64_t{1} << 30, huge.strides[0] = int64_t{1} << 30;
+  EXPECT_REFUSED(plan_all_gather_matmul(2, huge, {t(1, {64, 128})}, 0, {t(3, {64, 128})}, TensorRef{}, {}),
                  "a_shard has shape [1099511627776, 1073741824], more than 2^59 elements");
+  EXPECT_REFUSED(TensorRef::dense(fake(0), DType::kBF16, {int64_t{1} << 40, int64_t{1} << 30}),
+                 "TensorRef::dense: a shape of 2 dims whose element count does not fit in int64");
   auto far = [](int i, std::initializer_list<int64_t> shape) {
     return TensorRef::dense(reinterpret_cast<void*>(static_cast<uintptr_t>(i + 1) << 40), DType::kBF16, shape);
   };
