@@ -79,9 +79,13 @@ class Communicator {
   // a CUDA graph (its epoch lives on the GPU).
   void barrier(cudaStream_t stream);
 
-  // Waits for `stream` (cudaStreamSynchronize). Where a wait or barrier on it timed out, throws an
-  // asynctp::Error carrying the kernel's report (which rank, which flag, what it saw); the CUDA context
-  // is lost after such a fault, and the process should destroy the communicator and exit.
+  // Waits for `stream`, at most twice timeout_ms(). Where one of asynctp's waits on the GPU timed out,
+  // throws an asynctp::Error carrying the kernel's report (which rank, which flag, what it saw); the
+  // CUDA context is then lost. Where the stream is still busy at the bound (an NCCL kernel of the
+  // sequential algorithm waits on a peer that is gone: NCCL's waits have no bound of their own),
+  // throws an Error saying so. Either way the communicator is broken from then on (every op, barrier
+  // and workspace call throws, quoting why), and the process should end: an NCCL kernel may still
+  // hold the GPU, so destroying the communicator frees nothing on the device (docs/reliability.md).
   void synchronize(cudaStream_t stream) const;
 
   // Collective, host-synchronous: true on every rank iff `local_ok` is true on every rank. Lets a rank

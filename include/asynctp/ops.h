@@ -5,7 +5,12 @@
 // bf16 or fp16; products accumulate in fp32; outputs have the inputs' dtype.
 //
 // Bad input is refused before any work, with an asynctp::Error that names the argument and what was
-// expected, on every rank, and the caller's outputs untouched.
+// expected, on every rank, and the caller's outputs untouched. With ASYNCTP_CHECK_NAN=1 in the
+// environment when the communicator is made, each op first scans its inputs (A and every B) for NaN
+// and Inf and refuses the same way, naming the rank, the tensor and the first such element; the scan
+// waits for the stream, and is skipped while the stream is being captured into a CUDA graph.
+// A peer that fails or never calls ends the op with an Error within the communicator's timeout (see
+// Communicator::synchronize and docs/reliability.md).
 #pragma once
 
 #include <cuda_runtime_api.h>
