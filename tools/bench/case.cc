@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "algo/fused.h"
+#include "bench/device_buffer.h"
 #include "comm/communicator_impl.h"
 #include "common/check.h"
 #include "kernels/fused/ag_gemm.h"
@@ -14,15 +15,6 @@
 
 namespace asynctp::bench {
 namespace {
-
-struct DeviceBuffer {
-  void* p = nullptr;
-  explicit DeviceBuffer(size_t bytes) { ASYNCTP_CUDA_CHECK(cudaMalloc(&p, bytes)); }
-  ~DeviceBuffer() { cudaFree(p); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  float* f() const { return static_cast<float*>(p); }
-};
 
 constexpr size_t kFlushBytes = 512u << 20;  // several times the H100/H200 L2
 

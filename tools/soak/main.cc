@@ -11,6 +11,7 @@
 #include "asynctp/asynctp.h"
 #include "bench/case.h"
 #include "bench/cli.h"
+#include "bench/device_buffer.h"
 #include "bench/json.h"
 #include "common/check.h"
 #include "reference/reference.h"
@@ -77,14 +78,7 @@ SoakArgs parse(const std::vector<std::string>& argv) {
   return s;
 }
 
-struct DeviceBuffer {
-  void* p = nullptr;
-  explicit DeviceBuffer(size_t bytes) { ASYNCTP_CUDA_CHECK(cudaMalloc(&p, bytes)); }
-  ~DeviceBuffer() { cudaFree(p); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  float* f() const { return static_cast<float*>(p); }
-};
+using bench::DeviceBuffer;
 
 double gpu_used_mib() {
   size_t free_b = 0, total_b = 0;
