@@ -74,7 +74,13 @@ SoakArgs parse(const std::vector<std::string>& argv) {
       rest.push_back(f);
     }
   }
-  s.bench = bench::parse_args(rest);
+  try {
+    s.bench = bench::parse_args(rest);
+  } catch (const Error& e) {  // the shared parser speaks as asynctp-bench
+    std::string m = e.what();
+    if (m.rfind("asynctp-bench", 0) == 0) m.replace(0, 13, "asynctp-soak");
+    throw Error(m);
+  }
   return s;
 }
 
