@@ -150,8 +150,9 @@ void Communicator::Impl::require_usable(const char* what) const {
 
 namespace {
 
-// How long abandon() waits for ncclCommAbort. NCCL's kernels give up their waits when it sets the abort
-// flag, but a wait NCCL hands to the copy engine or the host may not, and the abort then blocks.
+// How long abandon() waits for ncclCommAbort. It is only called where nothing of NCCL's should be
+// running, but an abort that blocks anyway (one did, with an NCCL kernel waiting on a peer whose
+// process was gone) must not turn an error into a hang.
 constexpr int kAbortWaitMs = 5000;
 
 // Runs ncclCommAbort on a thread of its own; true if it returned within kAbortWaitMs (else the thread

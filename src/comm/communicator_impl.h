@@ -73,8 +73,9 @@ struct Communicator::Impl {
   void* tail_split = nullptr;  // the fused GEMM's split-K workspace (kernels/fused/tail_split.h)
   int tail_split_sms = 0;      // the SM count it is sized for
   bool check_nonfinite = false;        // ASYNCTP_CHECK_NAN=1: scan the ops' inputs first (ops/nonfinite.h)
-  unsigned long long* nonfinite_buf = nullptr;  // device: {count, first index} for that scan
+  unsigned long long* nonfinite_buf = nullptr;   // device: {count, first index} per input scanned
   unsigned long long* nonfinite_host = nullptr;  // pinned copy of it
+  size_t nonfinite_inputs = 0;                   // inputs it has room for
 
   // Why this communicator may no longer be used, or empty while it is healthy. Set when a wait on the
   // peers gave up: the ranks are then out of step (or NCCL was aborted), so any later collective could

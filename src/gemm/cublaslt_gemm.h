@@ -62,9 +62,6 @@ class GemmRunner {
   void* workspace_[kLanes] = {};
   std::map<Key, Plan> plans_;
   uint64_t uses_ = 0;
-
- public:
-  size_t cached_plans() const { return plans_.size(); }
 };
 
 // The workspace cuBLASLt may use per GEMM (Hopper kernels want up to 32 MiB).

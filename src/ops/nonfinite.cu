@@ -26,6 +26,8 @@ __global__ void scan_nonfinite_kernel(const uint16_t* x, int64_t n, uint16_t exp
   }
 }
 
+uint16_t exponent_bits(DType dtype) { return dtype == DType::kBF16 ? 0x7F80 : 0x7C00; }
+
 std::string index_of(const TensorRef& t, int64_t flat) {
   int64_t idx[TensorRef::kMaxDims] = {};
   for (int d = t.ndim - 1; d >= 0; --d) {
@@ -39,38 +41,52 @@ std::string index_of(const TensorRef& t, int64_t flat) {
 
 }  // namespace
 
-std::string describe_nonfinite(Communicator& comm, const char* op, const char* name, const TensorRef& t,
-                               cudaStream_t stream) {
+std::string describe_nonfinite(Communicator& comm, const char* op, const NamedInputs& inputs, cudaStream_t stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  ASYNCTP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  if (capture != cudaStreamCaptureStatusNone || inputs.empty()) return {};
   Communicator::Impl& m = comm.impl();
-  if (m.nonfinite_buf == nullptr) {
-    ASYNCTP_CUDA_CHECK(cudaMalloc(&m.nonfinite_buf, 2 * sizeof(unsigned long long)));
-    ASYNCTP_CUDA_CHECK(cudaMallocHost(&m.nonfinite_host, 2 * sizeof(unsigned long long)));
+  // {count, first index} per input, on the device and pinned on the host.
+  const size_t bytes = 2 * sizeof(unsigned long long) * inputs.size();
+  if (m.nonfinite_inputs < inputs.size()) {
+    cudaFree(m.nonfinite_buf);  // waits for the device: the old buffer may still be in use
+    cudaFreeHost(m.nonfinite_host);
+    m.nonfinite_buf = nullptr, m.nonfinite_host = nullptr, m.nonfinite_inputs = 0;
+    ASYNCTP_CUDA_CHECK(cudaMalloc(&m.nonfinite_buf, bytes));
+    ASYNCTP_CUDA_CHECK(cudaMallocHost(&m.nonfinite_host, bytes));
+    m.nonfinite_inputs = inputs.size();
   }
-  const uint16_t exponent = t.dtype == DType::kBF16 ? 0x7F80 : 0x7C00;
-  const int64_t n = t.numel();
-  m.nonfinite_host[0] = 0;
-  m.nonfinite_host[1] = ULLONG_MAX;
-  ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(m.nonfinite_buf, m.nonfinite_host, 2 * sizeof(unsigned long long),
-                                     cudaMemcpyHostToDevice, stream));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    m.nonfinite_host[2 * i] = 0;
+    m.nonfinite_host[2 * i + 1] = ULLONG_MAX;
+  }
+  ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(m.nonfinite_buf, m.nonfinite_host, bytes, cudaMemcpyHostToDevice, stream));
   constexpr int kThreads = 256;
-  const int blocks = static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 132 * 16));
-  scan_nonfinite_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const uint16_t*>(t.data), n, exponent,
-                                                         m.nonfinite_buf);
-  ASYNCTP_CUDA_CHECK(cudaGetLastError());
-  ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(m.nonfinite_host, m.nonfinite_buf, 2 * sizeof(unsigned long long),
-                                     cudaMemcpyDeviceToHost, stream));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const TensorRef& t = inputs[i].second;
+    const int64_t n = t.numel();
+    const int blocks = static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 132 * 16));
+    scan_nonfinite_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const uint16_t*>(t.data), n,
+                                                           exponent_bits(t.dtype), m.nonfinite_buf + 2 * i);
+    ASYNCTP_CUDA_CHECK(cudaGetLastError());
+  }
+  ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(m.nonfinite_host, m.nonfinite_buf, bytes, cudaMemcpyDeviceToHost, stream));
   m.wait_bounded(stream, 2 * static_cast<int64_t>(m.timeout_ms), op);
-  const unsigned long long count = m.nonfinite_host[0];
-  if (count == 0) return {};
-  const int64_t first = static_cast<int64_t>(m.nonfinite_host[1]);
-  uint16_t bits = 0;
-  ASYNCTP_CUDA_CHECK(cudaMemcpy(&bits, static_cast<const uint16_t*>(t.data) + first, sizeof bits,
-                                cudaMemcpyDeviceToHost));
-  const bool nan = (bits & static_cast<uint16_t>(~exponent & 0x7FFF)) != 0;
-  const char* what = nan ? "nan" : (bits & 0x8000) ? "-inf" : "inf";
-  return detail::with_rank(detail::cat(op, ": ASYNCTP_CHECK_NAN: ", name, " on rank ", m.rank, " holds ", count,
-                                       " non-finite value(s) of ", n, "; the first is ", what, " at ", name,
-                                       index_of(t, first)));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const unsigned long long count = m.nonfinite_host[2 * i];
+    if (count == 0) continue;
+    const auto& [name, t] = inputs[i];
+    const int64_t first = static_cast<int64_t>(m.nonfinite_host[2 * i + 1]);
+    uint16_t bits = 0;
+    ASYNCTP_CUDA_CHECK(cudaMemcpy(&bits, static_cast<const uint16_t*>(t.data) + first, sizeof bits,
+                                  cudaMemcpyDeviceToHost));
+    const bool nan = (bits & static_cast<uint16_t>(~exponent_bits(t.dtype) & 0x7FFF)) != 0;
+    const char* what = nan ? "nan" : (bits & 0x8000) ? "-inf" : "inf";
+    return detail::with_rank(detail::cat(op, ": ASYNCTP_CHECK_NAN: ", name, " on rank ", m.rank, " holds ", count,
+                                         " non-finite value(s) of ", t.numel(), "; the first is ", what, " at ", name,
+                                         index_of(t, first)));
+  }
+  return {};
 }
 
 }  // namespace asynctp::ops

@@ -8,16 +8,21 @@
 #include <cuda_runtime_api.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "asynctp/communicator.h"
 #include "asynctp/tensor.h"
 
 namespace asynctp::ops {
 
-// "" where every element of `t` (dense, bf16 or fp16) is finite; otherwise a sentence naming `op`,
-// `name`, this rank, how many elements are not finite, and the first of them with its index. Waits
-// for `stream` (so for the work that produces `t`); not to be called while `stream` is captured.
-std::string describe_nonfinite(Communicator& comm, const char* op, const char* name, const TensorRef& t,
-                               cudaStream_t stream);
+// An op's inputs by the names its errors give them ("a_shard", "bs[0]", ...).
+using NamedInputs = std::vector<std::pair<std::string, TensorRef>>;
+
+// "" where every element of every input (dense, bf16 or fp16) is finite; otherwise a sentence naming
+// `op`, the first input holding a NaN or Inf, this rank, how many elements of it are not finite, and
+// the first of them with its index. All inputs are scanned with one wait for `stream` (so for the work
+// that produces them). "" without scanning while `stream` is being captured into a CUDA graph.
+std::string describe_nonfinite(Communicator& comm, const char* op, const NamedInputs& inputs, cudaStream_t stream);
 
 }  // namespace asynctp::ops

@@ -31,7 +31,7 @@ const char* algorithm_name(Algorithm algorithm) {
 
 namespace {
 
-using NamedInputs = std::vector<std::pair<std::string, TensorRef>>;
+using ops::NamedInputs;
 
 // Validates on this rank (and, under ASYNCTP_CHECK_NAN=1, scans `inputs` for NaN and Inf). Where
 // this rank refuses and ranks check each other, the refusal is shared first (so every rank fails
@@ -48,13 +48,7 @@ std::pair<Plan, algo::AgreeFn> plan_and_agree(Communicator& comm, const char* op
   } catch (const Error& e) {
     refusal = e.what();
   }
-  if (refusal.empty() && comm.impl().check_nonfinite) {
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    ASYNCTP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-    for (size_t i = 0; i < inputs.size() && refusal.empty() && capture == cudaStreamCaptureStatusNone; ++i) {
-      refusal = ops::describe_nonfinite(comm, op, inputs[i].first.c_str(), inputs[i].second, stream);
-    }
-  }
+  if (refusal.empty() && comm.impl().check_nonfinite) refusal = ops::describe_nonfinite(comm, op, inputs, stream);
   if (!refusal.empty()) {
     if (options.check_across_ranks) ops::agree_across_ranks(comm, op, signature, refusal, stream);
     throw Error(refusal);

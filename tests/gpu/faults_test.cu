@@ -80,24 +80,13 @@ std::string describe(const Case& c) {
 }
 
 int run_fault(RankContext& ctx, const Case& c) {
-  auto comm = make_comm(ctx, kTimeoutMs);
-  Stream st;
-  reference::Fp32Gemm fp32;
-  AgProblem p(ctx.world_size, 256, 512, 512, st.s);
-  RsProblem q(ctx.world_size, ctx.rank, 512 * ctx.world_size, 512, 256 * ctx.world_size, st.s);
-  Buf a(p.m * p.K * 2), out(p.M * p.N * 2), rs_a(q.M * q.kl * 2), rs_out(q.rows * q.N * 2);
-  p.make(7, ctx.rank, a.p, p.ref.f(), fp32, st.s);
-  q.make(7, ctx.rank, rs_a.p, q.ref.f(), fp32, st.s);
+  OneSmallCall f(ctx, kTimeoutMs, c.reduce_scatter, 256, 512, 512, 512, 256);
+  auto& comm = f.comm;
+  auto& st = f.st;
   OpOptions o;
   o.algorithm = c.algorithm;
   o.check_across_ranks = c.fault != Fault::kNeverCallsUnchecked;
-  auto call = [&] {
-    if (c.reduce_scatter) {
-      matmul_reduce_scatter(*comm, q.a_ref(rs_a.p), q.b_ref(), 0, ReduceOp::kSum, q.out_ref(rs_out.p), st.s, o);
-    } else {
-      all_gather_matmul(*comm, p.a_ref(a.p), {p.b_ref()}, 0, {p.out_ref(out.p)}, TensorRef{}, st.s, o);
-    }
-  };
+  auto call = [&] { f.call(o); };
   call();  // one call together first: plans, workspace and flags exist, and the ranks are in step
   comm->synchronize(st.s);
   ctx.allgather("in step");

@@ -166,35 +166,55 @@ inline int graph_replays(RankContext& ctx, const OpOptions& ag_options, const Op
   return 0;
 }
 
-// Rank 0 calls the op (all_gather_matmul, or matmul_reduce_scatter where `reduce_scatter`) a second
-// time and no other rank does: rank 0's wait must end with the timeout report (1.5 s) naming rank 1,
-// and nothing may hang.
-inline int absent_peer_times_out(RankContext& ctx, const OpOptions& options, bool reduce_scatter = false) {
-  auto comm = make_comm(ctx, /*timeout_ms=*/1500);
+// A communicator with timeout `timeout_ms` and one small problem of either op, for the tests in which
+// a peer fails or stays away. call() runs all_gather_matmul (gather_dim 0, A [ag_m, ag_kn] per rank,
+// N ag_kn), or where `reduce_scatter` matmul_reduce_scatter (scatter_dim 0, rs_rows rows per rank, N
+// rs_n, rs_kl of K per rank).
+struct OneSmallCall {
+  std::unique_ptr<Communicator> comm;
   Stream st;
   reference::Fp32Gemm fp32;
-  AgProblem p(ctx.world_size, 128, 256, 256, st.s);
-  RsProblem q(ctx.world_size, ctx.rank, 256 * ctx.world_size, 256, 256 * ctx.world_size, st.s);
-  Buf a(p.m * p.K * 2), out(p.M * p.N * 2), rs_a(q.M * q.kl * 2), rs_out(q.rows * q.N * 2);
-  p.make(7, ctx.rank, a.p, p.ref.f(), fp32, st.s);
-  q.make(7, ctx.rank, rs_a.p, q.ref.f(), fp32, st.s);
-  auto call = [&](const OpOptions& o) {
+  AgProblem p;
+  RsProblem q;
+  Buf a, out, rs_a, rs_out;
+  bool reduce_scatter;
+  OneSmallCall(RankContext& ctx, int timeout_ms, bool reduce_scatter_, int64_t ag_m, int64_t ag_kn, int64_t rs_rows,
+               int64_t rs_n, int64_t rs_kl)
+      : comm(make_comm(ctx, timeout_ms)),
+        p(ctx.world_size, ag_m, ag_kn, ag_kn, st.s),
+        q(ctx.world_size, ctx.rank, rs_rows * ctx.world_size, rs_n, rs_kl * ctx.world_size, st.s),
+        a(p.m * p.K * 2),
+        out(p.M * p.N * 2),
+        rs_a(q.M * q.kl * 2),
+        rs_out(q.rows * q.N * 2),
+        reduce_scatter(reduce_scatter_) {
+    p.make(7, ctx.rank, a.p, p.ref.f(), fp32, st.s);
+    q.make(7, ctx.rank, rs_a.p, q.ref.f(), fp32, st.s);
+  }
+  void call(const OpOptions& o) {
     if (reduce_scatter) {
       matmul_reduce_scatter(*comm, q.a_ref(rs_a.p), q.b_ref(), 0, ReduceOp::kSum, q.out_ref(rs_out.p), st.s, o);
     } else {
       all_gather_matmul(*comm, p.a_ref(a.p), {p.b_ref()}, 0, {p.out_ref(out.p)}, TensorRef{}, st.s, o);
     }
-  };
-  call(options);
-  comm->synchronize(st.s);  // both ranks made the first call together
+  }
+};
+
+// Rank 0 calls the op (all_gather_matmul, or matmul_reduce_scatter where `reduce_scatter`) a second
+// time and no other rank does: rank 0's wait must end with the timeout report (1.5 s) naming rank 1,
+// and nothing may hang.
+inline int absent_peer_times_out(RankContext& ctx, const OpOptions& options, bool reduce_scatter = false) {
+  OneSmallCall f(ctx, /*timeout_ms=*/1500, reduce_scatter, 128, 256, 256, 256, 256);
+  f.call(options);
+  f.comm->synchronize(f.st.s);  // both ranks made the first call together
   if (ctx.rank == 0) {
     OpOptions o = options;
     o.check_across_ranks = false;  // the host check would name the absent rank first; test the GPU's wait
     const auto t0 = std::chrono::steady_clock::now();
-    call(o);
+    f.call(o);
     std::string message;
     try {
-      comm->synchronize(st.s);
+      f.comm->synchronize(f.st.s);
     } catch (const Error& e) {
       message = e.what();
     }
@@ -207,7 +227,7 @@ inline int absent_peer_times_out(RankContext& ctx, const OpOptions& options, boo
     RANK_CHECK(took >= 1.4 && took < 10.0, "took ", took, " s");
   }
   ctx.allgather("done");
-  if (ctx.rank != 0) (void)comm.release();  // rank 0's context is gone: no collective teardown
+  if (ctx.rank != 0) (void)f.comm.release();  // rank 0's context is gone: no collective teardown
   return 0;
 }
 

@@ -11,6 +11,11 @@ int64_t uniform(std::mt19937_64& rng, int64_t lo, int64_t hi) {
 
 bool chance(std::mt19937_64& rng, int percent) { return uniform(rng, 0, 99) < percent; }
 
+// Rows per rank along dim 0: in `percent` of the draws a multiple of `multiple`, else any count.
+int64_t rows_per_rank(std::mt19937_64& rng, int ws, int64_t max_dim, int percent, int64_t multiple) {
+  return chance(rng, percent) ? multiple * uniform(rng, 1, max_dim / (multiple * ws)) : uniform(rng, 1, max_dim / ws);
+}
+
 }  // namespace
 
 Call draw_call(std::mt19937_64& rng, bool ag, int ws, int64_t max_dim) {
@@ -32,8 +37,7 @@ Call draw_call(std::mt19937_64& rng, bool ag, int ws, int64_t max_dim) {
       c.M = uniform(rng, 1, max_dim);
       c.K = 8 * ws * uniform(rng, 1, eighths / ws);
     } else {
-      const int64_t rows = chance(rng, 33) ? 128 * uniform(rng, 1, max_dim / (128 * ws)) : uniform(rng, 1, max_dim / ws);
-      c.M = rows * ws;
+      c.M = rows_per_rank(rng, ws, max_dim, 33, 128) * ws;
       c.K = 8 * uniform(rng, 1, eighths);
     }
   } else {
@@ -43,8 +47,7 @@ Call draw_call(std::mt19937_64& rng, bool ag, int ws, int64_t max_dim) {
       c.M = uniform(rng, 1, max_dim);
       c.N = 8 * ws * uniform(rng, 1, eighths / ws);
     } else {
-      const int64_t rows = chance(rng, 50) ? 256 * uniform(rng, 1, max_dim / (256 * ws)) : uniform(rng, 1, max_dim / ws);
-      c.M = rows * ws;
+      c.M = rows_per_rank(rng, ws, max_dim, 50, 256) * ws;
     }
   }
   return c;

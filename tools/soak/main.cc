@@ -224,24 +224,30 @@ int run_rank(RankContext& ctx, const SoakArgs& args) {
     if ((ag && !args.bench.run_ag) || (!ag && !args.bench.run_rs)) continue;
     for (const Algorithm algorithm : args.bench.algorithms) {
       const Outcome o = soak_one(*comm, args, ag, algorithm, s);
-      // Every rank's figures, worst first: growth and errors anywhere fail the row.
+      if (!o.error.empty()) {
+        std::fprintf(stderr, "rank %d: %s\n", ctx.rank, o.error.c_str());
+        return 1;  // the communicator may be broken: the launcher stops the others
+      }
+      // The row shows the worst over the ranks: the largest error, the longest time, and the readings
+      // of the rank whose memory grew most (growth anywhere fails the row).
       std::ostringstream mine;
-      mine << o.calls << ' ' << o.checks << ' ' << o.max_err << ' ' << o.seconds << ' ' << o.gpu_mib[0] << ' '
-           << o.gpu_mib[1] << ' ' << o.rss_mib[0] << ' ' << o.rss_mib[1] << ' ' << (o.error.empty() ? 0 : 1);
-      if (!o.error.empty()) std::fprintf(stderr, "rank %d: %s\n", ctx.rank, o.error.c_str());
-      if (!o.error.empty()) return 1;  // the communicator may be broken: the launcher stops the others
-      double worst_growth_gpu = 0, worst_growth_rss = 0, max_err = 0;
+      mine << o.max_err << ' ' << o.seconds << ' ' << o.gpu_mib[0] << ' ' << o.gpu_mib[1] << ' ' << o.rss_mib[0]
+           << ' ' << o.rss_mib[1];
+      double worst_growth_gpu = 0, worst_growth_rss = 0;
       Outcome shown = o;
+      auto take_if_grew_more = [](double (&shown_mib)[2], const double (&x_mib)[2], double& worst) {
+        if (x_mib[1] - x_mib[0] <= worst) return;
+        worst = x_mib[1] - x_mib[0];
+        shown_mib[0] = x_mib[0], shown_mib[1] = x_mib[1];
+      };
       for (const std::string& theirs : ctx.allgather(mine.str())) {
         std::istringstream in(theirs);
         Outcome x;
-        int failed = 0;
-        in >> x.calls >> x.checks >> x.max_err >> x.seconds >> x.gpu_mib[0] >> x.gpu_mib[1] >> x.rss_mib[0] >>
-            x.rss_mib[1] >> failed;
-        max_err = std::max(max_err, x.max_err);
-        if (x.gpu_mib[1] - x.gpu_mib[0] > worst_growth_gpu) worst_growth_gpu = x.gpu_mib[1] - x.gpu_mib[0], shown.gpu_mib[0] = x.gpu_mib[0], shown.gpu_mib[1] = x.gpu_mib[1];
-        if (x.rss_mib[1] - x.rss_mib[0] > worst_growth_rss) worst_growth_rss = x.rss_mib[1] - x.rss_mib[0], shown.rss_mib[0] = x.rss_mib[0], shown.rss_mib[1] = x.rss_mib[1];
+        in >> x.max_err >> x.seconds >> x.gpu_mib[0] >> x.gpu_mib[1] >> x.rss_mib[0] >> x.rss_mib[1];
+        shown.max_err = std::max(shown.max_err, x.max_err);
         shown.seconds = std::max(shown.seconds, x.seconds);
+        take_if_grew_more(shown.gpu_mib, x.gpu_mib, worst_growth_gpu);
+        take_if_grew_more(shown.rss_mib, x.rss_mib, worst_growth_rss);
       }
       const bool flat = worst_growth_gpu <= args.max_growth_mib && worst_growth_rss <= args.max_growth_mib;
       if (!flat) ++failures;
@@ -250,7 +256,7 @@ int run_rank(RankContext& ctx, const SoakArgs& args) {
         const std::string gpu = detail::cat(static_cast<int64_t>(shown.gpu_mib[0]), " -> ", static_cast<int64_t>(shown.gpu_mib[1]));
         const std::string host = detail::cat(static_cast<int64_t>(shown.rss_mib[0]), " -> ", static_cast<int64_t>(shown.rss_mib[1]));
         std::printf("%-22s %-10s %8lld %7lld %9.3g %8.1f %17s %17s  %s\n", op, algorithm_name(algorithm),
-                    static_cast<long long>(o.calls), static_cast<long long>(o.checks), max_err, shown.seconds,
+                    static_cast<long long>(o.calls), static_cast<long long>(o.checks), shown.max_err, shown.seconds,
                     gpu.c_str(), host.c_str(), flat ? "ok" : "MEMORY GREW");
         std::fflush(stdout);
         if (json.is_open()) {
@@ -263,7 +269,7 @@ int run_rank(RankContext& ctx, const SoakArgs& args) {
                       .add("checks", o.checks)
                       .add("seed", static_cast<int64_t>(args.seed))
                       .add("max_dim", args.max_dim)
-                      .add("max_err", max_err)
+                      .add("max_err", shown.max_err)
                       .add("seconds", shown.seconds)
                       .add("gpu_mib_at_tenth", shown.gpu_mib[0])
                       .add("gpu_mib_at_end", shown.gpu_mib[1])
