@@ -41,6 +41,11 @@ int resolve_fused_rs_pieces(int requested, int64_t rows_per_rank);
 // whole).
 void attach_tail_split(Communicator& comm, kernels::fused::AgGemmArgs& g, cudaStream_t stream);
 
+// Where ASYNCTP_TRACE_TILES is set (kernels/fused/tile_trace.h): gives `g` a tile trace buffer, and
+// after the call's last enqueue, waits for `stream` and writes the trace.
+void attach_tile_trace(kernels::fused::AgGemmArgs& g, cudaStream_t stream);
+void finish_tile_trace(Communicator& comm, const char* op, const kernels::fused::AgGemmArgs& g, cudaStream_t stream);
+
 // Pieces each rank's shard is pushed in: `requested`, or kFusedDefaultPieces where it is 0; at most
 // `rows_per_rank`.
 constexpr int kFusedDefaultPieces = 1;

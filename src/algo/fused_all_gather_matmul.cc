@@ -9,6 +9,7 @@
 #include "comm/communicator_impl.h"
 #include "common/check.h"
 #include "kernels/fused/ag_gemm.h"
+#include "kernels/fused/tile_trace.h"
 
 namespace asynctp::algo {
 
@@ -22,6 +23,16 @@ void attach_tail_split(Communicator& comm, kernels::fused::AgGemmArgs& g, cudaSt
   g.split_workspace = m.tail_split_workspace(stream);
   g.split_sms = m.tail_split_sms;
   g.split_wait = kernels::WaitContext{m.fault, timeout_ns(comm), m.rank};
+}
+
+void attach_tile_trace(kernels::fused::AgGemmArgs& g, cudaStream_t stream) {
+  g.trace = kernels::fused::tile_trace_buffer(g, stream);
+}
+
+void finish_tile_trace(Communicator& comm, const char* op, const kernels::fused::AgGemmArgs& g, cudaStream_t stream) {
+  if (g.trace == nullptr) return;
+  comm.synchronize(stream);
+  kernels::fused::write_tile_trace(op, g, comm.rank());
 }
 
 namespace {
@@ -171,6 +182,7 @@ void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan&
         g.chunks.rows_per_piece = static_cast<int32_t>(piece_rows);
         g.chunks.pad_index = pr.arrived_flag(0, 0);
         g.chunks.wait = pr.wait_context();
+        attach_tile_trace(g, stream);
       }
       kernels::fused::run_ag_gemm(g, stream);
     }
@@ -185,6 +197,7 @@ void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan&
   fan.join();
   // This rank no longer reads its gathered buffer: peers may push the next call's pieces.
   for (int i = 1; i < ws; ++i) pr.signal(stream, (me + i) % ws, OverlapResources::done_flag(me));
+  if (all_kernel) finish_tile_trace(comm, "ag", kernels_args[0], stream);
 }
 
 }  // namespace asynctp::algo

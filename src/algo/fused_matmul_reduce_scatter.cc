@@ -101,6 +101,7 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
   rs.pad_index = pr.arrived_flag(0, 0);
   rs.wait = pr.wait_context();
   g.c_row0 = me * rows;
+  attach_tile_trace(g, stream);
   kernels::fused::run_ag_gemm(g, stream);
 
   // Each piece of each peer's rows, once the kernel has staged all its tiles, to that peer's inbox;
@@ -124,6 +125,7 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
   fan.join();
   // This rank no longer reads its inbox, and its staging may be overwritten: peers may push again.
   for (int i = 1; i < ws; ++i) pr.signal(stream, (me + i) % ws, OverlapResources::done_flag(me));
+  finish_tile_trace(comm, "rs", g, stream);
 }
 
 }  // namespace asynctp::algo

@@ -28,7 +28,8 @@ const char* const kUsage =
     "drawn from --seed, the same on every rank. Every --check-every-th call (and the last) gets fresh\n"
     "inputs and is checked against an fp32 reference on every rank; the others run back to back on\n"
     "whatever the buffers hold. GPU memory in use and the process's resident memory are read after a\n"
-    "tenth of the calls and at the end; growing by more than --max-growth-mib between the two fails\n"
+    "tenth of the calls and at the end (and every tenth, on stderr); growing by more than\n"
+    "--max-growth-mib between the first tenth and the end fails\n"
     "the run, as does any error or wrong result (named with the call's index and arguments).\n"
     "\n"
     "  --calls N            calls per op and algorithm (default 100000)\n"
@@ -190,11 +191,18 @@ Outcome soak_one(Communicator& comm, const SoakArgs& args, bool ag, Algorithm al
       return out;
     }
     ++out.calls;
-    if (i + 1 == args.calls / 10 || i + 1 == args.calls) {
+    const int64_t tenth = std::max<int64_t>(1, args.calls / 10);
+    if ((i + 1) % tenth == 0 || i + 1 == args.calls) {
       comm.synchronize(s);
-      const int at = i + 1 == args.calls ? 1 : 0;
-      out.gpu_mib[at] = gpu_used_mib();
-      out.rss_mib[at] = rss_mib();
+      const double gpu = gpu_used_mib(), host = rss_mib();
+      // The curve between the two readings that decide, on stderr: whether a growth levels off.
+      if (r == 0) std::fprintf(stderr, "soak: %s %s call %lld: GPU %.1f MiB, host %.1f MiB\n", ag ? "ag" : "rs",
+                               algorithm_name(algorithm), static_cast<long long>(i + 1), gpu, host);
+      if (i + 1 == tenth || i + 1 == args.calls) {
+        const int at = i + 1 == args.calls ? 1 : 0;
+        out.gpu_mib[at] = gpu;
+        out.rss_mib[at] = host;
+      }
     }
   }
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

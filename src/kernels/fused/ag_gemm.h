@@ -50,6 +50,7 @@ struct AgGemmArgs {
   int max_splits = 0;  // 0: kMaxTailSplits, or ASYNCTP_FUSED_MAX_SPLITS where set (1: no split)
   ReduceScatterTiles rs;  // rs.rank >= 0: the partial product of a reduce-scatter (tiles kRsTileN wide)
   WaitContext split_wait{};
+  uint64_t* trace = nullptr;  // a tile timeline (tile_trace.h); null: none
 };
 
 // Why the kernel cannot take this problem ("" when it can): the TMA needs 16-byte aligned rows (N and

@@ -91,7 +91,7 @@ inline bool same_launch(const AgGemmArgs& x, const AgGemmArgs& y) {
          p.wait.rank == q.wait.rank && x.split_workspace == y.split_workspace && x.split_sms == y.split_sms && x.max_splits == y.max_splits &&
          x.split_wait.fault == y.split_wait.fault && x.split_wait.timeout_ns == y.split_wait.timeout_ns &&
          x.split_wait.rank == y.split_wait.rank && x.c_row0 == y.c_row0 && x.alpha == y.alpha &&
-         same_rs(x.rs, y.rs);
+         x.trace == y.trace && same_rs(x.rs, y.rs);
 }
 
 // A packed stride of CUTLASS's (MN, K, L) form for a matrix of `mn` x `k`: whichever of the first two
@@ -187,6 +187,7 @@ typename AgGemmKernel<Element, LayoutB, kTileN>::Gemm::Arguments cutlass_argumen
   args.scheduler.max_splits = a.max_splits;
   args.scheduler.wait = a.split_wait;
   args.scheduler.rs = a.rs;
+  args.scheduler.trace = a.trace;
   return args;
 }
 

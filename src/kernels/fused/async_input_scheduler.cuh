@@ -31,6 +31,7 @@
 
 #include "kernels/fused/reduce_scatter_tiles.h"
 #include "kernels/fused/tail_split.h"
+#include "kernels/fused/tile_trace.h"
 #include "asynctp/ops.h"
 #include "kernels/signal.cuh"
 
@@ -72,6 +73,7 @@ class AsyncInputTileScheduler {
     int max_splits = kMaxTailSplits;
     asynctp::kernels::WaitContext wait{};  // bounds the last split's wait for the others
     ReduceScatterTiles rs{};                // rs.rank >= 0: the partial product of a reduce-scatter
+    uint64_t* trace = nullptr;              // tile_trace.h; null: off
   };
 
   struct Params {
@@ -90,6 +92,7 @@ class AsyncInputTileScheduler {
     asynctp::kernels::WaitContext wait{};
     int32_t tile_m = 0;                             // rows of a CTA's tile
     ReduceScatterTiles rs{};
+    uint64_t* trace = nullptr;
   };
 
   struct WorkTileInfo {
@@ -101,6 +104,7 @@ class AsyncInputTileScheduler {
     int32_t split = 0, splits = 1;     // which of the tile's splits; 1: the tile is whole
     int32_t tail_slot = 0;             // the tile's row in the workspace, where split
     bool staged = false;               // a reduce-scatter tile of another rank's rows
+    int32_t unit = 0;                  // the scheduler's work unit (for the tile trace)
     CUTLASS_HOST_DEVICE bool is_valid() const { return is_valid_tile; }
     CUTLASS_HOST_DEVICE static WorkTileInfo invalid_work_tile() { return {-1, -1, -1, false}; }
     CUTLASS_HOST_DEVICE bool is_final_split(uint32_t) const { return split + 1 == splits; }
@@ -130,6 +134,7 @@ class AsyncInputTileScheduler {
     p.wait = args.wait;
     p.tile_m = cute::get<0>(TileShape{});
     p.rs = args.rs;
+    p.trace = args.trace;
     const TailSplit split = plan_tail_split(p.total, clusters(p, hw_info), p.k_tiles, args.max_splits);
     const int64_t ctas = static_cast<int64_t>(p.cluster_m) * p.cluster_n;
     // Room for the plan's counters and partial sums (a workspace sized for fewer SMs has none).
@@ -177,6 +182,7 @@ class AsyncInputTileScheduler {
 #if defined(__CUDA_ARCH__)
     current_ = static_cast<int32_t>(blockIdx.z);
     stride_ = static_cast<int32_t>(gridDim.z);
+    if (params.trace != nullptr) start_ns_ = global_timer_ns();
 #endif
   }
 
@@ -187,7 +193,16 @@ class AsyncInputTileScheduler {
 
   CUTLASS_DEVICE WorkTileInfo get_current_work() const { return work_for(current_); }
 
-  CUTLASS_DEVICE auto fetch_next_work(WorkTileInfo) {
+  CUTLASS_DEVICE auto fetch_next_work(WorkTileInfo work) {
+    // Consumer thread 0 (the first thread after the producer warpgroup) comes here after each epilogue.
+    if (params_.trace != nullptr && threadIdx.x == cutlass::NumThreadsPerWarpGroup && work.is_valid()) {
+      uint64_t* r = trace_record(params_, work);
+      r[kTraceTile] = static_cast<uint64_t>(work.M_idx) << 32 | static_cast<uint32_t>(work.N_idx);
+      r[kTraceUnit] = static_cast<uint64_t>(blockIdx.z) << 32 | static_cast<uint64_t>(work.split) << 16 |
+                      static_cast<uint64_t>(work.splits) << 1 | (work.staged ? 1u : 0u);
+      r[kTraceStart] = start_ns_;
+      r[kTraceEpilogueDone] = global_timer_ns();
+    }
     current_ += stride_;
     return cute::make_tuple(work_for(current_), true);
   }
@@ -219,6 +234,37 @@ class AsyncInputTileScheduler {
 #if defined(__CUDA_ARCH__)
     const uint32_t threads = mma_warpgroups * cutlass::NumThreadsPerWarpGroup;
     const uint32_t thread = warpgroup * cutlass::NumThreadsPerWarpGroup + threadIdx.x % cutlass::NumThreadsPerWarpGroup;
+    trace_mark(params, work, thread, kTraceFixupEnter);
+    fixup_splits(params, work, accumulators, thread, threads);
+    trace_mark(params, work, thread, kTraceFixupExit);
+#endif
+  }
+
+  template <class ProblemShapeMNKL, class TileShape>
+  CUTLASS_HOST_DEVICE static int get_work_k_tile_count(WorkTileInfo const& work, ProblemShapeMNKL, TileShape) {
+    return work.k_count;
+  }
+
+  CUTLASS_HOST_DEVICE static uint32_t get_work_k_tile_start(WorkTileInfo const& work) {
+    return static_cast<uint32_t>(work.k_begin);
+  }
+
+ private:
+  CUTLASS_DEVICE static uint64_t* trace_record(Params const& params, WorkTileInfo const& work) {
+    const uint32_t cta = cute::block_rank_in_cluster();
+    return params.trace + (static_cast<size_t>(work.unit) * kTraceCtasPerCluster + cta) * kTraceWords;
+  }
+
+  CUTLASS_DEVICE static void trace_mark(Params const& params, WorkTileInfo const& work, uint32_t thread, int word) {
+#if defined(__CUDA_ARCH__)
+    if (params.trace != nullptr && thread == 0) trace_record(params, work)[word] = global_timer_ns();
+#endif
+  }
+
+  template <class FrgTensorC>
+  CUTLASS_DEVICE static void fixup_splits(Params const& params, WorkTileInfo const& work, FrgTensorC& accumulators,
+                                          uint32_t thread, uint32_t threads) {
+#if defined(__CUDA_ARCH__)
     if (work.splits <= 1) {
       reduce_scatter_fixup(params, work, accumulators, thread, threads);
       return;
@@ -238,6 +284,7 @@ class AsyncInputTileScheduler {
     // Bounded like every wait in asynctp; a timeout here means a split never ran, which is a bug.
     wait_flag_sys</*kPrint=*/false>(counter, others, params.wait.rank, work.tail_slot, params.wait,
                                     asynctp::detail::FaultSite::kSplitReduction);
+    trace_mark(params, work, thread, kTraceWaitDone);
     for (int j = 0; j < work.splits - 1; ++j) {
       const float* theirs = slots + static_cast<size_t>(j) * kMaxTileElements;
       CUTLASS_PRAGMA_UNROLL
@@ -248,16 +295,6 @@ class AsyncInputTileScheduler {
 #endif
   }
 
-  template <class ProblemShapeMNKL, class TileShape>
-  CUTLASS_HOST_DEVICE static int get_work_k_tile_count(WorkTileInfo const& work, ProblemShapeMNKL, TileShape) {
-    return work.k_count;
-  }
-
-  CUTLASS_HOST_DEVICE static uint32_t get_work_k_tile_start(WorkTileInfo const& work) {
-    return static_cast<uint32_t>(work.k_begin);
-  }
-
- private:
   // Clusters in the grid: one per co-resident slot (hw_info.max_active_clusters, from the occupancy
   // query), no more than there are cluster tiles.
   static int clusters(Params const& p, cutlass::KernelHardwareInfo const& hw_info) {
@@ -306,6 +343,7 @@ class AsyncInputTileScheduler {
       if (q == rs.rank) continue;
       const int32_t index = q * rs.flag_stride + piece;
       wait_flag_sys</*kPrint=*/false>(rs.arrived + index, expected, q, rs.pad_index + index, rs.wait);
+      trace_mark(params, work, thread, kTraceWaitDone);
       const uint4* theirs = reinterpret_cast<const uint4*>(rs.inbox + (static_cast<size_t>(q) * tiles_per_rank + tile) * slot_words) + thread;
       CUTLASS_PRAGMA_UNROLL
       for (int g = 0; g < kWords / 4; ++g) {
@@ -364,11 +402,13 @@ class AsyncInputTileScheduler {
     w.k_count = static_cast<int32_t>(static_cast<int64_t>(split + 1) * params_.k_tiles / w.splits) - w.k_begin;
     w.tail_slot = tail_tile * params_.cluster_m * params_.cluster_n + static_cast<int32_t>(cta_m) +
                   static_cast<int32_t>(cta_n) * params_.cluster_m;
+    w.unit = u;
     w.staged = params_.rs.rank >= 0 && (w.M_idx * params_.tile_m) / params_.rs.rows_per_rank != params_.rs.rank;
     return w;
   }
 
   Params params_;
+  uint64_t start_ns_ = 0;  // this CTA's start, for the tile trace
   int32_t current_ = 0;
   int32_t stride_ = 1;
 };

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Summarizes tile traces written under ASYNCTP_TRACE_TILES=DIR (src/kernels/fused/tile_trace.h).
+
+usage: scripts/tile_trace_summary.py DIR_OR_CSV...
+
+For each file: the kernel's span, then per kind of tile (staged: a reduce-scatter tile of a peer's
+rows; own: one that adds the peers' pieces; split: a K-split of the last round; plain) the mean time
+of its mainloop, of the wait inside fixup, of fixup as a whole and of its epilogue, in µs; then, for
+each round (the k-th unit of every CTA), when its first and last tiles ended.
+"""
+import csv
+import glob
+import os
+import sys
+from collections import defaultdict
+
+
+def kind(r):
+    if int(r["splits"]) > 1:
+        return "split"
+    if int(r["staged"]):
+        return "staged"
+    return "own" if int(r["wait_done_ns"]) >= 0 else "plain"
+
+
+def summarize(path):
+    rows = list(csv.DictReader(open(path)))
+    if not rows:
+        print(f"{path}: empty")
+        return
+    per_cta = defaultdict(list)
+    for r in rows:
+        per_cta[(int(r["cluster"]), int(r["cta"]))].append(r)
+    stats = defaultdict(lambda: defaultdict(float))
+    counts = defaultdict(int)
+    rounds = defaultdict(list)
+    end = 0
+    for seq in per_cta.values():
+        seq.sort(key=lambda r: int(r["fixup_enter_ns"]))
+        prev = int(seq[0]["start_ns"])
+        for k, r in enumerate(seq):
+            enter, exit_, done = int(r["fixup_enter_ns"]), int(r["fixup_exit_ns"]), int(r["epilogue_done_ns"])
+            wait = int(r["wait_done_ns"])
+            s = stats[kind(r)]
+            counts[kind(r)] += 1
+            s["mainloop"] += enter - prev
+            s["wait"] += (wait - enter) if wait >= 0 else 0
+            s["fixup"] += exit_ - enter
+            s["epilogue"] += done - exit_
+            rounds[k].append(done)
+            prev = done
+            end = max(end, done)
+    starts = [int(r["start_ns"]) for r in rows]
+    print(f"{os.path.basename(path)}: {len(rows)} tile records, CTAs started within {max(starts) / 1e3:.1f} µs, "
+          f"last epilogue at {end / 1e3:.1f} µs")
+    print("  kind    tiles  mainloop   wait  fixup  epilogue (mean µs)")
+    for k in ("staged", "own", "plain", "split"):
+        if counts[k]:
+            n = counts[k]
+            s = stats[k]
+            print(f"  {k:7s} {n:5d} {s['mainloop'] / n / 1e3:9.1f} {s['wait'] / n / 1e3:6.1f} "
+                  f"{s['fixup'] / n / 1e3:6.1f} {s['epilogue'] / n / 1e3:9.1f}")
+    print("  round  tiles  first end  last end (µs)")
+    for k in sorted(rounds):
+        v = rounds[k]
+        print(f"  {k:5d} {len(v):6d} {min(v) / 1e3:10.1f} {max(v) / 1e3:9.1f}")
+
+
+def main():
+    paths = []
+    for a in sys.argv[1:] or ["."]:
+        paths += sorted(glob.glob(os.path.join(a, "*.csv"))) if os.path.isdir(a) else [a]
+    for p in paths:
+        summarize(p)
+
+
+if __name__ == "__main__":
+    main()

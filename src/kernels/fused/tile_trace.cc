@@ -1,0 +1,90 @@
+// The host side of the tile trace (tile_trace.h): the buffer the kernel writes, and the CSV file.
+#include "kernels/fused/tile_trace.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <mutex>
+#include <sstream>
+#include <vector>
+
+#include "common/check.h"
+#include "kernels/fused/ag_gemm.h"
+#include "kernels/fused/tail_split.h"
+
+namespace asynctp::kernels::fused {
+namespace {
+
+const char* trace_dir() {
+  static const char* dir = [] {
+    const char* d = std::getenv("ASYNCTP_TRACE_TILES");
+    return d != nullptr && *d != '\0' ? d : nullptr;
+  }();
+  return dir;
+}
+
+// Records a launch can write: every cluster tile (at the narrowest tile), each split kMaxTailSplits
+// ways at most, one record per CTA.
+size_t records_for(const AgGemmArgs& a) {
+  const int64_t clusters = (a.M + kClusterRows - 1) / kClusterRows * ((a.N + 191) / 192);
+  return static_cast<size_t>(clusters * kMaxTailSplits * kTraceCtasPerCluster);
+}
+
+struct TraceBuffer {
+  std::mutex mu;
+  uint64_t* device = nullptr;
+  size_t words = 0;
+};
+
+TraceBuffer& buffer() {
+  static TraceBuffer b;  // one device per process; tracing is for measurement runs only
+  return b;
+}
+
+}  // namespace
+
+uint64_t* tile_trace_buffer(const AgGemmArgs& args, cudaStream_t stream) {
+  if (trace_dir() == nullptr) return nullptr;
+  TraceBuffer& b = buffer();
+  std::lock_guard<std::mutex> lock(b.mu);
+  const size_t words = records_for(args) * kTraceWords;
+  if (words > b.words) {
+    // The previous call synchronized before writing its file, so no kernel still uses the old buffer.
+    if (b.device != nullptr) ASYNCTP_CUDA_CHECK(cudaFree(b.device));
+    b.device = nullptr;
+    ASYNCTP_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&b.device), words * sizeof(uint64_t)));
+    b.words = words;
+  }
+  ASYNCTP_CUDA_CHECK(cudaMemsetAsync(b.device, 0, words * sizeof(uint64_t), stream));
+  return b.device;
+}
+
+void write_tile_trace(const char* op, const AgGemmArgs& args, int rank) {
+  if (args.trace == nullptr) return;
+  std::vector<uint64_t> r(records_for(args) * kTraceWords);
+  ASYNCTP_CUDA_CHECK(cudaMemcpy(r.data(), args.trace, r.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+  uint64_t t0 = std::numeric_limits<uint64_t>::max();
+  for (size_t i = 0; i < r.size(); i += kTraceWords) {
+    if (r[i + kTraceStart] != 0) t0 = std::min(t0, r[i + kTraceStart]);
+  }
+  std::ostringstream path;
+  path << trace_dir() << '/' << op << '_' << args.M << 'x' << args.N << 'x' << args.K << "_rank" << rank << ".csv";
+  std::ofstream out(path.str());
+  ASYNCTP_CHECK(out.good(), "ASYNCTP_TRACE_TILES: cannot write ", path.str());
+  out << "unit,cta,cluster,m_tile,n_tile,staged,split,splits,start_ns,fixup_enter_ns,wait_done_ns,fixup_exit_ns,"
+         "epilogue_done_ns\n";
+  auto rel = [&](uint64_t t) { return t == 0 ? int64_t{-1} : static_cast<int64_t>(t - t0); };
+  for (size_t i = 0; i < r.size(); i += kTraceWords) {
+    const uint64_t* w = &r[i];
+    if (w[kTraceStart] == 0) continue;  // a unit this launch did not have
+    const size_t record = i / kTraceWords;
+    out << record / kTraceCtasPerCluster << ',' << record % kTraceCtasPerCluster << ',' << (w[kTraceUnit] >> 32) << ','
+        << (w[kTraceTile] >> 32) << ',' << (w[kTraceTile] & 0xFFFFFFFFu) << ',' << (w[kTraceUnit] & 1) << ','
+        << ((w[kTraceUnit] >> 16) & 0xFFFF) << ',' << ((w[kTraceUnit] >> 1) & 0x7FFF) << ',' << rel(w[kTraceStart])
+        << ',' << rel(w[kTraceFixupEnter]) << ',' << rel(w[kTraceWaitDone]) << ',' << rel(w[kTraceFixupExit]) << ','
+        << rel(w[kTraceEpilogueDone]) << '\n';
+  }
+}
+
+}  // namespace asynctp::kernels::fused

@@ -1,0 +1,43 @@
+// Internal: a timeline of the fused kernel's tiles, for finding where its time goes (there is no
+// profiler on the GPU machine that can follow a kernel which waits on another GPU).
+//
+// With ASYNCTP_TRACE_TILES=DIR, every fused call gives its kernel a record per (work unit, CTA of the
+// cluster), which consumer thread 0 fills from the GPU's global timer, and the call (after its last
+// enqueue, so that no peer waits on it) synchronizes and writes DIR/<op>_<M>x<N>x<K>_rank<r>.csv. A
+// later call of the same shape overwrites it: the file holds the last call. Off, the kernel tests one
+// null pointer per tile. docs/fused_reduce_scatter.md shows how to read it
+// (scripts/tile_trace_summary.py).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace asynctp::kernels::fused {
+
+struct AgGemmArgs;
+
+// Words of one record, and what each holds (nanoseconds from the GPU's global timer).
+enum TraceWord : int {
+  kTraceTile = 0,         // M_idx << 32 | N_idx (CTA tiles)
+  kTraceUnit = 1,         // cluster << 32 | split << 16 | splits << 1 | staged (a reduce-scatter tile of a peer's rows)
+  kTraceStart = 2,        // the CTA's start
+  kTraceFixupEnter = 3,   // the mainloop's end: accumulators whole
+  kTraceWaitDone = 4,     // the last wait in fixup returned (split partials, or the peers' pieces); 0: none
+  kTraceFixupExit = 5,    // staging or reduction done
+  kTraceEpilogueDone = 6, // the epilogue's stores issued (or skipped, for a staged tile)
+  kTraceWords = 8,
+};
+
+// CTAs per cluster (the scheduler's units are cluster tiles, one record per CTA of each).
+constexpr int kTraceCtasPerCluster = 2;
+
+// Host side. A zeroed device buffer with room for the records of a launch of `args`, where
+// ASYNCTP_TRACE_TILES is set; null (tracing off) otherwise.
+uint64_t* tile_trace_buffer(const AgGemmArgs& args, cudaStream_t stream);
+
+// Writes the records of the launch of `args` (whose stream the caller has synchronized) to
+// $ASYNCTP_TRACE_TILES/<op>_<M>x<N>x<K>_rank<rank>.csv, times in ns from the first CTA's start.
+void write_tile_trace(const char* op, const AgGemmArgs& args, int rank);
+
+}  // namespace asynctp::kernels::fused
