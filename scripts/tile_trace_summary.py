@@ -6,7 +6,8 @@ usage: scripts/tile_trace_summary.py DIR_OR_CSV...
 For each file: the kernel's span, then per kind of tile (staged: a reduce-scatter tile of a peer's
 rows; own: one that adds the peers' pieces; split: a K-split of the last round; plain) the mean time
 of its mainloop, of the wait inside fixup, of fixup as a whole and of its epilogue, in µs; then, for
-each round (the k-th unit of every CTA), when its first and last tiles ended.
+each round (the k-th unit of every CTA), when its first and last tiles ended; then the call's
+marks (<op>_<shape>_rank<r>.calls): when the stream and the host reached each.
 """
 import csv
 import glob
@@ -64,6 +65,13 @@ def summarize(path):
     for k in sorted(rounds):
         v = rounds[k]
         print(f"  {k:5d} {len(v):6d} {min(v) / 1e3:10.1f} {max(v) / 1e3:9.1f}")
+    calls = path[: -len(".csv")] + ".calls"
+    if os.path.exists(calls):
+        print("  the call (µs from its entry): mark, GPU reached it, host passed it")
+        for line in open(calls).read().split("\n")[1:]:
+            if line.strip():
+                name, gpu, host = line.split()
+                print(f"    {name:12s} {float(gpu):9.1f} {float(host):9.1f}")
 
 
 def main():

@@ -8,6 +8,7 @@
 
 #include "algo/sequential.h"
 #include "kernels/fused/ag_gemm.h"
+#include "kernels/fused/tile_trace.h"
 
 namespace asynctp::algo {
 
@@ -44,7 +45,8 @@ void attach_tail_split(Communicator& comm, kernels::fused::AgGemmArgs& g, cudaSt
 // Where ASYNCTP_TRACE_TILES is set (kernels/fused/tile_trace.h): gives `g` a tile trace buffer, and
 // after the call's last enqueue, waits for `stream` and writes the trace.
 void attach_tile_trace(kernels::fused::AgGemmArgs& g, cudaStream_t stream);
-void finish_tile_trace(Communicator& comm, const char* op, const kernels::fused::AgGemmArgs& g, cudaStream_t stream);
+void finish_tile_trace(Communicator& comm, const char* op, const kernels::fused::AgGemmArgs& g,
+                       kernels::fused::CallTimeline& timeline, cudaStream_t stream);
 
 // Pieces each rank's shard is pushed in: `requested`, or kFusedDefaultPieces where it is 0; at most
 // `rows_per_rank`.

@@ -9,7 +9,6 @@
 #include "comm/communicator_impl.h"
 #include "common/check.h"
 #include "kernels/fused/ag_gemm.h"
-#include "kernels/fused/tile_trace.h"
 
 namespace asynctp::algo {
 
@@ -29,10 +28,12 @@ void attach_tile_trace(kernels::fused::AgGemmArgs& g, cudaStream_t stream) {
   g.trace = kernels::fused::tile_trace_buffer(g, stream);
 }
 
-void finish_tile_trace(Communicator& comm, const char* op, const kernels::fused::AgGemmArgs& g, cudaStream_t stream) {
+void finish_tile_trace(Communicator& comm, const char* op, const kernels::fused::AgGemmArgs& g,
+                       kernels::fused::CallTimeline& timeline, cudaStream_t stream) {
   if (g.trace == nullptr) return;
   comm.synchronize(stream);
   kernels::fused::write_tile_trace(op, g, comm.rank());
+  timeline.write(op, g, comm.rank());
 }
 
 namespace {
@@ -72,7 +73,10 @@ void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan&
                                 chunks_per_rank);
     return;
   }
+  kernels::fused::CallTimeline timeline(stream);
+  timeline.mark("entry");
   agree();
+  timeline.mark("agreed");
   require_one_node(comm, "all_gather_matmul");
   Communicator::Impl& m = comm.impl();
   const int ws = m.world_size, me = m.rank;
@@ -168,6 +172,7 @@ void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan&
 
   // The kernels last: should a launch fail, the peers have their rows all the same and do not wait
   // for this rank until they time out.
+  timeline.mark("kernel");
   if (all_kernel) {
     for (size_t i = 0; i < bs.size(); ++i) {
       kernels::fused::AgGemmArgs& g = kernels_args[i];
@@ -194,10 +199,12 @@ void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan&
     pr.wait_ready(stream, all);
     for (size_t i = 0; i < bs.size(); ++i) cublas_gemm(m, plan, mine, bs[i], outputs[i], i, stream);
   }
+  timeline.mark("kernel_done");
   fan.join();
   // This rank no longer reads its gathered buffer: peers may push the next call's pieces.
   for (int i = 1; i < ws; ++i) pr.signal(stream, (me + i) % ws, OverlapResources::done_flag(me));
-  if (all_kernel) finish_tile_trace(comm, "ag", kernels_args[0], stream);
+  timeline.mark("end");
+  if (all_kernel) finish_tile_trace(comm, "ag", kernels_args[0], timeline, stream);
 }
 
 }  // namespace asynctp::algo

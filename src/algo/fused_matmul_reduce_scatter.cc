@@ -44,7 +44,10 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
     pipelined_matmul_reduce_scatter(comm, plan, a, b, output, stream, agree, chunks_per_rank);
     return;
   }
+  kernels::fused::CallTimeline timeline(stream);
+  timeline.mark("entry");
   agree();
+  timeline.mark("agreed");
   require_one_node(comm, "matmul_reduce_scatter");
   Communicator::Impl& m = comm.impl();
   const int ws = m.world_size, me = m.rank;
@@ -102,7 +105,9 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
   rs.wait = pr.wait_context();
   g.c_row0 = me * rows;
   attach_tile_trace(g, stream);
+  timeline.mark("kernel");
   kernels::fused::run_ag_gemm(g, stream);
+  timeline.mark("kernel_done");
 
   // Each piece of each peer's rows, once the kernel has staged all its tiles, to that peer's inbox;
   // rank me+1 first, as the kernel computes them.
@@ -125,7 +130,8 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
   fan.join();
   // This rank no longer reads its inbox, and its staging may be overwritten: peers may push again.
   for (int i = 1; i < ws; ++i) pr.signal(stream, (me + i) % ws, OverlapResources::done_flag(me));
-  finish_tile_trace(comm, "rs", g, stream);
+  timeline.mark("end");
+  finish_tile_trace(comm, "rs", g, timeline, stream);
 }
 
 }  // namespace asynctp::algo

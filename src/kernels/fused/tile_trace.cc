@@ -2,6 +2,7 @@
 #include "kernels/fused/tile_trace.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
@@ -42,6 +43,12 @@ TraceBuffer& buffer() {
   return b;
 }
 
+std::string trace_path(const char* op, const AgGemmArgs& args, int rank, const char* ext) {
+  std::ostringstream path;
+  path << trace_dir() << '/' << op << '_' << args.M << 'x' << args.N << 'x' << args.K << "_rank" << rank << ext;
+  return path.str();
+}
+
 }  // namespace
 
 uint64_t* tile_trace_buffer(const AgGemmArgs& args, cudaStream_t stream) {
@@ -68,10 +75,9 @@ void write_tile_trace(const char* op, const AgGemmArgs& args, int rank) {
   for (size_t i = 0; i < r.size(); i += kTraceWords) {
     if (r[i + kTraceStart] != 0) t0 = std::min(t0, r[i + kTraceStart]);
   }
-  std::ostringstream path;
-  path << trace_dir() << '/' << op << '_' << args.M << 'x' << args.N << 'x' << args.K << "_rank" << rank << ".csv";
-  std::ofstream out(path.str());
-  ASYNCTP_CHECK(out.good(), "ASYNCTP_TRACE_TILES: cannot write ", path.str());
+  const std::string path = trace_path(op, args, rank, ".csv");
+  std::ofstream out(path);
+  ASYNCTP_CHECK(out.good(), "ASYNCTP_TRACE_TILES: cannot write ", path);
   out << "unit,cta,cluster,m_tile,n_tile,staged,split,splits,start_ns,fixup_enter_ns,wait_done_ns,fixup_exit_ns,"
          "epilogue_done_ns\n";
   auto rel = [&](uint64_t t) { return t == 0 ? int64_t{-1} : static_cast<int64_t>(t - t0); };
@@ -84,6 +90,47 @@ void write_tile_trace(const char* op, const AgGemmArgs& args, int rank) {
         << ((w[kTraceUnit] >> 16) & 0xFFFF) << ',' << ((w[kTraceUnit] >> 1) & 0x7FFF) << ',' << rel(w[kTraceStart])
         << ',' << rel(w[kTraceFixupEnter]) << ',' << rel(w[kTraceWaitDone]) << ',' << rel(w[kTraceFixupExit]) << ','
         << rel(w[kTraceEpilogueDone]) << '\n';
+  }
+}
+
+constexpr int kMaxMarks = 8;
+
+struct CallTimeline::Mark {
+  const char* name = nullptr;
+  cudaEvent_t event = nullptr;
+  std::chrono::steady_clock::time_point host;
+};
+
+CallTimeline::CallTimeline(cudaStream_t stream) : stream_(stream) {
+  if (trace_dir() != nullptr) marks_ = new Mark[kMaxMarks];
+}
+
+CallTimeline::~CallTimeline() {
+  if (marks_ == nullptr) return;
+  for (int i = 0; i < count_; ++i) cudaEventDestroy(marks_[i].event);
+  delete[] marks_;
+}
+
+void CallTimeline::mark(const char* name) {
+  if (marks_ == nullptr || count_ == kMaxMarks) return;
+  Mark& m = marks_[count_++];
+  m.name = name;
+  ASYNCTP_CUDA_CHECK(cudaEventCreate(&m.event));
+  ASYNCTP_CUDA_CHECK(cudaEventRecord(m.event, stream_));
+  m.host = std::chrono::steady_clock::now();
+}
+
+void CallTimeline::write(const char* op, const AgGemmArgs& args, int rank) {
+  if (marks_ == nullptr || count_ == 0) return;
+  const std::string path = trace_path(op, args, rank, ".calls");
+  std::ofstream out(path);
+  ASYNCTP_CHECK(out.good(), "ASYNCTP_TRACE_TILES: cannot write ", path);
+  out << "mark gpu_us host_us\n";
+  for (int i = 0; i < count_; ++i) {
+    float ms = 0;
+    ASYNCTP_CUDA_CHECK(cudaEventElapsedTime(&ms, marks_[0].event, marks_[i].event));
+    out << marks_[i].name << ' ' << ms * 1000.0f << ' '
+        << std::chrono::duration<double, std::micro>(marks_[i].host - marks_[0].host).count() << '\n';
   }
 }
 

@@ -12,6 +12,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <string>
 
 namespace asynctp::kernels::fused {
 
@@ -39,5 +40,27 @@ uint64_t* tile_trace_buffer(const AgGemmArgs& args, cudaStream_t stream);
 // Writes the records of the launch of `args` (whose stream the caller has synchronized) to
 // $ASYNCTP_TRACE_TILES/<op>_<M>x<N>x<K>_rank<rank>.csv, times in ns from the first CTA's start.
 void write_tile_trace(const char* op, const AgGemmArgs& args, int rank);
+
+// Where the call's time goes outside the kernel: GPU events (and host clock readings) at named points
+// of a fused call, written beside the tile trace as <op>_<M>x<N>x<K>_rank<r>.calls: for each mark,
+// when the stream reached it and when the host passed it, in µs from the first mark. Inert where
+// ASYNCTP_TRACE_TILES is unset.
+class CallTimeline {
+ public:
+  explicit CallTimeline(cudaStream_t stream);
+  ~CallTimeline();
+  CallTimeline(const CallTimeline&) = delete;
+  CallTimeline& operator=(const CallTimeline&) = delete;
+
+  void mark(const char* name);
+  // After the stream has been synchronized.
+  void write(const char* op, const AgGemmArgs& args, int rank);
+
+ private:
+  struct Mark;
+  cudaStream_t stream_;
+  Mark* marks_ = nullptr;
+  int count_ = 0;
+};
 
 }  // namespace asynctp::kernels::fused
