@@ -1,6 +1,7 @@
 // Fused all_gather_matmul: copy-engine pushes into the peers' gathered buffers, one flag per piece,
 // and a persistent GEMM that waits for each tile's rows itself (kernels/fused/).
 #include <algorithm>
+#include <exception>
 
 #include "algo/bytes.h"
 #include "algo/fused.h"
@@ -133,6 +134,37 @@ void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan&
   pr.begin_epoch(stream, /*wait_done=*/!pushes_wait);
   Fanout fan(pr, stream);
 
+  // The kernels first: each API call enqueued before them would delay their start on an idle GPU, and
+  // the copies below need no kernel (their side streams follow the fork above, not the kernels). Should
+  // a launch fail, the copies are still enqueued and the call still ends as usual before the error goes
+  // up, so the peers get this rank's rows and do not wait for it until they time out.
+  timeline.mark("kernel");
+  std::exception_ptr launch_failed;
+  if (all_kernel) {
+    try {
+      for (size_t i = 0; i < bs.size(); ++i) {
+        kernels::fused::AgGemmArgs& g = kernels_args[i];
+        g.a_local = a_shard.data;
+        g.local_begin = begin;
+        g.local_end = end;
+        if (i == 0) {  // later kernels run after the first has seen every flag
+          g.chunks.flags = pr.pad() + pr.arrived_flag(0, 0);
+          g.chunks.epoch = pr.epoch();
+          g.chunks.flag_stride = kMaxChunksPerRank;
+          g.chunks.rows_per_rank = static_cast<int32_t>(rows);
+          g.chunks.rows_per_piece = static_cast<int32_t>(piece_rows);
+          g.chunks.pad_index = pr.arrived_flag(0, 0);
+          g.chunks.wait = pr.wait_context();
+          attach_tile_trace(g, stream);
+        }
+        kernels::fused::run_ag_gemm(g, stream);
+      }
+    } catch (...) {
+      launch_failed = std::current_exception();
+    }
+  }
+  timeline.mark("kernel_launched");
+
   // Push this rank's shard to each peer, piece by piece, rank me-1 first: it multiplies these rows
   // right after its own, while rank me-i multiplies them i-th.
   cudaStream_t push = fan.use(pr.peer_stream(me));
@@ -170,28 +202,7 @@ void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan&
     }
   }
 
-  // The kernels last: should a launch fail, the peers have their rows all the same and do not wait
-  // for this rank until they time out.
-  timeline.mark("kernel");
-  if (all_kernel) {
-    for (size_t i = 0; i < bs.size(); ++i) {
-      kernels::fused::AgGemmArgs& g = kernels_args[i];
-      g.a_local = a_shard.data;
-      g.local_begin = begin;
-      g.local_end = end;
-      if (i == 0) {  // later kernels run after the first has seen every flag
-        g.chunks.flags = pr.pad() + pr.arrived_flag(0, 0);
-        g.chunks.epoch = pr.epoch();
-        g.chunks.flag_stride = kMaxChunksPerRank;
-        g.chunks.rows_per_rank = static_cast<int32_t>(rows);
-        g.chunks.rows_per_piece = static_cast<int32_t>(piece_rows);
-        g.chunks.pad_index = pr.arrived_flag(0, 0);
-        g.chunks.wait = pr.wait_context();
-        attach_tile_trace(g, stream);
-      }
-      kernels::fused::run_ag_gemm(g, stream);
-    }
-  } else {
+  if (!all_kernel) {
     OverlapResources::FlagList all;
     for (int q = 0; q < ws; ++q) {
       for (int j = 0; j < used_pieces; ++j) all.add(pr.arrived_flag(q, j), q);
@@ -199,10 +210,11 @@ void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan&
     pr.wait_ready(stream, all);
     for (size_t i = 0; i < bs.size(); ++i) cublas_gemm(m, plan, mine, bs[i], outputs[i], i, stream);
   }
-  timeline.mark("kernel_done");
+  timeline.mark("copies_enqueued");
   fan.join();
   // This rank no longer reads its gathered buffer: peers may push the next call's pieces.
   for (int i = 1; i < ws; ++i) pr.signal(stream, (me + i) % ws, OverlapResources::done_flag(me));
+  if (launch_failed) std::rethrow_exception(launch_failed);
   timeline.mark("end");
   if (all_kernel) finish_tile_trace(comm, "ag", kernels_args[0], timeline, stream);
 }

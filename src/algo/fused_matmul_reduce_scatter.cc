@@ -83,8 +83,7 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
   // Pushes go into the peers' inboxes, so each peer must be done with the last call first: outside
   // graph capture only the pushes wait for that (docs/fused.md), under capture the whole call.
   const bool pushes_wait = pr.host_knows_epoch(stream);
-  pr.begin_epoch(stream, /*wait_done=*/!pushes_wait);
-  pr.reset_staged(stream);
+  pr.begin_epoch(stream, /*wait_done=*/!pushes_wait, /*reset_staged=*/true);
   Fanout fan(pr, stream);
 
   // The kernel first: the pushes below wait for what it stages, and enqueuing them (a dozen API calls)
@@ -107,7 +106,7 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
   attach_tile_trace(g, stream);
   timeline.mark("kernel");
   kernels::fused::run_ag_gemm(g, stream);
-  timeline.mark("kernel_done");
+  timeline.mark("kernel_launched");
 
   // Each piece of each peer's rows, once the kernel has staged all its tiles, to that peer's inbox;
   // rank me+1 first, as the kernel computes them.
@@ -127,6 +126,7 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
     }
   }
 
+  timeline.mark("copies_enqueued");
   fan.join();
   // This rank no longer reads its inbox, and its staging may be overwritten: peers may push again.
   for (int i = 1; i < ws; ++i) pr.signal(stream, (me + i) % ws, OverlapResources::done_flag(me));

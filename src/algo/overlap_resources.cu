@@ -10,7 +10,9 @@ namespace {
 
 // One warp: lane p waits for peer p's done flag (skipping this rank), then lane 0 advances the epoch.
 __global__ void __launch_bounds__(32) begin_epoch_kernel(const uint32_t* pad, uint32_t* epoch, int lsa_size, int me,
-                                                         bool wait_done, bool advance, kernels::WaitContext ctx) {
+                                                         bool wait_done, bool advance, uint32_t* zero, int zero_words,
+                                                         kernels::WaitContext ctx) {
+  for (int i = threadIdx.x; i < zero_words; i += 32) zero[i] = 0;
   const uint32_t current = *epoch;
   for (int p = threadIdx.x; wait_done && p < lsa_size; p += 32) {
     if (p != me) kernels::wait_flag_sys(pad + p, current, p, p, ctx);  // done_flag(p) == p
@@ -70,6 +72,11 @@ OverlapResources::OverlapResources(Communicator& comm) : comm_(comm) {
   events_.resize(8 + 4 * static_cast<size_t>(lsa_size_) * (kMaxChunksPerRank + 1));
   for (cudaEvent_t& e : events_) ASYNCTP_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   m.gemm.reserve();
+  // Loads the small kernels now: CUDA loads a kernel at its first launch, and a load can wait for the
+  // device to go idle, which a fused kernel spinning on a flag that a peer sets only later would not.
+  cudaFuncAttributes attributes;
+  ASYNCTP_CUDA_CHECK(cudaFuncGetAttributes(&attributes, begin_epoch_kernel));
+  ASYNCTP_CUDA_CHECK(cudaFuncGetAttributes(&attributes, wait_ready_kernel));
   ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(m.setup_stream));
 }
 
@@ -99,9 +106,6 @@ OverlapResources::~OverlapResources() {
   cudaFree(staged_);
 }
 
-void OverlapResources::reset_staged(cudaStream_t stream) {
-  ASYNCTP_CUDA_CHECK(cudaMemsetAsync(staged_, 0, staged_bytes(), stream));
-}
 
 void OverlapResources::wait_staged(cudaStream_t stream, int peer, int piece, uint32_t count) {
   ASYNCTP_CU_CHECK(detail::driver().stream_wait_value32(
@@ -135,10 +139,11 @@ void OverlapResources::wait_previous_done_without_sm(cudaStream_t stream) {
   }
 }
 
-void OverlapResources::launch_done_kernel(cudaStream_t stream, bool wait, bool advance) {
+void OverlapResources::launch_done_kernel(cudaStream_t stream, bool wait, bool advance, bool reset_staged) {
   if (advance && host_knows_epoch(stream)) ++host_epoch_;
+  const int zero_words = reset_staged ? static_cast<int>(staged_bytes() / sizeof(uint32_t)) : 0;
   begin_epoch_kernel<<<1, 32, 0, stream>>>(pad_->local(), epoch_, lsa_size_, comm_.impl().lsa.rank, wait, advance,
-                                           wait_context());
+                                           staged_, zero_words, wait_context());
   ASYNCTP_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -57,8 +57,6 @@ class OverlapResources {
   // Fused matmul_reduce_scatter: counters in this GPU's memory, one per (peer, piece), that the kernel
   // raises as it stages that peer's tiles (kernels/fused/reduce_scatter_tiles.h).
   uint32_t* staged() const { return staged_; }
-  // Stream-ordered: every staged counter := 0.
-  void reset_staged(cudaStream_t stream);
   // Stream-ordered, without an SM: `stream` waits until staged counter (peer, piece) >= count. Unbounded
   // by itself: the counter is raised by this rank's own kernel, whose staged tiles wait for nothing.
   void wait_staged(cudaStream_t stream, int peer, int piece, uint32_t count);
@@ -80,8 +78,12 @@ class OverlapResources {
   void follow(cudaStream_t to, cudaEvent_t event);
 
   // Stream-ordered: waits (bounded) until every peer's done flag has reached the current epoch (skipped
-  // where `wait_done` is false), then advances the epoch. Goes first in a call, on the caller's stream.
-  void begin_epoch(cudaStream_t stream, bool wait_done) { launch_done_kernel(stream, wait_done, /*advance=*/true); }
+  // where `wait_done` is false), then advances the epoch, and with `reset_staged` sets every staged
+  // counter to 0 (one launch for both: a fused call starts with an idle GPU as often as not, and each
+  // API call before its kernel delays the kernel). Goes first in a call, on the caller's stream.
+  void begin_epoch(cudaStream_t stream, bool wait_done, bool reset_staged = false) {
+    launch_done_kernel(stream, wait_done, /*advance=*/true, reset_staged);
+  }
   // Stream-ordered: waits (bounded) until every peer's done flag has reached the current epoch.
   void wait_done(cudaStream_t stream) { launch_done_kernel(stream, /*wait=*/true, /*advance=*/false); }
 
@@ -110,7 +112,7 @@ class OverlapResources {
 
  private:
   explicit OverlapResources(Communicator& comm);
-  void launch_done_kernel(cudaStream_t stream, bool wait, bool advance);
+  void launch_done_kernel(cudaStream_t stream, bool wait, bool advance, bool reset_staged = false);
   Communicator& comm_;
   int lsa_size_ = 0;
   std::unique_ptr<SignalPad> pad_;

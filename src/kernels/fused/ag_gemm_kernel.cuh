@@ -124,6 +124,30 @@ cutlass::KernelHardwareInfo hardware_info() {
   return cached;
 }
 
+// Launches `gemm`'s kernel with the parameters it was initialized with. CUTLASS's own run() also sets
+// the kernel's non-portable-cluster attribute on every launch, an API call that the host makes while
+// the GPU waits for the kernel (a fused call starts with an idle GPU as often as not); a 2-CTA cluster
+// is portable, so that attribute is not needed at all.
+template <class ClusterShape, class Gemm>
+void launch_on_clusters(const Gemm& gemm, cudaStream_t stream) {
+  using Kernel = typename Gemm::GemmKernel;
+  typename Kernel::Params params = gemm.params();
+  cudaLaunchAttribute cluster;
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = cute::size<0>(ClusterShape{});
+  cluster.val.clusterDim.y = cute::size<1>(ClusterShape{});
+  cluster.val.clusterDim.z = cute::size<2>(ClusterShape{});
+  cudaLaunchConfig_t config = {};
+  config.gridDim = Gemm::get_grid_shape(params);
+  config.blockDim = Kernel::get_block_shape();
+  config.dynamicSmemBytes = Kernel::SharedStorageSize;
+  config.stream = stream;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  void* args[] = {&params};
+  ASYNCTP_CUDA_CHECK(cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(cutlass::device_kernel<Kernel>), args));
+}
+
 }  // namespace detail
 
 template <class Element, class LayoutB, int kTileN>
@@ -222,10 +246,7 @@ void launch_ag_gemm(const AgGemmArgs& a, cudaStream_t stream) {
     if (cache.size() == kCached) cache.erase(cache.begin());
     cache.push_back(std::move(fresh));
   }
-  const cutlass::Status status = cache.back()->gemm.run(stream);
-  ASYNCTP_CUDA_CHECK(cudaGetLastError());
-  ASYNCTP_CHECK(status == cutlass::Status::kSuccess, "fused all_gather_matmul: kernel launch failed: ",
-                cutlassGetStatusString(status));
+  detail::launch_on_clusters<typename AgGemmKernel<Element, LayoutB, kTileN>::ClusterShape>(cache.back()->gemm, stream);
 }
 
 }  // namespace asynctp::kernels::fused
