@@ -131,7 +131,7 @@ void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan&
   // first. Outside graph capture only the pushes wait for that, on their stream and without an SM, so
   // the GEMM starts on this rank's own rows at once; under capture the whole call waits (docs/fused.md).
   const bool pushes_wait = pr.host_knows_epoch(stream);
-  pr.begin_epoch(stream, /*wait_done=*/!pushes_wait);
+  pr.begin_epoch(stream, /*wait_done=*/!pushes_wait, /*reset_staged=*/true);
   Fanout fan(pr, stream);
 
   // The kernels first: each API call enqueued before them would delay their start on an idle GPU, and
@@ -157,6 +157,9 @@ void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan&
           g.chunks.wait = pr.wait_context();
           attach_tile_trace(g, stream);
         }
+        // The last kernel reads the gathered buffer last; it can tell the peers it is done unless copies
+        // of return_a still read the buffer after it.
+        if (i + 1 == bs.size() && !plan.return_a) g.done = pr.done_signal();
         kernels::fused::run_ag_gemm(g, stream);
       }
     } catch (...) {
@@ -212,8 +215,12 @@ void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan&
   }
   timeline.mark("copies_enqueued");
   fan.join();
-  // This rank no longer reads its gathered buffer: peers may push the next call's pieces.
-  for (int i = 1; i < ws; ++i) pr.signal(stream, (me + i) % ws, OverlapResources::done_flag(me));
+  // This rank no longer reads its gathered buffer: peers may push the next call's pieces. The last
+  // kernel has said so itself as it ended, where it could (and was launched).
+  const bool kernel_signals = all_kernel && !launch_failed && kernels_args.back().done.peers > 0;
+  if (!kernel_signals) {
+    for (int i = 1; i < ws; ++i) pr.signal(stream, (me + i) % ws, OverlapResources::done_flag(me));
+  }
   if (launch_failed) std::rethrow_exception(launch_failed);
   timeline.mark("end");
   if (all_kernel) finish_tile_trace(comm, "ag", kernels_args[0], timeline, stream);

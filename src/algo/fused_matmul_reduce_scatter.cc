@@ -103,6 +103,7 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
   rs.pad_index = pr.arrived_flag(0, 0);
   rs.wait = pr.wait_context();
   g.c_row0 = me * rows;
+  g.done = pr.done_signal();
   attach_tile_trace(g, stream);
   timeline.mark("kernel");
   kernels::fused::run_ag_gemm(g, stream);
@@ -128,8 +129,11 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
 
   timeline.mark("copies_enqueued");
   fan.join();
-  // This rank no longer reads its inbox, and its staging may be overwritten: peers may push again.
-  for (int i = 1; i < ws; ++i) pr.signal(stream, (me + i) % ws, OverlapResources::done_flag(me));
+  // This rank no longer reads its inbox: peers may push again. The kernel has said so itself as it
+  // ended, where it could.
+  if (g.done.peers == 0) {
+    for (int i = 1; i < ws; ++i) pr.signal(stream, (me + i) % ws, OverlapResources::done_flag(me));
+  }
   timeline.mark("end");
   finish_tile_trace(comm, "rs", g, timeline, stream);
 }

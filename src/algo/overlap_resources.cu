@@ -107,6 +107,18 @@ OverlapResources::~OverlapResources() {
 }
 
 
+kernels::fused::DoneSignal OverlapResources::done_signal() const {
+  kernels::fused::DoneSignal d;
+  if (lsa_size_ - 1 > kernels::fused::kMaxDonePeers) return d;
+  const int me = comm_.impl().lsa.rank;
+  for (int p = 0; p < lsa_size_; ++p) {
+    if (p != me) d.flag[d.peers++] = pad_->peer(p) + done_flag(me);
+  }
+  d.finished = staged_ + static_cast<size_t>(lsa_size_) * kMaxChunksPerRank;
+  d.epoch = epoch_;
+  return d;
+}
+
 void OverlapResources::wait_staged(cudaStream_t stream, int peer, int piece, uint32_t count) {
   ASYNCTP_CU_CHECK(detail::driver().stream_wait_value32(
       reinterpret_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(staged_ + peer * kMaxChunksPerRank + piece),

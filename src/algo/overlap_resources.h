@@ -28,6 +28,7 @@
 #include "asynctp/ops.h"
 #include "asynctp/signal.h"
 #include "asynctp/symmetric.h"
+#include "kernels/fused/done_signal.h"
 #include "kernels/wait_context.h"
 
 namespace asynctp::algo {
@@ -57,6 +58,10 @@ class OverlapResources {
   // Fused matmul_reduce_scatter: counters in this GPU's memory, one per (peer, piece), that the kernel
   // raises as it stages that peer's tiles (kernels/fused/reduce_scatter_tiles.h).
   uint32_t* staged() const { return staged_; }
+  // Fused ops: for the kernel to raise this rank's done flag at every peer as it ends
+  // (kernels/fused/done_signal.h); its count of finished warps is zeroed with the staged counters.
+  // peers == 0 where the team is too large, and the host must signal.
+  kernels::fused::DoneSignal done_signal() const;
   // Stream-ordered, without an SM: `stream` waits until staged counter (peer, piece) >= count. Unbounded
   // by itself: the counter is raised by this rank's own kernel, whose staged tiles wait for nothing.
   void wait_staged(cudaStream_t stream, int peer, int piece, uint32_t count);
@@ -79,7 +84,7 @@ class OverlapResources {
 
   // Stream-ordered: waits (bounded) until every peer's done flag has reached the current epoch (skipped
   // where `wait_done` is false), then advances the epoch, and with `reset_staged` sets every staged
-  // counter to 0 (one launch for both: a fused call starts with an idle GPU as often as not, and each
+  // counter and the done signal's count to 0 (one launch for both: a fused call starts with an idle GPU as often as not, and each
   // API call before its kernel delays the kernel). Goes first in a call, on the caller's stream.
   void begin_epoch(cudaStream_t stream, bool wait_done, bool reset_staged = false) {
     launch_done_kernel(stream, wait_done, /*advance=*/true, reset_staged);
@@ -118,7 +123,8 @@ class OverlapResources {
   std::unique_ptr<SignalPad> pad_;
   std::unique_ptr<SymmetricBuffer> inbox_;
   uint32_t* staged_ = nullptr;
-  size_t staged_bytes() const { return static_cast<size_t>(lsa_size_) * kMaxChunksPerRank * sizeof(uint32_t); }
+  // The staged counters, then the done signal's count of finished warps.
+  size_t staged_bytes() const { return (static_cast<size_t>(lsa_size_) * kMaxChunksPerRank + 1) * sizeof(uint32_t); }
   uint32_t* epoch_ = nullptr;  // device: the epoch of the current (or last) overlapped call
   uint32_t host_epoch_ = 0;    // the same, as the host knows it while host_knows_epoch_
   bool host_knows_epoch_ = true;

@@ -29,6 +29,7 @@
 #include <cutlass/kernel_hardware_info.hpp>
 #include <cutlass/pipeline/pipeline.hpp>
 
+#include "kernels/fused/done_signal.h"
 #include "kernels/fused/reduce_scatter_tiles.h"
 #include "kernels/fused/tail_split.h"
 #include "kernels/fused/tile_trace.h"
@@ -74,6 +75,7 @@ class AsyncInputTileScheduler {
     asynctp::kernels::WaitContext wait{};  // bounds the last split's wait for the others
     ReduceScatterTiles rs{};                // rs.rank >= 0: the partial product of a reduce-scatter
     uint64_t* trace = nullptr;              // tile_trace.h; null: off
+    DoneSignal done{};                      // done.peers > 0: the last consumer warp signals the peers
   };
 
   struct Params {
@@ -93,6 +95,7 @@ class AsyncInputTileScheduler {
     int32_t tile_m = 0;                             // rows of a CTA's tile
     ReduceScatterTiles rs{};
     uint64_t* trace = nullptr;
+    DoneSignal done{};
   };
 
   struct WorkTileInfo {
@@ -135,6 +138,7 @@ class AsyncInputTileScheduler {
     p.tile_m = cute::get<0>(TileShape{});
     p.rs = args.rs;
     p.trace = args.trace;
+    p.done = args.done;
     const TailSplit split = plan_tail_split(p.total, clusters(p, hw_info), p.k_tiles, args.max_splits);
     const int64_t ctas = static_cast<int64_t>(p.cluster_m) * p.cluster_n;
     // Room for the plan's counters and partial sums (a workspace sized for fewer SMs has none).
@@ -204,7 +208,9 @@ class AsyncInputTileScheduler {
       r[kTraceEpilogueDone] = global_timer_ns();
     }
     current_ += stride_;
-    return cute::make_tuple(work_for(current_), true);
+    const WorkTileInfo next = work_for(current_);
+    if (params_.done.peers > 0 && !next.is_valid() && threadIdx.x >= cutlass::NumThreadsPerWarpGroup) signal_done();
+    return cute::make_tuple(next, true);
   }
 
   template <class TileSchedulerPipeline, class TileSchedulerPipelineState>
@@ -250,6 +256,21 @@ class AsyncInputTileScheduler {
   }
 
  private:
+  // A consumer warp with no more work: its reads of the inbox (fixup) are complete, their values used.
+  // The last of all the grid's consumer warps raises this rank's done flag at every peer.
+  CUTLASS_DEVICE void signal_done() const {
+#if defined(__CUDA_ARCH__)
+    __syncwarp();
+    if (threadIdx.x % 32 != 0) return;
+    const uint32_t warps = gridDim.x * gridDim.y * gridDim.z * static_cast<uint32_t>(kConsumerThreads / 32);
+    uint32_t before;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(params_.done.finished) : "memory");
+    if (before + 1 != warps) return;
+    const uint32_t epoch = *params_.done.epoch;
+    for (int p = 0; p < params_.done.peers; ++p) st_release_sys(params_.done.flag[p], epoch);
+#endif
+  }
+
   CUTLASS_DEVICE static uint64_t* trace_record(Params const& params, WorkTileInfo const& work) {
     const uint32_t cta = cute::block_rank_in_cluster();
     return params.trace + (static_cast<size_t>(work.unit) * kTraceCtasPerCluster + cta) * kTraceWords;
