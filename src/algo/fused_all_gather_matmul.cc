@@ -217,7 +217,7 @@ void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan&
   fan.join();
   // This rank no longer reads its gathered buffer: peers may push the next call's pieces. The last
   // kernel has said so itself as it ended, where it could (and was launched).
-  const bool kernel_signals = all_kernel && !launch_failed && kernels_args.back().done.peers > 0;
+  const bool kernel_signals = all_kernel && !launch_failed && kernels_args.back().done != nullptr;
   if (!kernel_signals) {
     for (int i = 1; i < ws; ++i) pr.signal(stream, (me + i) % ws, OverlapResources::done_flag(me));
   }

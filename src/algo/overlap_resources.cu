@@ -71,6 +71,17 @@ OverlapResources::OverlapResources(Communicator& comm) : comm_(comm) {
   // Enough for the largest call: a fork, joins, and an event per piece per peer for each of two kinds.
   events_.resize(8 + 4 * static_cast<size_t>(lsa_size_) * (kMaxChunksPerRank + 1));
   for (cudaEvent_t& e : events_) ASYNCTP_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  // What a fused kernel needs to raise this rank's done flag at its peers, in device memory.
+  if (lsa_size_ - 1 <= kernels::fused::kMaxDonePeers) {
+    kernels::fused::DoneSignal d;
+    for (int p = 0; p < lsa_size_; ++p) {
+      if (p != m.lsa.rank) d.flag[d.peers++] = pad_->peer(p) + done_flag(m.lsa.rank);
+    }
+    d.finished = staged_ + static_cast<size_t>(lsa_size_) * kMaxChunksPerRank;
+    d.epoch = epoch_;
+    ASYNCTP_CUDA_CHECK(cudaMalloc(&done_signal_, sizeof(d)));
+    ASYNCTP_CUDA_CHECK(cudaMemcpy(done_signal_, &d, sizeof(d), cudaMemcpyHostToDevice));
+  }
   m.gemm.reserve();
   // Loads the small kernels now: CUDA loads a kernel at its first launch, and a load can wait for the
   // device to go idle, which a fused kernel spinning on a flag that a peer sets only later would not.
@@ -104,20 +115,9 @@ OverlapResources::~OverlapResources() {
   cudaStreamDestroy(signal_);
   cudaFree(epoch_);
   cudaFree(staged_);
+  cudaFree(done_signal_);
 }
 
-
-kernels::fused::DoneSignal OverlapResources::done_signal() const {
-  kernels::fused::DoneSignal d;
-  if (lsa_size_ - 1 > kernels::fused::kMaxDonePeers) return d;
-  const int me = comm_.impl().lsa.rank;
-  for (int p = 0; p < lsa_size_; ++p) {
-    if (p != me) d.flag[d.peers++] = pad_->peer(p) + done_flag(me);
-  }
-  d.finished = staged_ + static_cast<size_t>(lsa_size_) * kMaxChunksPerRank;
-  d.epoch = epoch_;
-  return d;
-}
 
 void OverlapResources::wait_staged(cudaStream_t stream, int peer, int piece, uint32_t count) {
   ASYNCTP_CU_CHECK(detail::driver().stream_wait_value32(

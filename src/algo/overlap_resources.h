@@ -60,8 +60,8 @@ class OverlapResources {
   uint32_t* staged() const { return staged_; }
   // Fused ops: for the kernel to raise this rank's done flag at every peer as it ends
   // (kernels/fused/done_signal.h); its count of finished warps is zeroed with the staged counters.
-  // peers == 0 where the team is too large, and the host must signal.
-  kernels::fused::DoneSignal done_signal() const;
+  // In device memory; null where the team is too large, and the host must signal.
+  const kernels::fused::DoneSignal* done_signal() const { return done_signal_; }
   // Stream-ordered, without an SM: `stream` waits until staged counter (peer, piece) >= count. Unbounded
   // by itself: the counter is raised by this rank's own kernel, whose staged tiles wait for nothing.
   void wait_staged(cudaStream_t stream, int peer, int piece, uint32_t count);
@@ -123,6 +123,7 @@ class OverlapResources {
   std::unique_ptr<SignalPad> pad_;
   std::unique_ptr<SymmetricBuffer> inbox_;
   uint32_t* staged_ = nullptr;
+  kernels::fused::DoneSignal* done_signal_ = nullptr;
   // The staged counters, then the done signal's count of finished warps.
   size_t staged_bytes() const { return (static_cast<size_t>(lsa_size_) * kMaxChunksPerRank + 1) * sizeof(uint32_t); }
   uint32_t* epoch_ = nullptr;  // device: the epoch of the current (or last) overlapped call

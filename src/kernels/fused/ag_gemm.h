@@ -52,7 +52,7 @@ struct AgGemmArgs {
   ReduceScatterTiles rs;  // rs.rank >= 0: the partial product of a reduce-scatter (tiles kRsTileN wide)
   WaitContext split_wait{};
   uint64_t* trace = nullptr;  // a tile timeline (tile_trace.h); null: none
-  DoneSignal done;            // done.peers > 0: the kernel signals the peers it is done (done_signal.h)
+  const DoneSignal* done = nullptr;  // in device memory; non-null: the kernel tells the peers it is done (done_signal.h)
 };
 
 // Why the kernel cannot take this problem ("" when it can): the TMA needs 16-byte aligned rows (N and

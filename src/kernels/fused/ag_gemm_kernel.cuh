@@ -80,14 +80,6 @@ inline bool same_rs(const ReduceScatterTiles& x, const ReduceScatterTiles& y) {
          x.wait.timeout_ns == y.wait.timeout_ns && x.wait.rank == y.wait.rank;
 }
 
-inline bool same_done(const DoneSignal& x, const DoneSignal& y) {
-  if (x.peers != y.peers || x.finished != y.finished || x.epoch != y.epoch) return false;
-  for (int p = 0; p < x.peers; ++p) {
-    if (x.flag[p] != y.flag[p]) return false;
-  }
-  return true;
-}
-
 // Whether two launches would build the same kernel parameters (the device is fixed per process).
 inline bool same_launch(const AgGemmArgs& x, const AgGemmArgs& y) {
   const ChunkFlags &p = x.chunks, &q = y.chunks;
@@ -99,7 +91,7 @@ inline bool same_launch(const AgGemmArgs& x, const AgGemmArgs& y) {
          p.wait.rank == q.wait.rank && x.split_workspace == y.split_workspace && x.split_sms == y.split_sms && x.max_splits == y.max_splits &&
          x.split_wait.fault == y.split_wait.fault && x.split_wait.timeout_ns == y.split_wait.timeout_ns &&
          x.split_wait.rank == y.split_wait.rank && x.c_row0 == y.c_row0 && x.alpha == y.alpha &&
-         x.trace == y.trace && same_rs(x.rs, y.rs) && same_done(x.done, y.done);
+         x.trace == y.trace && same_rs(x.rs, y.rs) && x.done == y.done;
 }
 
 // A packed stride of CUTLASS's (MN, K, L) form for a matrix of `mn` x `k`: whichever of the first two

@@ -75,7 +75,7 @@ class AsyncInputTileScheduler {
     asynctp::kernels::WaitContext wait{};  // bounds the last split's wait for the others
     ReduceScatterTiles rs{};                // rs.rank >= 0: the partial product of a reduce-scatter
     uint64_t* trace = nullptr;              // tile_trace.h; null: off
-    DoneSignal done{};                      // done.peers > 0: the last consumer warp signals the peers
+    const DoneSignal* done = nullptr;       // device memory; non-null: the last consumer warp signals the peers
   };
 
   struct Params {
@@ -95,7 +95,7 @@ class AsyncInputTileScheduler {
     int32_t tile_m = 0;                             // rows of a CTA's tile
     ReduceScatterTiles rs{};
     uint64_t* trace = nullptr;
-    DoneSignal done{};
+    const DoneSignal* done = nullptr;  // a pointer, not the struct: the scheduler keeps Params in every thread
   };
 
   struct WorkTileInfo {
@@ -209,7 +209,7 @@ class AsyncInputTileScheduler {
     }
     current_ += stride_;
     const WorkTileInfo next = work_for(current_);
-    if (params_.done.peers > 0 && !next.is_valid() && threadIdx.x >= cutlass::NumThreadsPerWarpGroup) signal_done();
+    if (params_.done != nullptr && !next.is_valid() && threadIdx.x >= cutlass::NumThreadsPerWarpGroup) signal_done();
     return cute::make_tuple(next, true);
   }
 
@@ -264,10 +264,11 @@ class AsyncInputTileScheduler {
     if (threadIdx.x % 32 != 0) return;
     const uint32_t warps = gridDim.x * gridDim.y * gridDim.z * static_cast<uint32_t>(kConsumerThreads / 32);
     uint32_t before;
-    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(params_.done.finished) : "memory");
+    const DoneSignal& done = *params_.done;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(done.finished) : "memory");
     if (before + 1 != warps) return;
-    const uint32_t epoch = *params_.done.epoch;
-    for (int p = 0; p < params_.done.peers; ++p) st_release_sys(params_.done.flag[p], epoch);
+    const uint32_t epoch = *done.epoch;
+    for (int p = 0; p < done.peers; ++p) st_release_sys(done.flag[p], epoch);
 #endif
   }
 
