@@ -4,6 +4,8 @@
 // as its count is complete; this rank's own tiles wait for the peers' pieces of the same rows and add
 // them in fp32 before the epilogue writes the output (docs/fused_reduce_scatter.md).
 #include <algorithm>
+#include <cstdint>
+#include <vector>
 
 #include "algo/bytes.h"
 #include "algo/fused.h"
@@ -79,15 +81,48 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
                              kernels::fused::kClusterRows;
   const int used_pieces = static_cast<int>((rows + piece_rows - 1) / piece_rows);
 
+  // Each piece of each peer's rows, once the kernel has staged all its tiles, to that peer's inbox;
+  // rank me+1 first, as the kernel computes them. One stream per destination, forked from `origin`.
+  const auto enqueue_pushes = [&](cudaStream_t origin) {
+    Fanout pushes(pr, origin);
+    for (int i = 1; i < ws; ++i) {
+      const int d = (me + i) % ws;
+      cudaStream_t push = pushes.use(pr.peer_stream(d));
+      for (int j = 0; j < used_pieces; ++j) {
+        const int64_t r0 = j * piece_rows, r1 = std::min<int64_t>(rows, r0 + piece_rows);
+        const int64_t tile0 = r0 / tile_rows * tiles_n, tiles = (r1 - r0) / tile_rows * tiles_n;
+        pr.wait_staged(push, d, j, static_cast<uint32_t>(tiles) * kernels::fused::kStagedCountPerTile);
+        const size_t offset = static_cast<size_t>(tile0) * tile_bytes;
+        ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(bytes(inbox.peer(d)) + me * rank_bytes + offset,
+                                           staging + d * rank_bytes + offset, static_cast<size_t>(tiles) * tile_bytes,
+                                           cudaMemcpyDeviceToDevice, push));
+        pr.signal(push, d, pr.arrived_flag(me, j));
+      }
+    }
+    pushes.join();
+  };
   pr.begin_call();
+  // Outside graph capture the pushes are one graph launch after the kernel (stream_replay.h); the graph
+  // is made before the kernel, the first time this layout is used. Everything the pushes depend on is
+  // in the key, so that a kept graph is launched only where it is still right.
+  const bool captured = OverlapResources::capturing(stream);
+  cudaGraphExec_t replay = nullptr;
+  if (!captured) {
+    std::vector<uint64_t> key = {static_cast<uint64_t>(me),        static_cast<uint64_t>(ws),
+                                 static_cast<uint64_t>(rows),      rank_bytes,
+                                 static_cast<uint64_t>(piece_rows), static_cast<uint64_t>(used_pieces),
+                                 static_cast<uint64_t>(tiles_n),   reinterpret_cast<uintptr_t>(staging)};
+    for (int d = 0; d < ws; ++d) key.push_back(reinterpret_cast<uintptr_t>(inbox.peer(d)));
+    replay = pr.replays().prepare(key, stream, enqueue_pushes);
+  }
   // Pushes go into the peers' inboxes, so each peer must be done with the last call first: outside
   // graph capture only the pushes wait for that (docs/fused.md), under capture the whole call.
-  const bool pushes_wait = pr.host_knows_epoch(stream);
+  const bool pushes_wait = pr.host_knows_epoch(captured);
   pr.begin_epoch(stream, /*wait_done=*/!pushes_wait, /*reset_staged=*/true);
   Fanout fan(pr, stream);
 
-  // The kernel first: the pushes below wait for what it stages, and enqueuing them (a dozen API calls)
-  // would otherwise delay its start. The side streams follow the fork recorded above, not the kernel.
+  // The kernel first: the pushes below wait for what it stages, and enqueuing them would otherwise delay
+  // its start. The side streams follow the fork recorded above, not the kernel.
   kernels::fused::ReduceScatterTiles& rs = g.rs;
   rs.rank = me;
   rs.world = ws;
@@ -109,22 +144,13 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
   kernels::fused::run_ag_gemm(g, stream);
   timeline.mark("kernel_launched");
 
-  // Each piece of each peer's rows, once the kernel has staged all its tiles, to that peer's inbox;
-  // rank me+1 first, as the kernel computes them.
-  for (int i = 1; i < ws; ++i) {
-    const int d = (me + i) % ws;
-    cudaStream_t push = fan.use(pr.peer_stream(d));
-    if (pushes_wait) pr.wait_previous_done_without_sm(push);
-    for (int j = 0; j < used_pieces; ++j) {
-      const int64_t r0 = j * piece_rows, r1 = std::min<int64_t>(rows, r0 + piece_rows);
-      const int64_t tile0 = r0 / tile_rows * tiles_n, tiles = (r1 - r0) / tile_rows * tiles_n;
-      pr.wait_staged(push, d, j, static_cast<uint32_t>(tiles) * kernels::fused::kStagedCountPerTile);
-      const size_t offset = static_cast<size_t>(tile0) * tile_bytes;
-      ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(bytes(inbox.peer(d)) + me * rank_bytes + offset,
-                                         staging + d * rank_bytes + offset, static_cast<size_t>(tiles) * tile_bytes,
-                                         cudaMemcpyDeviceToDevice, push));
-      pr.signal(push, d, pr.arrived_flag(me, j));
-    }
+  // From a fork taken before the kernel: the pushes must not wait for the kernel, which waits for them.
+  cudaStream_t side = fan.use(pr.signal_stream());
+  if (replay == nullptr) {
+    enqueue_pushes(side);  // the caller's graph holds them
+  } else {
+    if (pushes_wait) pr.wait_previous_done_without_sm(side);
+    StreamReplay::launch(replay, side);
   }
 
   timeline.mark("copies_enqueued");

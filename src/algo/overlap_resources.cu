@@ -28,13 +28,13 @@ __global__ void __launch_bounds__(32) wait_ready_kernel(const uint32_t* pad, con
   for (int i = 0; i < list.count; ++i) kernels::wait_flag_sys(pad + list.flag[i], current, list.owner[i], list.flag[i], ctx);
 }
 
-bool capturing(cudaStream_t stream) {
+}  // namespace
+
+bool OverlapResources::capturing(cudaStream_t stream) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   ASYNCTP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
   return capture != cudaStreamCaptureStatusNone;
 }
-
-}  // namespace
 
 void OverlapResources::FlagList::add(int f, int o) {
   ASYNCTP_CHECK(count < kMax, "overlapped op: more than ", kMax, " flags in one wait");
@@ -138,17 +138,24 @@ void OverlapResources::follow(cudaStream_t to, cudaEvent_t event) {
 
 void OverlapResources::follow(cudaStream_t to, cudaStream_t from) { follow(to, record(from)); }
 
-bool OverlapResources::host_knows_epoch(cudaStream_t stream) {
-  if (capturing(stream)) host_knows_epoch_ = false;
-  return host_knows_epoch_;
-}
-
 void OverlapResources::wait_previous_done_without_sm(cudaStream_t stream) {
   ASYNCTP_CHECK(host_knows_epoch_, "overlapped op: the host does not know the epoch (a call was captured)");
   const int me = comm_.impl().lsa.rank;
+  // One batch: each API call costs microseconds of the host's time, and these come right after the
+  // kernel's launch, ahead of the pushes that the kernel's peers wait for.
+  std::vector<CUstreamBatchMemOpParams> waits;
   for (int p = 0; p < lsa_size_; ++p) {
-    if (p != me) pad_->wait(stream, me, done_flag(p), host_epoch_ - 1, WaitMode::kStreamMemOp);
+    if (p == me) continue;
+    CUstreamBatchMemOpParams w{};
+    w.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+    w.waitValue.address = reinterpret_cast<CUdeviceptr>(pad_->local() + done_flag(p));
+    w.waitValue.value = host_epoch_ - 1;
+    w.waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+    waits.push_back(w);
   }
+  if (waits.empty()) return;
+  ASYNCTP_CU_CHECK(detail::driver().stream_batch_mem_op(reinterpret_cast<CUstream>(stream),
+                                                        static_cast<unsigned int>(waits.size()), waits.data(), 0));
 }
 
 void OverlapResources::launch_done_kernel(cudaStream_t stream, bool wait, bool advance, bool reset_staged) {

@@ -24,6 +24,7 @@
 #include <memory>
 #include <vector>
 
+#include "algo/stream_replay.h"
 #include "asynctp/communicator.h"
 #include "asynctp/ops.h"
 #include "asynctp/signal.h"
@@ -74,6 +75,11 @@ class OverlapResources {
   cudaStream_t gemm_stream(int lane) const { return gemms_[lane]; }
   static constexpr int kGemmStreams = 2;
 
+  // Work sequences replayed from CUDA graphs (stream_replay.h): the fused reduce-scatter's pushes.
+  StreamReplay& replays() { return replays_; }
+  // Whether `stream` is being captured into a CUDA graph now.
+  static bool capturing(cudaStream_t stream);
+
   // Starts a call: events are handed out afresh from the pool.
   void begin_call() { next_event_ = 0; }
   // An event recorded on `from` now.
@@ -97,7 +103,11 @@ class OverlapResources {
   // wait beside a GEMM that fills the GPU. Once any call on this communicator has been captured the
   // host no longer knows the epoch a replay runs with, and this returns false for good: the call must
   // then wait in begin_epoch. Call before begin_epoch.
-  bool host_knows_epoch(cudaStream_t stream);
+  bool host_knows_epoch(cudaStream_t stream) { return host_knows_epoch(capturing(stream)); }
+  bool host_knows_epoch(bool capturing_now) {
+    if (capturing_now) host_knows_epoch_ = false;
+    return host_knows_epoch_;
+  }
   // After begin_epoch, where host_knows_epoch(): `stream` waits until every peer's done flag shows it
   // has finished the previous call. Unbounded by itself; used only where a bounded wait of the same
   // call depends on what follows it (docs/fused.md).
@@ -134,6 +144,7 @@ class OverlapResources {
   cudaStream_t gemms_[kGemmStreams] = {};
   std::vector<cudaEvent_t> events_;
   size_t next_event_ = 0;
+  StreamReplay replays_;
 };
 
 // Fans a call out from the caller's stream onto side streams and joins them back: a side stream waits

@@ -30,6 +30,7 @@ const DriverApi& driver() {
   std::call_once(once, [] {
     lookup("cuStreamWriteValue32", api.stream_write_value32);
     lookup("cuStreamWaitValue32", api.stream_wait_value32);
+    lookup("cuStreamBatchMemOp", api.stream_batch_mem_op);
   });
   return api;
 }

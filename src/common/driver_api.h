@@ -10,6 +10,7 @@ namespace asynctp::detail {
 struct DriverApi {
   CUresult (*stream_write_value32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int) = nullptr;
   CUresult (*stream_wait_value32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int) = nullptr;
+  CUresult (*stream_batch_mem_op)(CUstream, unsigned int, CUstreamBatchMemOpParams*, unsigned int) = nullptr;
 };
 
 // Looked up once per process; throws asynctp::Error if the driver lacks one of them.

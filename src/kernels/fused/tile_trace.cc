@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <mutex>
@@ -20,7 +21,12 @@ namespace {
 const char* trace_dir() {
   static const char* dir = [] {
     const char* d = std::getenv("ASYNCTP_TRACE_TILES");
-    return d != nullptr && *d != '\0' ? d : nullptr;
+    if (d == nullptr || *d == '\0') return static_cast<const char*>(nullptr);
+    // Made here so that a run need not prepare it; a folder that cannot be made is reported by the
+    // first write into it, which names the path.
+    std::error_code ignored;
+    std::filesystem::create_directories(d, ignored);
+    return d;
   }();
   return dir;
 }
