@@ -50,9 +50,9 @@ struct Estimate {
 };
 Estimate estimate(const ProblemKey& key, const Rates& rates);
 
-// The model's choice: sequential for small problems, and wherever the copy cannot hide behind the GEMM
-// or the overlap would not save 3%; else fused where its kernel takes the problem (fused_applies),
-// else pipelined.
+// The model's choice: sequential for small problems, and wherever overlapping would not save 3% (which
+// includes a GEMM too small beside the copy to be worth hiding); else fused where its kernel takes the
+// problem (fused_applies), else pipelined.
 Choice model_choice(const ProblemKey& key, const Rates& rates, bool fused_applies);
 
 class TuningCache {

@@ -5,6 +5,7 @@
 // peer that never comes (the GEMM's own wait times out). matmul_reduce_scatter: its options and the
 // cases it hands to pipelined, the same bits on every call, and both fused ops back to back and in a
 // graph.
+#include "algo/overlap_resources.h"
 #include "comm/communicator_impl.h"
 #include "ops_problems.h"
 
@@ -138,6 +139,26 @@ TEST(FusedOps, ReduceScatterCases_1Rank) {
 
 TEST(FusedOps, ReduceScatterCases_MultiRank) {
   RUN_EVERY_WORLD_SIZE(reduce_scatter_cases);
+}
+
+// The pushes of each layout are a CUDA graph the communicator keeps (algo/stream_replay.h), at most
+// kMaxGraphs of them: more layouts than that, then the first ones again, whose graphs were dropped.
+TEST(FusedOps, ReduceScatterWithMoreLayoutsThanKeptGraphs_MultiRank) {
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) {
+    auto comm = make_comm(ctx);
+    Stream st;
+    reference::Fp32Gemm fp32;
+    const int ws = ctx.world_size;
+    const int layouts = static_cast<int>(algo::StreamReplay::kMaxGraphs) + 4;
+    for (int i = 0; i < layouts + 6; ++i) {
+      const int64_t n = 256 * (i % layouts + 1);  // a width of its own: its own staged layout
+      run_rs_case(*comm, RsCase{256 * ws, n, 64 * ws, false, false, ReduceOp::kSum, DType::kBF16, false}, st.s, fp32,
+                  with(Algorithm::kFused));
+    }
+    const size_t kept = comm->impl().overlap->replays().size();
+    RANK_CHECK(kept == algo::StreamReplay::kMaxGraphs, "graphs kept: ", kept);
+    return 0;
+  });
 }
 
 // The sum of the partials is added in a fixed order, so the same inputs give the same bits.
