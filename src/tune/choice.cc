@@ -119,7 +119,7 @@ Choice model_choice(const ProblemKey& key, const Rates& rates, bool fused_applie
     c.why = "one rank: nothing to communicate";
   } else if (e.gemm_us < rates.min_gemm_us) {
     c.why = numbers + ": a GEMM this short leaves nothing worth hiding";
-  } else if (e.overlapped_us > 0.97 * e.sequential_us) {
+  } else if (e.overlapped_us > kOverlapAtMost * e.sequential_us) {
     // Also where the copy outlasts the GEMM: overlapping still hides the GEMM behind the copy, which on
     // 4 GPUs made the fused reduce-scatter 26% faster than sequential at 12288x7168x4096
     // (docs/benchmarks.md); what it cannot do there is save much when the GEMM is a small part.

@@ -43,6 +43,11 @@ struct Rates {
   double min_gemm_us = 40;        // below this GEMM time, sequential: nothing worth hiding
 };
 
+// An overlapped algorithm is chosen, by the model and by asynctp-tune alike, only where it takes at most
+// this fraction of sequential's time: where the two are close, the overlapped ones vary more from call
+// to call than NCCL + cuBLASLt does.
+inline constexpr double kOverlapAtMost = 0.97;
+
 // The model's estimates for one problem, in microseconds.
 struct Estimate {
   double gemm_us = 0, copy_us = 0, nccl_us = 0;
