@@ -120,10 +120,12 @@ Choice model_choice(const ProblemKey& key, const Rates& rates, bool fused_applie
   } else if (e.gemm_us < rates.min_gemm_us) {
     c.why = numbers + ": a GEMM this short leaves nothing worth hiding";
   } else if (e.overlapped_us > kOverlapAtMost * e.sequential_us) {
-    // Also where the copy outlasts the GEMM: overlapping still hides the GEMM behind the copy, which on
-    // 4 GPUs made the fused reduce-scatter 26% faster than sequential at 12288x7168x4096
-    // (docs/benchmarks.md); what it cannot do there is save much when the GEMM is a small part.
-    c.why = numbers + ": overlapping would save under 3%";
+    // Not "wherever the copy outlasts the GEMM": overlapping then still hides the GEMM behind the copy,
+    // which on 4 GPUs made the fused reduce-scatter 26% faster than sequential at 12288x7168x4096
+    // (docs/benchmarks.md). The communication cannot be hidden where the saving is this small.
+    c.why = numbers + (e.copy_us > e.gemm_us ? ": the communication cannot hide behind the GEMM; overlapping would "
+                                               "save under 5%"
+                                             : ": overlapping would save under 5%");
   } else {
     c.algorithm = fused_applies ? Algorithm::kFused : Algorithm::kPipelined;
     c.why = numbers;

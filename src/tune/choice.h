@@ -46,7 +46,7 @@ struct Rates {
 // An overlapped algorithm is chosen, by the model and by asynctp-tune alike, only where it takes at most
 // this fraction of sequential's time: where the two are close, the overlapped ones vary more from call
 // to call than NCCL + cuBLASLt does.
-inline constexpr double kOverlapAtMost = 0.97;
+inline constexpr double kOverlapAtMost = 0.95;
 
 // The model's estimates for one problem, in microseconds.
 struct Estimate {
@@ -55,7 +55,7 @@ struct Estimate {
 };
 Estimate estimate(const ProblemKey& key, const Rates& rates);
 
-// The model's choice: sequential for small problems, and wherever overlapping would not save 3% (which
+// The model's choice: sequential for small problems, and wherever overlapping would not save 5% (which
 // includes a GEMM too small beside the copy to be worth hiding); else fused where its kernel takes the
 // problem (fused_applies), else pipelined.
 Choice model_choice(const ProblemKey& key, const Rates& rates, bool fused_applies);

@@ -120,7 +120,8 @@ TEST(Model, SequentialForSmallProblemsAndWhereOverlappingSavesLittle) {
   EXPECT_GT(estimate(thin, r).copy_us, 20 * estimate(thin, r).gemm_us);
   c = model_choice(thin, r, true);
   EXPECT_EQ(c.algorithm, Algorithm::kSequential);
-  EXPECT_NE(c.why.find("under 3%"), std::string::npos) << c.why;
+  EXPECT_NE(c.why.find("cannot hide"), std::string::npos) << c.why;
+  EXPECT_NE(c.why.find("under 5%"), std::string::npos) << c.why;
   // One rank: nothing to communicate.
   EXPECT_EQ(model_choice(key(Op::kAllGatherMatmul, 16384, 8192, 8192, 1), r, true).algorithm, Algorithm::kSequential);
 }
@@ -135,7 +136,7 @@ TEST(Model, OverlapsWhereTheCopyOutlastsTheGemmButHidingTheGemmPays) {
   const ProblemKey rs = key(Op::kMatmulReduceScatter, 12288, 7168, 4096, 4);
   const Estimate e = estimate(rs, r);
   EXPECT_GT(e.copy_us, e.gemm_us);
-  EXPECT_LT(e.overlapped_us, 0.97 * e.sequential_us);
+  EXPECT_LT(e.overlapped_us, kOverlapAtMost * e.sequential_us);
   EXPECT_EQ(model_choice(rs, r, true).algorithm, Algorithm::kFused);
 }
 
