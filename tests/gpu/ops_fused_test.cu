@@ -3,8 +3,8 @@
 // and 256-row clusters, every number of pieces, calls back to back and mixed with the pipelined
 // reduce-scatter (one epoch and flag protocol for both), CUDA graph replays with changing inputs, and a
 // peer that never comes (the GEMM's own wait times out). matmul_reduce_scatter: its options and the
-// cases it hands to pipelined, the same bits on every call, and both fused ops back to back and in a
-// graph.
+// cases it hands to pipelined, more layouts than the pushes' kept graphs, the same bits on every call,
+// and both fused ops back to back and in a graph.
 #include "algo/overlap_resources.h"
 #include "comm/communicator_impl.h"
 #include "ops_problems.h"
