@@ -130,8 +130,7 @@ void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan&
   // This rank pushes into its peers' gathered buffers, so each peer must be done with the last call
   // first. Outside graph capture only the pushes wait for that, on their stream and without an SM, so
   // the GEMM starts on this rank's own rows at once; under capture the whole call waits (docs/fused.md).
-  const bool pushes_wait = pr.host_knows_epoch(stream);
-  pr.begin_epoch(stream, /*wait_done=*/!pushes_wait, /*reset_staged=*/true);
+  const bool pushes_wait = pr.begin_fused_epoch(stream, OverlapResources::capturing(stream));
   Fanout fan(pr, stream);
 
   // The kernels first: each API call enqueued before them would delay their start on an idle GPU, and

@@ -117,8 +117,7 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
   }
   // Pushes go into the peers' inboxes, so each peer must be done with the last call first: outside
   // graph capture only the pushes wait for that (docs/fused.md), under capture the whole call.
-  const bool pushes_wait = pr.host_knows_epoch(captured);
-  pr.begin_epoch(stream, /*wait_done=*/!pushes_wait, /*reset_staged=*/true);
+  const bool pushes_wait = pr.begin_fused_epoch(stream, captured);
   Fanout fan(pr, stream);
 
   // The kernel first: the pushes below wait for what it stages, and enqueuing them would otherwise delay

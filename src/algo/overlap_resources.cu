@@ -118,7 +118,6 @@ OverlapResources::~OverlapResources() {
   cudaFree(done_signal_);
 }
 
-
 void OverlapResources::wait_staged(cudaStream_t stream, int peer, int piece, uint32_t count) {
   ASYNCTP_CU_CHECK(detail::driver().stream_wait_value32(
       reinterpret_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(staged_ + peer * kMaxChunksPerRank + piece),
@@ -158,8 +157,10 @@ void OverlapResources::wait_previous_done_without_sm(cudaStream_t stream) {
                                                         static_cast<unsigned int>(waits.size()), waits.data(), 0));
 }
 
-void OverlapResources::launch_done_kernel(cudaStream_t stream, bool wait, bool advance, bool reset_staged) {
-  if (advance && host_knows_epoch(stream)) ++host_epoch_;
+void OverlapResources::launch_done_kernel(cudaStream_t stream, bool wait, bool advance, bool reset_staged,
+                                          bool capturing_now) {
+  if (capturing_now) host_knows_epoch_ = false;
+  if (advance && host_knows_epoch_) ++host_epoch_;
   const int zero_words = reset_staged ? static_cast<int>(staged_bytes() / sizeof(uint32_t)) : 0;
   begin_epoch_kernel<<<1, 32, 0, stream>>>(pad_->local(), epoch_, lsa_size_, comm_.impl().lsa.rank, wait, advance,
                                            staged_, zero_words, wait_context());

@@ -89,26 +89,30 @@ class OverlapResources {
   void follow(cudaStream_t to, cudaEvent_t event);
 
   // Stream-ordered: waits (bounded) until every peer's done flag has reached the current epoch (skipped
-  // where `wait_done` is false), then advances the epoch, and with `reset_staged` sets every staged
-  // counter and the done signal's count to 0 (one launch for both: a fused call starts with an idle GPU as often as not, and each
-  // API call before its kernel delays the kernel). Goes first in a call, on the caller's stream.
-  void begin_epoch(cudaStream_t stream, bool wait_done, bool reset_staged = false) {
-    launch_done_kernel(stream, wait_done, /*advance=*/true, reset_staged);
+  // where `wait_done` is false), then advances the epoch. Goes first in a call, on the caller's stream.
+  void begin_epoch(cudaStream_t stream, bool wait_done) {
+    launch_done_kernel(stream, wait_done, /*advance=*/true, /*reset_staged=*/false, capturing(stream));
   }
-  // Stream-ordered: waits (bounded) until every peer's done flag has reached the current epoch.
-  void wait_done(cudaStream_t stream) { launch_done_kernel(stream, /*wait=*/true, /*advance=*/false); }
-
+  // begin_epoch for a fused call, which pushes into its peers' buffers and so must know they are done
+  // with the last call; `capturing_now`: whether `stream` is under capture (the caller has asked).
   // Outside CUDA graph capture the host mirrors the device epoch, so a side stream can wait for the
-  // peers' "done" of the previous call with a stream memory operation, which needs no SM and so can
-  // wait beside a GEMM that fills the GPU. Once any call on this communicator has been captured the
-  // host no longer knows the epoch a replay runs with, and this returns false for good: the call must
-  // then wait in begin_epoch. Call before begin_epoch.
-  bool host_knows_epoch(cudaStream_t stream) { return host_knows_epoch(capturing(stream)); }
-  bool host_knows_epoch(bool capturing_now) {
+  // peers' done with a stream memory operation (wait_previous_done_without_sm), which needs no SM and
+  // so can wait beside a GEMM that fills the GPU; this returns true and does not wait. Once any call on
+  // this communicator has been captured the host no longer knows the epoch a replay runs with: this
+  // returns false from then on, and waits itself. Either way it zeroes the staged counters and the done
+  // signal's count in the same launch (a fused call starts with an idle GPU as often as not, and each
+  // API call before its kernel delays the kernel).
+  bool begin_fused_epoch(cudaStream_t stream, bool capturing_now) {
     if (capturing_now) host_knows_epoch_ = false;
+    launch_done_kernel(stream, /*wait=*/!host_knows_epoch_, /*advance=*/true, /*reset_staged=*/true, capturing_now);
     return host_knows_epoch_;
   }
-  // After begin_epoch, where host_knows_epoch(): `stream` waits until every peer's done flag shows it
+  // Stream-ordered: waits (bounded) until every peer's done flag has reached the current epoch.
+  void wait_done(cudaStream_t stream) {
+    launch_done_kernel(stream, /*wait=*/true, /*advance=*/false, /*reset_staged=*/false, /*capturing_now=*/false);
+  }
+
+  // After begin_fused_epoch, where it returned true: `stream` waits until every peer's done flag shows it
   // has finished the previous call. Unbounded by itself; used only where a bounded wait of the same
   // call depends on what follows it (docs/fused.md).
   void wait_previous_done_without_sm(cudaStream_t stream);
@@ -127,7 +131,7 @@ class OverlapResources {
 
  private:
   explicit OverlapResources(Communicator& comm);
-  void launch_done_kernel(cudaStream_t stream, bool wait, bool advance, bool reset_staged = false);
+  void launch_done_kernel(cudaStream_t stream, bool wait, bool advance, bool reset_staged, bool capturing_now);
   Communicator& comm_;
   int lsa_size_ = 0;
   std::unique_ptr<SignalPad> pad_;
@@ -138,6 +142,7 @@ class OverlapResources {
   size_t staged_bytes() const { return (static_cast<size_t>(lsa_size_) * kMaxChunksPerRank + 1) * sizeof(uint32_t); }
   uint32_t* epoch_ = nullptr;  // device: the epoch of the current (or last) overlapped call
   uint32_t host_epoch_ = 0;    // the same, as the host knows it while host_knows_epoch_
+  // False for good once a call has been captured (begin_fused_epoch).
   bool host_knows_epoch_ = true;
   cudaStream_t signal_ = nullptr;
   std::vector<cudaStream_t> peer_streams_;

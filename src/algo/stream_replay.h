@@ -3,8 +3,8 @@
 // The fused reduce-scatter's pushes (per destination and piece: wait for the staged count, copy into
 // the peer's inbox, raise the peer's flag) are the same on every call of a shape: the counters are
 // zeroed per call and the flag copies read the epoch when they run. Enqueued one by one they are
-// 3 × pieces × (world − 1) API calls, 1 to 2 µs of host time each, and on 4 GPUs the last of them
-// reached the GPU after the kernel had staged its tiles (docs/fused_reduce_scatter.md); launched as a
+// 3 × pieces × (world − 1) API calls, microseconds of host time each, and on 4 GPUs the last of
+// them reached the GPU after the kernel had staged its tiles (docs/fused_reduce_scatter.md); launched as a
 // graph they are one call.
 #pragma once
 

@@ -165,6 +165,7 @@ Outcome soak_one(Communicator& comm, const SoakArgs& args, bool ag, Algorithm al
   std::mt19937_64 rng(args.seed * 2 + (ag ? 0 : 1));
   Outcome out;
   const auto t0 = std::chrono::steady_clock::now();
+  const int64_t tenth = std::max<int64_t>(1, args.calls / 10);  // memory is read every tenth of the calls
   for (int64_t i = 0; i < args.calls; ++i) {
     const Call c = draw_call(rng, ag, ws, args.max_dim);
     const Tensors t = tensors_of(c, r, ws, a.p, bs, outs, g.p);
@@ -191,7 +192,6 @@ Outcome soak_one(Communicator& comm, const SoakArgs& args, bool ag, Algorithm al
       return out;
     }
     ++out.calls;
-    const int64_t tenth = std::max<int64_t>(1, args.calls / 10);
     if ((i + 1) % tenth == 0 || i + 1 == args.calls) {
       comm.synchronize(s);
       const double gpu = gpu_used_mib(), host = rss_mib();

@@ -146,19 +146,17 @@ int run_rank(RankContext& ctx, const TuneArgs& t) {
       const bench::Row* best = nullptr;
       const bench::Row* best_overlapped = nullptr;
       const bench::Row* sequential = nullptr;
-      double sequential_us = 0;
       std::string all;
       for (const bench::Row& row : res.rows) {
         all_correct = all_correct && row.correct;
         if (!row.correct) continue;
         all += (all.empty() ? "" : " ") + row.candidate.label + "=" + std::to_string(row.median_us);
-        if (row.candidate.options.algorithm == Algorithm::kSequential) {
-          sequential = &row;
-          sequential_us = row.median_us;
-        } else if (!best_overlapped || row.median_us < best_overlapped->median_us) best_overlapped = &row;
+        if (row.candidate.options.algorithm == Algorithm::kSequential) sequential = &row;
+        else if (!best_overlapped || row.median_us < best_overlapped->median_us) best_overlapped = &row;
         if (!best || row.median_us < best->median_us) best = &row;
       }
       if (best == nullptr) continue;  // nothing correct: reported above, nothing to cache
+      const double sequential_us = sequential != nullptr ? sequential->median_us : 0;
       // A close win is not taken (tune::kOverlapAtMost): on 4xH200 a fused/2 chosen at 0.983x sequential
       // measured 1.03x in the next run, and on 2xH200 a pipelined chosen at 0.966x measured 1.04x.
       if (sequential != nullptr && best != sequential && best->median_us > tune::kOverlapAtMost * sequential_us) {
