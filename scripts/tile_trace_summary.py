@@ -71,7 +71,8 @@ def summarize(path):
         for line in open(calls).read().split("\n")[1:]:
             if line.strip():
                 name, gpu, host = line.split()
-                print(f"    {name:12s} {float(gpu):9.1f} {float(host):9.1f}")
+                gpu = f"{float(gpu):9.1f}" if gpu != "-" else f"{'-':>9s}"
+                print(f"    {name:12s} {gpu} {float(host):9.1f}")
 
 
 def main():

@@ -98,9 +98,11 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
                                            cudaMemcpyDeviceToDevice, push));
         pr.signal(push, d, pr.arrived_flag(me, j));
       }
+      pr.zero_staged(push, d, used_pieces);  // as the next call expects to find them
     }
     pushes.join();
   };
+  timeline.mark("resources");
   pr.begin_call();
   // Outside graph capture the pushes are one graph launch after the kernel (stream_replay.h); the graph
   // is made before the kernel, the first time this layout is used. Everything the pushes depend on is
@@ -116,9 +118,13 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
     replay = pr.replays().prepare(key, stream, enqueue_pushes);
   }
   // Pushes go into the peers' inboxes, so each peer must be done with the last call first: outside
-  // graph capture only the pushes wait for that (docs/fused.md), under capture the whole call.
-  const bool pushes_wait = pr.begin_fused_epoch(stream, captured);
+  // graph capture only the pushes wait for that (docs/fused.md), under capture the whole call. Outside
+  // capture the kernel starts the epoch itself, without a kernel launched before it.
+  timeline.mark("graph_ready");
+  const uint32_t begin_epoch = pr.begin_epoch_in_kernel(captured);
+  const bool pushes_wait = begin_epoch != 0 || pr.begin_fused_epoch(stream, captured);
   Fanout fan(pr, stream);
+  timeline.mark("epoch");
 
   // The kernel first: the pushes below wait for what it stages, and enqueuing them would otherwise delay
   // its start. The side streams follow the fork recorded above, not the kernel.
@@ -133,6 +139,8 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
   rs.inbox = reinterpret_cast<const uint32_t*>(inbox.local());
   rs.arrived = pr.pad() + pr.arrived_flag(0, 0);
   rs.epoch = pr.epoch();
+  rs.begin_epoch = begin_epoch;
+  rs.epoch_out = pr.epoch_word();
   rs.flag_stride = kMaxChunksPerRank;
   rs.pad_index = pr.arrived_flag(0, 0);
   rs.wait = pr.wait_context();

@@ -157,6 +157,11 @@ void OverlapResources::wait_previous_done_without_sm(cudaStream_t stream) {
                                                         static_cast<unsigned int>(waits.size()), waits.data(), 0));
 }
 
+void OverlapResources::zero_staged(cudaStream_t stream, int peer, int pieces) {
+  ASYNCTP_CUDA_CHECK(cudaMemsetAsync(staged_ + static_cast<size_t>(peer) * kMaxChunksPerRank, 0,
+                                     static_cast<size_t>(pieces) * sizeof(uint32_t), stream));
+}
+
 void OverlapResources::launch_done_kernel(cudaStream_t stream, bool wait, bool advance, bool reset_staged,
                                           bool capturing_now) {
   if (capturing_now) host_knows_epoch_ = false;

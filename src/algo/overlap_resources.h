@@ -107,6 +107,21 @@ class OverlapResources {
     launch_done_kernel(stream, /*wait=*/!host_knows_epoch_, /*advance=*/true, /*reset_staged=*/true, capturing_now);
     return host_knows_epoch_;
   }
+  // For a fused call whose kernel starts the epoch itself (the reduce-scatter: begin_epoch in
+  // kernels/fused/reduce_scatter_tiles.h), which saves the launch of a kernel before it: where the host
+  // knows the epoch, advances it on the host and returns the call's epoch, which the kernel stores to
+  // epoch_word(); else (a call has been captured, or the count wraps to 0) returns 0, and the call
+  // must use begin_fused_epoch. It relies on what every fused call leaves behind: the staged counters
+  // zeroed by the pushes (zero_staged) and the done signal's count by the kernel's last warp.
+  uint32_t begin_epoch_in_kernel(bool capturing_now) {
+    if (capturing_now) host_knows_epoch_ = false;
+    if (!host_knows_epoch_ || host_epoch_ + 1 == 0) return 0;
+    return ++host_epoch_;
+  }
+  uint32_t* epoch_word() const { return epoch_; }
+  // Stream-ordered: zeroes the staged counters of `peer`'s rows, after the pushes that waited on them.
+  void zero_staged(cudaStream_t stream, int peer, int pieces);
+
   // Stream-ordered: waits (bounded) until every peer's done flag has reached the current epoch.
   void wait_done(cudaStream_t stream) {
     launch_done_kernel(stream, /*wait=*/true, /*advance=*/false, /*reset_staged=*/false, /*capturing_now=*/false);

@@ -12,6 +12,7 @@
 #include "asynctp/error.h"
 #include "comm/communicator_impl.h"
 #include "common/check.h"
+#include "kernels/fused/tile_trace.h"
 #include "ops/cross_rank_check.h"
 #include "ops/nonfinite.h"
 #include "ops/plan.h"
@@ -65,6 +66,7 @@ void all_gather_matmul(Communicator& comm, const TensorRef& a_shard, const std::
                        const std::vector<TensorRef>& outputs, const TensorRef& gathered_a, cudaStream_t stream,
                        const OpOptions& requested) {
   const char* op = "all_gather_matmul";
+  kernels::fused::CallTimeline::note_op_entry();
   comm.impl().require_usable(op);
   // kAuto becomes a concrete algorithm first, so that the ranks compare what they will run.
   const OpOptions options = tune::resolve_all_gather_matmul(comm, a_shard, bs, gather_dim, requested);
@@ -99,6 +101,7 @@ void all_gather_matmul(Communicator& comm, const TensorRef& a_shard, const std::
 void matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const TensorRef& b, int scatter_dim,
                            ReduceOp reduce_op, const TensorRef& output, cudaStream_t stream, const OpOptions& requested) {
   const char* op = "matmul_reduce_scatter";
+  kernels::fused::CallTimeline::note_op_entry();
   comm.impl().require_usable(op);
   const OpOptions options = tune::resolve_matmul_reduce_scatter(comm, a, b, scatter_dim, requested);
   const auto [plan, agree] = plan_and_agree<ops::MatmulReduceScatterPlan>(

@@ -208,6 +208,7 @@ MatmulReduceScatterPlan plan_matmul_reduce_scatter(int world_size, const TensorR
 Signature signature_of(const char* op, const TensorRef& a, const std::vector<TensorRef>& bs, int dim,
                        const OpOptions& options, int64_t extra) {
   Signature s;
+  s.fields.reserve(16 + 2 * bs.size());  // one allocation: the host time before the kernel is part of the call
   s.add("op", static_cast<int64_t>(std::strlen(op)));  // the two ops' names differ in length
   s.add("dtype", static_cast<int64_t>(a.dtype));
   s.add("algorithm", static_cast<int64_t>(options.algorithm));

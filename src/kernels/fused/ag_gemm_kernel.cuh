@@ -76,7 +76,8 @@ inline bool same_rs(const ReduceScatterTiles& x, const ReduceScatterTiles& y) {
   return x.rank == y.rank && x.world == y.world && x.rows_per_rank == y.rows_per_rank &&
          x.rows_per_piece == y.rows_per_piece && x.tiles_n == y.tiles_n && x.staging == y.staging &&
          x.staged == y.staged && x.inbox == y.inbox && x.arrived == y.arrived && x.epoch == y.epoch &&
-         x.flag_stride == y.flag_stride && x.pad_index == y.pad_index && x.wait.fault == y.wait.fault &&
+         x.epoch_out == y.epoch_out && x.flag_stride == y.flag_stride && x.pad_index == y.pad_index &&
+         x.wait.fault == y.wait.fault &&
          x.wait.timeout_ns == y.wait.timeout_ns && x.wait.rank == y.wait.rank;
 }
 
@@ -129,9 +130,10 @@ cutlass::KernelHardwareInfo hardware_info() {
 // the GPU waits for the kernel (a fused call starts with an idle GPU as often as not); a 2-CTA cluster
 // is portable, so that attribute is not needed at all.
 template <class ClusterShape, class Gemm>
-void launch_on_clusters(const Gemm& gemm, cudaStream_t stream) {
+void launch_on_clusters(const Gemm& gemm, uint32_t begin_epoch, cudaStream_t stream) {
   using Kernel = typename Gemm::GemmKernel;
   typename Kernel::Params params = gemm.params();
+  params.scheduler.rs.begin_epoch = begin_epoch;  // changes every call; kept parameters leave it out
   cudaLaunchAttribute cluster;
   cluster.id = cudaLaunchAttributeClusterDimension;
   cluster.val.clusterDim.x = cute::size<0>(ClusterShape{});
@@ -247,7 +249,8 @@ void launch_ag_gemm(const AgGemmArgs& a, cudaStream_t stream) {
     if (cache.size() == kCached) cache.erase(cache.begin());
     cache.push_back(std::move(fresh));
   }
-  detail::launch_on_clusters<typename AgGemmKernel<Element, LayoutB, kTileN>::ClusterShape>(cache.back()->gemm, stream);
+  detail::launch_on_clusters<typename AgGemmKernel<Element, LayoutB, kTileN>::ClusterShape>(cache.back()->gemm,
+                                                                                         a.rs.begin_epoch, stream);
 }
 
 }  // namespace asynctp::kernels::fused

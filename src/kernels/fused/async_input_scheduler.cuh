@@ -267,8 +267,11 @@ class AsyncInputTileScheduler {
     const DoneSignal& done = *params_.done;
     asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(done.finished) : "memory");
     if (before + 1 != warps) return;
-    const uint32_t epoch = *done.epoch;
+    const uint32_t epoch = params_.rs.begin_epoch != 0 ? params_.rs.begin_epoch : *done.epoch;
     for (int p = 0; p < done.peers; ++p) st_release_sys(done.flag[p], epoch);
+    // Every warp has counted: zero for the next launch, which may start its epoch without a kernel
+    // before it (reduce_scatter_tiles.h, begin_epoch) and so finds the count as this one leaves it.
+    *done.finished = 0;
 #endif
   }
 
@@ -326,6 +329,17 @@ class AsyncInputTileScheduler {
     return p.total < slots ? p.total : slots;
   }
 
+  // Whether `other` is a whole staged tile of the same rank's rows and piece as the staged tile `work`.
+  CUTLASS_DEVICE static bool same_staged_piece(Params const& params, WorkTileInfo const& work, WorkTileInfo const& other) {
+    if (!other.is_valid() || !other.staged || other.splits != 1) return false;
+    const ReduceScatterTiles& rs = params.rs;
+    const int32_t row0 = work.M_idx * params.tile_m, other_row0 = other.M_idx * params.tile_m;
+    const int32_t owner = row0 / rs.rows_per_rank, other_owner = other_row0 / rs.rows_per_rank;
+    return owner == other_owner &&
+           (row0 - owner * rs.rows_per_rank) / rs.rows_per_piece ==
+               (other_row0 - other_owner * rs.rows_per_rank) / rs.rows_per_piece;
+  }
+
   // Reduce-scatter (reduce_scatter_tiles.h), once a tile's accumulators are whole: stage a peer's tile,
   // or add every peer's staged copy of an own tile. Thread `thread` of `threads` owns the 16-byte
   // groups [group * threads + thread] of a tile's slot, eight output elements per group.
@@ -351,16 +365,28 @@ class AsyncInputTileScheduler {
         slot[g * threads] = make_uint4(pack(accumulators(e), accumulators(e + 1)), pack(accumulators(e + 2), accumulators(e + 3)),
                                        pack(accumulators(e + 4), accumulators(e + 5)), pack(accumulators(e + 6), accumulators(e + 7)));
       }
+      // A release waits until the warp's stores have reached L2, and every CTA stages at the same moment
+      // of a round, so it costs microseconds; where this CTA's next tile is staged for the same piece,
+      // the count waits for it (the piece is not complete before that tile anyway) and one release
+      // covers both.
+      const int32_t stride = static_cast<int32_t>(gridDim.z);
+      if (work.splits == 1 && same_staged_piece(params, work, work_of(params, work.unit + stride))) return;
+      uint32_t count = 1;
+      if (work.splits == 1) {
+        for (int32_t u = work.unit - stride; same_staged_piece(params, work, work_of(params, u)); u -= stride) ++count;
+      }
       // One count per warp (kStagedCountPerTile per tile): __syncwarp orders the lanes' stores before
       // lane 0's release, which the copy engine's wait (a stream memory operation on this GPU) then sees.
       __syncwarp();
       if (threadIdx.x % 32 == 0) {
-        asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(rs.staged + owner * kMaxChunksPerRank + piece)
+        if (rs.begin_epoch != 0) *rs.epoch_out = rs.begin_epoch;  // before the count: the flag copies read it
+        asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(rs.staged + owner * kMaxChunksPerRank + piece),
+                     "r"(count)
                      : "memory");
       }
       return;
     }
-    const uint32_t expected = *rs.epoch;
+    const uint32_t expected = rs.begin_epoch != 0 ? rs.begin_epoch : *rs.epoch;
     for (int32_t q = 0; q < rs.world; ++q) {
       if (q == rs.rank) continue;
       const int32_t index = q * rs.flag_stride + piece;
@@ -394,8 +420,10 @@ class AsyncInputTileScheduler {
 
   // Work unit u: a whole cluster tile, or one split of a tail tile (tail tile u % tail, split u / tail,
   // so a tile's splits go to different clusters of the last round).
-  CUTLASS_DEVICE WorkTileInfo work_for(int32_t u) const {
-    if (u >= params_.units) return WorkTileInfo::invalid_work_tile();
+  CUTLASS_DEVICE WorkTileInfo work_for(int32_t u) const { return work_of(params_, u); }
+
+  CUTLASS_DEVICE static WorkTileInfo work_of(Params const& params_, int32_t u) {
+    if (u < 0 || u >= params_.units) return WorkTileInfo::invalid_work_tile();
     int32_t t = u, split = 0, tail_tile = 0;
     if (u >= params_.whole) {
       const int32_t v = u - params_.whole;

@@ -31,6 +31,13 @@ struct ReduceScatterTiles {
   const uint32_t* inbox = nullptr;       // [rank q][tile of this rank's rows][word][thread]
   const uint32_t* arrived = nullptr;     // arrived(q, piece) at arrived[q * flag_stride + piece]
   const uint32_t* epoch = nullptr;       // arrived when >= *epoch
+  // Non-zero: the call's epoch, known to the host, and the kernel starts it itself instead of a kernel
+  // launched before it (docs/fused_reduce_scatter.md, "The epoch without a kernel"): arrived when >=
+  // begin_epoch, and each warp stores it to `epoch_out` (the word `epoch` points at) before it counts
+  // a staged tile, so that the copy engine's flag copies after that count carry it. Not part of the
+  // kept launch parameters: it is written into them at every launch.
+  uint32_t begin_epoch = 0;
+  uint32_t* epoch_out = nullptr;
   int32_t flag_stride = 0;
   int32_t pad_index = 0;  // index of arrived[0] in this rank's pad, for the timeout report
   WaitContext wait{};

@@ -53,6 +53,9 @@ class CallTimeline {
   CallTimeline& operator=(const CallTimeline&) = delete;
 
   void mark(const char* name);
+  // Called by the public ops as they are entered, so that the file shows the host's time from there
+  // to the first mark (validation, the plan, the algorithm's choice) as op_entry.
+  static void note_op_entry();
   // After the stream has been synchronized.
   void write(const char* op, const AgGemmArgs& args, int rank);
 
