@@ -50,6 +50,35 @@ Algorithm parse_algorithm(const std::string& s, const std::string& where) {
   throw Error(where + ": \"algorithm\" must be sequential, pipelined or fused, not \"" + s + "\"");
 }
 
+// "sequential=483.4 pipelined/0=416.6 fused/2=346.1": the overlapped candidates, in order. The field
+// is asynctp-tune's record; a token it would not have written is left out rather than refused.
+std::vector<TuningCache::Measured> parse_measured(const std::string& text) {
+  std::vector<TuningCache::Measured> out;
+  std::istringstream in(text);
+  std::string token;
+  while (in >> token) {
+    const size_t slash = token.find('/'), equals = token.find('=');
+    if (slash == std::string::npos || equals == std::string::npos || equals < slash) continue;
+    const std::string name = token.substr(0, slash);
+    TuningCache::Measured m;
+    if (name == algorithm_name(Algorithm::kPipelined)) {
+      m.algorithm = Algorithm::kPipelined;
+    } else if (name == algorithm_name(Algorithm::kFused)) {
+      m.algorithm = Algorithm::kFused;
+    } else {
+      continue;
+    }
+    char* end = nullptr;
+    const long chunks = std::strtol(token.c_str() + slash + 1, &end, 10);
+    if (end != token.c_str() + equals || chunks < 0 || chunks > kMaxChunksPerRank) continue;
+    m.chunks_per_rank = static_cast<int>(chunks);
+    m.us = std::strtod(token.c_str() + equals + 1, &end);
+    if (*end != '\0' || !(m.us > 0)) continue;
+    out.push_back(m);
+  }
+  return out;
+}
+
 ProblemKey parse_key(const FlatObject& o, const std::string& where) {
   ProblemKey k;
   k.op = parse_op(text(o, "op", where), where);
@@ -80,11 +109,11 @@ std::string read_tuning_file(const std::string& path) {
   return body.str();
 }
 
-std::string fmt(double us) {
+std::string fmt(double value, int digits = 1) {
   std::ostringstream s;
   s.setf(std::ios::fixed);
-  s.precision(1);
-  s << us;
+  s.precision(digits);
+  s << value;
   return s.str();
 }
 
@@ -153,6 +182,10 @@ void TuningCache::add_text(const std::string& body, const std::string& origin) {
         throw Error(where + ": \"chunks_per_rank\" must be 0 to " + std::to_string(kMaxChunksPerRank));
       }
       e.choice.from_cache = true;
+      const auto measured = o.find("measured");
+      if (measured != o.end() && measured->second.kind == JsonValue::Kind::kString) {
+        e.measured = parse_measured(measured->second.text);
+      }
       e.choice.why = "tuned: " + fmt(number_or(o, "us", 0)) + " us (sequential " + fmt(number_or(o, "sequential_us", 0)) +
                      " us), " + origin;
       entries_.push_back(std::move(e));
@@ -185,9 +218,8 @@ const Choice* TuningCache::find(const ProblemKey& key) const {
   return nullptr;
 }
 
-const TuningCache::Entry* TuningCache::nearest_overlapped(const ProblemKey& key) const {
-  const Entry* best = nullptr;
-  double best_distance = 0;
+std::vector<const TuningCache::Entry*> TuningCache::nearest_overlapped(const ProblemKey& key, size_t count) const {
+  std::vector<std::pair<double, const Entry*>> found;
   for (const Entry& e : entries_) {
     const ProblemKey& k = e.key;
     if (e.choice.algorithm == Algorithm::kSequential || k.op != key.op || k.dtype != key.dtype ||
@@ -197,9 +229,13 @@ const TuningCache::Entry* TuningCache::nearest_overlapped(const ProblemKey& key)
     const double d = 2 * std::fabs(std::log2(static_cast<double>(k.M) / key.M)) +
                      std::fabs(std::log2(static_cast<double>(k.N) / key.N)) +
                      std::fabs(std::log2(static_cast<double>(k.K) / key.K));
-    if (best == nullptr || d < best_distance) best = &e, best_distance = d;  // ties: the earlier line
+    found.emplace_back(d, &e);
   }
-  return best;
+  // Ties: the earlier line.
+  std::stable_sort(found.begin(), found.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  std::vector<const Entry*> out;
+  for (size_t i = 0; i < found.size() && i < count; ++i) out.push_back(found[i].second);
+  return out;
 }
 
 Rates TuningCache::rates(const std::string& gpu, int world_size, Op op) const {
@@ -223,20 +259,69 @@ const TuningCache& tuning_cache(const std::string& path) {
   return *slot;
 }
 
+namespace {
+
+std::string shape_name(const ProblemKey& k) {
+  return std::to_string(k.M) + "x" + std::to_string(k.N) + "x" + std::to_string(k.K);
+}
+
+// Of the candidates timed at every one of `near`, the one whose worst ratio to the fastest overlapped
+// candidate of a shape is least (ties: the earlier in the nearest shape's record). False where the
+// entries recorded no candidate common to all of them.
+bool least_regret(const std::vector<const TuningCache::Entry*>& near, bool fused_applies, TuningCache::Measured& pick,
+                  double& worst_ratio) {
+  bool found = false;
+  for (const TuningCache::Measured& candidate : near.front()->measured) {
+    if (candidate.algorithm == Algorithm::kFused && !fused_applies) continue;
+    double worst = 0;
+    bool everywhere = true;
+    for (const TuningCache::Entry* e : near) {
+      double fastest = 0, mine = 0;
+      for (const TuningCache::Measured& m : e->measured) {
+        if (fastest == 0 || m.us < fastest) fastest = m.us;
+        if (m.algorithm == candidate.algorithm && m.chunks_per_rank == candidate.chunks_per_rank) mine = m.us;
+      }
+      if (mine == 0) {
+        everywhere = false;
+        break;
+      }
+      worst = std::max(worst, mine / fastest);
+    }
+    if (everywhere && (!found || worst < worst_ratio)) pick = candidate, worst_ratio = worst, found = true;
+  }
+  return found;
+}
+
+}  // namespace
+
 Choice choose(const ProblemKey& key, const TuningCache& cache, bool fused_applies) {
   if (const Choice* c = cache.find(key)) return *c;
   Choice c = model_choice(key, cache.rates(key.gpu, key.world_size, key.op), fused_applies);
   if (c.algorithm == Algorithm::kSequential) return c;
   // Whether to overlap is the model's call; how (pipelined or fused, and the pieces), it has no rates
-  // for, so it follows what measured fastest at the nearest tuned shape that overlapped.
-  if (const TuningCache::Entry* near = cache.nearest_overlapped(key)) {
-    c.algorithm = near->choice.algorithm == Algorithm::kFused && !fused_applies ? Algorithm::kPipelined
-                                                                                : near->choice.algorithm;
-    c.chunks_per_rank = near->choice.chunks_per_rank;
+  // for. The nearest tuned shape alone is a poor guide between two regimes (the reduce-scatter's
+  // pipelined/4 is fastest by a few percent from ~8192 rows and up to 40% slower below, so a shape in
+  // between took whichever side was nearer): of what the nearest tuned shapes measured, it takes the
+  // candidate that loses least at the worst of them.
+  const std::vector<const TuningCache::Entry*> near = cache.nearest_overlapped(key, kNearestTunedShapes);
+  if (near.empty()) return c;
+  TuningCache::Measured pick;
+  double worst = 0;
+  std::string shapes;
+  for (const TuningCache::Entry* e : near) shapes += (shapes.empty() ? "" : ", ") + shape_name(e->key);
+  if (least_regret(near, fused_applies, pick, worst)) {
+    c.algorithm = pick.algorithm;
+    c.chunks_per_rank = pick.chunks_per_rank;
     c.why += "; " + std::string(algorithm_name(c.algorithm)) + " with " + std::to_string(c.chunks_per_rank) +
-             " pieces as tuned at " + std::to_string(near->key.M) + "x" + std::to_string(near->key.N) + "x" +
-             std::to_string(near->key.K);
+             " pieces: at most " + fmt(worst, 3) + "x the fastest at the nearest tuned shapes (" + shapes + ")";
+    return c;
   }
+  const TuningCache::Entry* nearest = near.front();  // a cache without the record: its choice
+  c.algorithm = nearest->choice.algorithm == Algorithm::kFused && !fused_applies ? Algorithm::kPipelined
+                                                                                 : nearest->choice.algorithm;
+  c.chunks_per_rank = nearest->choice.chunks_per_rank;
+  c.why += "; " + std::string(algorithm_name(c.algorithm)) + " with " + std::to_string(c.chunks_per_rank) +
+           " pieces as tuned at " + shape_name(nearest->key);
   return c;
 }
 

@@ -48,6 +48,10 @@ struct Rates {
 // to call than NCCL + cuBLASLt does.
 inline constexpr double kOverlapAtMost = 0.95;
 
+// An untuned shape that overlaps takes, of the candidates these many nearest tuned shapes measured, the
+// one whose worst ratio to the fastest there is least (choose()).
+inline constexpr size_t kNearestTunedShapes = 3;
+
 // The model's estimates for one problem, in microseconds.
 struct Estimate {
   double gemm_us = 0, copy_us = 0, nccl_us = 0;
@@ -62,9 +66,16 @@ Choice model_choice(const ProblemKey& key, const Rates& rates, bool fused_applie
 
 class TuningCache {
  public:
+  // One candidate's time at a tuned shape (the entry's "measured" field: "pipelined/4=237.8 ...").
+  struct Measured {
+    Algorithm algorithm = Algorithm::kPipelined;
+    int chunks_per_rank = 0;
+    double us = 0;
+  };
   struct Entry {
     ProblemKey key;
     Choice choice;
+    std::vector<Measured> measured;  // the overlapped candidates timed there; empty where not recorded
   };
 
   // Parses JSON Lines text: {"kind":"choice", ...} and {"kind":"rates", ...} lines (docs/auto.md);
@@ -72,9 +83,9 @@ class TuningCache {
   // line where a line is not valid.
   void add_text(const std::string& text, const std::string& origin);
   const Choice* find(const ProblemKey& key) const;  // the last entry for the key
-  // The overlapped choice tuned for the shape nearest `key` (same op, dtype, dim, world size and GPU
-  // model), nearness measured in octaves, M's counted twice; null if none was overlapped.
-  const Entry* nearest_overlapped(const ProblemKey& key) const;
+  // The `count` tuned shapes nearest `key` whose choice overlapped (same op, dtype, dim, world size and
+  // GPU model), nearest first; nearness in octaves, M's counted twice.
+  std::vector<const Entry*> nearest_overlapped(const ProblemKey& key, size_t count) const;
   // Measured for this GPU model, world size and op where present, else the defaults.
   Rates rates(const std::string& gpu, int world_size, Op op) const;
   size_t size() const { return entries_.size(); }
@@ -94,8 +105,9 @@ class TuningCache {
 // the one built into the library (tuning/*.jsonl in the repository). Loaded once per path per process.
 const TuningCache& tuning_cache(const std::string& path);
 
-// The choice for `key`: the cache's entry; else the model's, whose overlapped choices take the
-// algorithm and pieces of the nearest tuned overlapped shape where there is one.
+// The choice for `key`: the cache's entry; else the model's, whose overlapped choices take, of the
+// candidates the nearest tuned overlapped shapes measured, the one that loses least at the worst of
+// them (the nearest shape's own choice where the cache did not record what it measured).
 Choice choose(const ProblemKey& key, const TuningCache& cache, bool fused_applies);
 
 // The text of the cache built into the library (generated from tuning/*.jsonl at build time).

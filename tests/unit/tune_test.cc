@@ -166,7 +166,7 @@ TEST(Model, ChooseTakesTheCacheFirst) {
   EXPECT_FALSE(choose(k, c, true).from_cache);
 }
 
-TEST(Model, AnOverlappedChoiceFollowsTheNearestTunedShapeThatOverlapped) {
+TEST(Model, WithoutTheTunersRecordAnUntunedShapeFollowsTheNearestTunedShape) {
   TuningCache c;
   c.add_text(choice("rs", 2048, "fused", 4) + "\n" + choice("rs", 16384, "pipelined", 4) + "\n" +
                  choice("rs", 32768, "sequential", 0) + "\n" + choice("ag", 12288, "fused", 2) + "\n",
@@ -186,6 +186,43 @@ TEST(Model, AnOverlappedChoiceFollowsTheNearestTunedShapeThatOverlapped) {
   k.world_size = 4, k.M = 12288;  // no tuned shape of this world size: the model's own pick
   EXPECT_EQ(choose(k, c, true).algorithm, Algorithm::kFused);
   EXPECT_EQ(choose(k, c, true).chunks_per_rank, 0);
+}
+
+// A choice line with asynctp-tune's record of every candidate it timed there.
+std::string with_measured(std::string line, const std::string& measured) {
+  line.insert(line.size() - 1, ",\"measured\":\"" + measured + "\"");
+  return line;
+}
+
+TEST(Model, AnUntunedShapeTakesTheCandidateThatLosesLeastAtTheNearestTunedShapes) {
+  TuningCache c;
+  c.add_text(with_measured(choice("rs", 8192, "pipelined", 4), "sequential=500 pipelined/0=330 pipelined/4=300 fused/2=306") +
+                 "\n" +
+                 with_measured(choice("rs", 16384, "pipelined", 4), "sequential=900 pipelined/0=650 pipelined/4=600 fused/2=640") +
+                 "\n" + with_measured(choice("rs", 2048, "fused", 2), "sequential=160 pipelined/0=120 pipelined/4=150 fused/2=100") +
+                 "\n",
+             "t");
+  // Nearest 8192 (pipelined/4), then 16384 and 2048. pipelined/4 is 1.5x the fastest at 2048, fused/2
+  // at most 1.067x (at 16384): the nearest shape's own choice would be the worse bet.
+  ProblemKey k = key(Op::kMatmulReduceScatter, 6144, 3584, 8192);
+  Choice got = choose(k, c, true);
+  EXPECT_EQ(got.algorithm, Algorithm::kFused);
+  EXPECT_EQ(got.chunks_per_rank, 2);
+  EXPECT_NE(got.why.find("at most 1.067x the fastest at the nearest tuned shapes (8192x3584x8192, 16384x3584x8192, "
+                         "2048x3584x8192)"),
+            std::string::npos)
+      << got.why;
+  got = choose(k, c, false);  // without the fused kernel: pipelined/0 (at most 1.2x) over pipelined/4 (1.5x)
+  EXPECT_EQ(got.algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(got.chunks_per_rank, 0);
+  // A candidate not timed at every one of them is not taken.
+  TuningCache partial;
+  partial.add_text(with_measured(choice("rs", 8192, "pipelined", 4), "pipelined/4=300 fused/4=301") + "\n" +
+                       with_measured(choice("rs", 2048, "fused", 2), "pipelined/4=150 fused/2=100") + "\n",
+                   "t");
+  got = choose(k, partial, true);
+  EXPECT_EQ(got.algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(got.chunks_per_rank, 4);
 }
 
 TEST(Fit, RecoversTheRatesMeasurementsWereMadeWith) {
