@@ -307,21 +307,22 @@ Choice choose(const ProblemKey& key, const TuningCache& cache, bool fused_applie
   if (near.empty()) return c;
   TuningCache::Measured pick;
   double worst = 0;
-  std::string shapes;
-  for (const TuningCache::Entry* e : near) shapes += (shapes.empty() ? "" : ", ") + shape_name(e->key);
+  std::string how;
   if (least_regret(near, fused_applies, pick, worst)) {
     c.algorithm = pick.algorithm;
     c.chunks_per_rank = pick.chunks_per_rank;
-    c.why += "; " + std::string(algorithm_name(c.algorithm)) + " with " + std::to_string(c.chunks_per_rank) +
-             " pieces: at most " + fmt(worst, 3) + "x the fastest at the nearest tuned shapes (" + shapes + ")";
-    return c;
+    std::string shapes;
+    for (const TuningCache::Entry* e : near) shapes += (shapes.empty() ? "" : ", ") + shape_name(e->key);
+    how = ": at most " + fmt(worst, 3) + "x the fastest at the nearest tuned shapes (" + shapes + ")";
+  } else {
+    const TuningCache::Entry* nearest = near.front();  // a cache without the record: its choice
+    c.algorithm = nearest->choice.algorithm == Algorithm::kFused && !fused_applies ? Algorithm::kPipelined
+                                                                                   : nearest->choice.algorithm;
+    c.chunks_per_rank = nearest->choice.chunks_per_rank;
+    how = " as tuned at " + shape_name(nearest->key);
   }
-  const TuningCache::Entry* nearest = near.front();  // a cache without the record: its choice
-  c.algorithm = nearest->choice.algorithm == Algorithm::kFused && !fused_applies ? Algorithm::kPipelined
-                                                                                 : nearest->choice.algorithm;
-  c.chunks_per_rank = nearest->choice.chunks_per_rank;
-  c.why += "; " + std::string(algorithm_name(c.algorithm)) + " with " + std::to_string(c.chunks_per_rank) +
-           " pieces as tuned at " + shape_name(nearest->key);
+  c.why += "; " + std::string(algorithm_name(c.algorithm)) + " with " + std::to_string(c.chunks_per_rank) + " pieces" +
+           how;
   return c;
 }
 

@@ -329,15 +329,17 @@ class AsyncInputTileScheduler {
     return p.total < slots ? p.total : slots;
   }
 
+  // The piece a reduce-scatter tile's rows are in, as the index of its staged counter:
+  // owner rank * kMaxChunksPerRank + piece.
+  CUTLASS_DEVICE static int32_t piece_index(Params const& params, WorkTileInfo const& work) {
+    const ReduceScatterTiles& rs = params.rs;
+    const int32_t row0 = work.M_idx * params.tile_m, owner = row0 / rs.rows_per_rank;
+    return owner * kMaxChunksPerRank + (row0 - owner * rs.rows_per_rank) / rs.rows_per_piece;
+  }
+
   // Whether `other` is a whole staged tile of the same rank's rows and piece as the staged tile `work`.
   CUTLASS_DEVICE static bool same_staged_piece(Params const& params, WorkTileInfo const& work, WorkTileInfo const& other) {
-    if (!other.is_valid() || !other.staged || other.splits != 1) return false;
-    const ReduceScatterTiles& rs = params.rs;
-    const int32_t row0 = work.M_idx * params.tile_m, other_row0 = other.M_idx * params.tile_m;
-    const int32_t owner = row0 / rs.rows_per_rank, other_owner = other_row0 / rs.rows_per_rank;
-    return owner == other_owner &&
-           (row0 - owner * rs.rows_per_rank) / rs.rows_per_piece ==
-               (other_row0 - other_owner * rs.rows_per_rank) / rs.rows_per_piece;
+    return other.is_valid() && other.staged && other.splits == 1 && piece_index(params, other) == piece_index(params, work);
   }
 
   // Reduce-scatter (reduce_scatter_tiles.h), once a tile's accumulators are whole: stage a peer's tile,
@@ -380,8 +382,7 @@ class AsyncInputTileScheduler {
       __syncwarp();
       if (threadIdx.x % 32 == 0) {
         if (rs.begin_epoch != 0) *rs.epoch_out = rs.begin_epoch;  // before the count: the flag copies read it
-        asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(rs.staged + owner * kMaxChunksPerRank + piece),
-                     "r"(count)
+        asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(rs.staged + piece_index(params, work)), "r"(count)
                      : "memory");
       }
       return;
