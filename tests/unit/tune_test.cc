@@ -225,6 +225,28 @@ TEST(Model, AnUntunedShapeTakesTheCandidateThatLosesLeastAtTheNearestTunedShapes
   EXPECT_EQ(got.chunks_per_rank, 4);
 }
 
+TEST(Model, TheNearestTunedShapesAreReadFromTheLineThatWins) {
+  // The built-in cache's 8192 line, then a file measured later: only the later 8192 line counts. Read
+  // with both, pipelined/4 would lose least (1.05x against fused/2's 1.06x at the stale 8192 line).
+  TuningCache c;
+  c.add_text(with_measured(choice("rs", 8192, "pipelined", 4), "sequential=500 pipelined/4=300 fused/2=318") + "\n" +
+                 with_measured(choice("rs", 16384, "pipelined", 4), "sequential=900 pipelined/4=600 fused/2=630") + "\n",
+             "built-in");
+  c.add_text(with_measured(choice("rs", 8192, "fused", 2), "sequential=500 pipelined/4=315 fused/2=300") + "\n" +
+                 with_measured(choice("rs", 2048, "fused", 2), "sequential=160 pipelined/4=150 fused/2=100") + "\n",
+             "file");
+  const Choice got = choose(key(Op::kMatmulReduceScatter, 6144, 3584, 8192), c, true);
+  EXPECT_EQ(got.algorithm, Algorithm::kFused);
+  EXPECT_EQ(got.chunks_per_rank, 2);
+  EXPECT_NE(got.why.find("(8192x3584x8192, 16384x3584x8192, 2048x3584x8192)"), std::string::npos) << got.why;
+  // A shape whose last line is sequential is not an overlapped neighbour, whatever an earlier line said.
+  TuningCache later_sequential;
+  later_sequential.add_text(with_measured(choice("rs", 8192, "pipelined", 4), "sequential=500 pipelined/4=300") + "\n" +
+                                choice("rs", 8192, "sequential", 0) + "\n",
+                            "t");
+  EXPECT_TRUE(later_sequential.nearest_overlapped(key(Op::kMatmulReduceScatter, 6144, 3584, 8192), 3).empty());
+}
+
 TEST(Fit, RecoversTheRatesMeasurementsWereMadeWith) {
   Rates truth;
   truth.gemm_tflops = 650, truth.gemm_fixed_us = 5, truth.nccl_gbps = truth.copy_gbps = 280, truth.nccl_fixed_us = 20;
