@@ -220,27 +220,23 @@ const Choice* TuningCache::find(const ProblemKey& key) const {
 
 std::vector<const TuningCache::Entry*> TuningCache::nearest_overlapped(const ProblemKey& key, size_t count) const {
   std::vector<std::pair<double, const Entry*>> found;
-  // Each shape once, as its last line has it (as find() reads the cache): a file given beside the
-  // built-in one, or measured again with --fresh, supersedes the earlier line rather than adding a
-  // second vote, which with the built-in 2xH200 cache and a fresh file beside it had rs 6144x5120x5120
-  // take pipelined/4 from a stale line (1.13x fused there).
-  std::vector<const ProblemKey*> seen;
-  for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) {
-    const Entry& e = *it;
+  for (const Entry& e : entries_) {
     const ProblemKey& k = e.key;
-    if (k.op != key.op || k.dtype != key.dtype || k.last_dim != key.last_dim || k.world_size != key.world_size ||
-        k.gpu != key.gpu) {
+    if (e.choice.algorithm == Algorithm::kSequential || k.op != key.op || k.dtype != key.dtype ||
+        k.last_dim != key.last_dim || k.world_size != key.world_size || k.gpu != key.gpu) {
       continue;
     }
-    if (std::any_of(seen.begin(), seen.end(), [&](const ProblemKey* s) { return same_key(*s, k); })) continue;
-    seen.push_back(&k);
-    if (e.choice.algorithm == Algorithm::kSequential) continue;
+    // Each shape once, as the line find() reads has it: a file given beside the built-in cache, or
+    // measured again with --fresh, supersedes the earlier line rather than adding a second vote (with
+    // the built-in 2xH200 cache and a fresh file beside it, rs 6144x5120x5120 took pipelined/4 from a
+    // stale line, 1.13x fused there).
+    if (find(k) != &e.choice) continue;
     const double d = 2 * std::fabs(std::log2(static_cast<double>(k.M) / key.M)) +
                      std::fabs(std::log2(static_cast<double>(k.N) / key.N)) +
                      std::fabs(std::log2(static_cast<double>(k.K) / key.K));
     found.emplace_back(d, &e);
   }
-  std::reverse(found.begin(), found.end());  // file order again, so that ties go to the earlier line
+  // Ties: the earlier line.
   std::stable_sort(found.begin(), found.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
   std::vector<const Entry*> out;
   for (size_t i = 0; i < found.size() && i < count; ++i) out.push_back(found[i].second);
