@@ -2,9 +2,12 @@
 // destination (rank me+1's rows first, this rank's own last). Tiles of a peer's rows are staged in
 // this GPU's memory and counted; the copy engine pushes each piece to its destination's inbox as soon
 // as its count is complete; this rank's own tiles wait for the peers' pieces of the same rows and add
-// them in fp32 before the epilogue writes the output (docs/fused_reduce_scatter.md).
+// them in fp32 as the output is written (docs/fused_reduce_scatter.md): on two ranks in the epilogue,
+// on more in the kernel's fixup().
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "algo/bytes.h"
@@ -17,6 +20,55 @@
 #include "kernels/fused/tail_split.h"
 
 namespace asynctp::algo {
+namespace {
+
+// Rounds of tiles from which the two-rank reduction runs in the epilogue: there an own tile's
+// reduction is cheaper than in fixup(), but a staged tile dearer and the kernel's first round slower,
+// and on 2xH200 it measured faster at 7 and 31 rounds and slower at 2 and 4
+// (docs/fused_reduce_scatter.md, "Two ranks: the reduction in the epilogue").
+constexpr int64_t kEpilogueFromRounds = 5;
+
+// Whether the reduction runs in the epilogue (two ranks, tiles of at least kEpilogueFromRounds
+// rounds on this GPU's SMs) or in fixup() (reduce_scatter_tiles.h). ASYNCTP_FUSED_RS_REDUCE=
+// fixup|epilogue overrides it for measurement, and must be set alike on every rank (the staged
+// tiles' layout follows it); epilogue takes two ranks.
+bool reduce_in_epilogue(int world_size, int64_t tiles) {
+  static const int forced = [] {
+    const char* v = std::getenv("ASYNCTP_FUSED_RS_REDUCE");
+    if (v == nullptr || *v == '\0') return 0;
+    if (std::strcmp(v, "epilogue") == 0) return 1;
+    if (std::strcmp(v, "fixup") == 0) return 2;
+    detail::raise(detail::cat("ASYNCTP_FUSED_RS_REDUCE is '", v, "'; expected epilogue or fixup"));
+  }();
+  if (forced == 1) {
+    ASYNCTP_CHECK(world_size == 2, "ASYNCTP_FUSED_RS_REDUCE=epilogue takes two ranks; this communicator has ", world_size);
+  }
+  if (forced != 0) return forced == 1;
+  if (world_size != 2) return false;
+  int device = 0, sms = 0;
+  ASYNCTP_CUDA_CHECK(cudaGetDevice(&device));
+  ASYNCTP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return tiles >= kEpilogueFromRounds * sms;
+}
+
+// Where rows of one rank sit in the staging buffer and in the inbox, from the start of that rank's
+// slot: through the epilogue the partial sums are row-major like the product; through fixup() each
+// 128 x kRsTileN tile is a slot of its own (reduce_scatter_tiles.h).
+struct StagedLayout {
+  bool epilogue = false;
+  int64_t N = 0, tiles_n = 0;
+  size_t bytes_before(int64_t row) const {
+    if (epilogue) return static_cast<size_t>(row * N) * sizeof(uint16_t);  // bf16 or fp16
+    return static_cast<size_t>(row / kernels::fused::kTileRows * tiles_n) * kernels::fused::kRsTileBytes;
+  }
+  // What the kernel's staged counter of a piece of rows [r0, r1) reaches once all its tiles are staged.
+  uint32_t count(int64_t r0, int64_t r1) const {
+    return static_cast<uint32_t>((r1 - r0) / kernels::fused::kTileRows * tiles_n) *
+           kernels::fused::staged_count_per_tile(epilogue);
+  }
+};
+
+}  // namespace
 
 int resolve_fused_rs_pieces(int requested, int64_t rows_per_rank) {
   const int64_t clusters = std::max<int64_t>(1, rows_per_rank / kernels::fused::kClusterRows);
@@ -71,9 +123,8 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
   OverlapResources& pr = OverlapResources::of(comm, stream);
   kernels::fused::load_ag_gemm_kernels();
   const int64_t tiles_n = (plan.N + kernels::fused::kRsTileN - 1) / kernels::fused::kRsTileN;
-  const int64_t tile_rows = kernels::fused::kTileRows;
-  const size_t tile_bytes = kernels::fused::kRsTileBytes;
-  const size_t rank_bytes = static_cast<size_t>(rows / tile_rows * tiles_n) * tile_bytes;  // one rank's rows, staged
+  const StagedLayout layout{reduce_in_epilogue(ws, plan.M / kernels::fused::kTileRows * tiles_n), plan.N, tiles_n};
+  const size_t rank_bytes = layout.bytes_before(rows);  // one rank's rows, staged
   char* staging = static_cast<char*>(m.scratch_for(ws * rank_bytes));  // slot d: this rank's tiles of d's rows
   SymmetricBuffer& inbox = pr.inbox(ws * rank_bytes, stream);         // slot q: rank q's tiles of this rank's rows
   const int pieces = resolve_fused_rs_pieces(chunks_per_rank, rows);
@@ -90,11 +141,10 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
       cudaStream_t push = pushes.use(pr.peer_stream(d));
       for (int j = 0; j < used_pieces; ++j) {
         const int64_t r0 = j * piece_rows, r1 = std::min<int64_t>(rows, r0 + piece_rows);
-        const int64_t tile0 = r0 / tile_rows * tiles_n, tiles = (r1 - r0) / tile_rows * tiles_n;
-        pr.wait_staged(push, d, j, static_cast<uint32_t>(tiles) * kernels::fused::kStagedCountPerTile);
-        const size_t offset = static_cast<size_t>(tile0) * tile_bytes;
+        pr.wait_staged(push, d, j, layout.count(r0, r1));
+        const size_t offset = layout.bytes_before(r0);
         ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(bytes(inbox.peer(d)) + me * rank_bytes + offset,
-                                           staging + d * rank_bytes + offset, static_cast<size_t>(tiles) * tile_bytes,
+                                           staging + d * rank_bytes + offset, layout.bytes_before(r1) - offset,
                                            cudaMemcpyDeviceToDevice, push));
         pr.signal(push, d, pr.arrived_flag(me, j));
       }
@@ -113,7 +163,8 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
     std::vector<uint64_t> key = {static_cast<uint64_t>(me),        static_cast<uint64_t>(ws),
                                  static_cast<uint64_t>(rows),      rank_bytes,
                                  static_cast<uint64_t>(piece_rows), static_cast<uint64_t>(used_pieces),
-                                 static_cast<uint64_t>(tiles_n),   reinterpret_cast<uintptr_t>(staging)};
+                                 static_cast<uint64_t>(tiles_n),   reinterpret_cast<uintptr_t>(staging),
+                                 static_cast<uint64_t>(layout.epilogue)};
     for (int d = 0; d < ws; ++d) key.push_back(reinterpret_cast<uintptr_t>(inbox.peer(d)));
     replay = pr.replays().prepare(key, stream, enqueue_pushes);
   }
@@ -134,6 +185,7 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
   rs.rows_per_rank = static_cast<int32_t>(rows);
   rs.rows_per_piece = static_cast<int32_t>(piece_rows);
   rs.tiles_n = static_cast<int32_t>(tiles_n);
+  rs.reduce_in_epilogue = layout.epilogue;
   rs.staging = reinterpret_cast<uint32_t*>(staging);
   rs.staged = pr.staged();
   rs.inbox = reinterpret_cast<const uint32_t*>(inbox.local());

@@ -3,8 +3,11 @@
 // and 256-row clusters, every number of pieces, calls back to back and mixed with the pipelined
 // reduce-scatter (one epoch and flag protocol for both), CUDA graph replays with changing inputs, and a
 // peer that never comes (the GEMM's own wait times out). matmul_reduce_scatter: its options and the
-// cases it hands to pipelined, more layouts than the pushes' kept graphs, the same bits on every call,
-// and both fused ops back to back and in a graph.
+// cases it hands to pipelined (on two ranks reduced both in the epilogue and in fixup()), more layouts
+// than the pushes' kept graphs, the same bits on every call, and both fused ops back to back and in a
+// graph.
+#include <cstdlib>
+
 #include "algo/overlap_resources.h"
 #include "comm/communicator_impl.h"
 #include "ops_problems.h"
@@ -143,6 +146,25 @@ TEST(FusedOps, ReduceScatterCases_1Rank) {
 }
 
 TEST(FusedOps, ReduceScatterCases_MultiRank) {
+  RUN_EVERY_WORLD_SIZE(reduce_scatter_cases);
+}
+
+// The reduce-scatter's two ways of reducing (reduce_scatter_tiles.h) on the same cases, whichever the
+// shape would get: ASYNCTP_FUSED_RS_REDUCE, which each rank reads as it starts (the ranks are forked
+// after it is set).
+struct ForcedReduction {
+  explicit ForcedReduction(const char* how) { setenv("ASYNCTP_FUSED_RS_REDUCE", how, 1); }
+  ~ForcedReduction() { unsetenv("ASYNCTP_FUSED_RS_REDUCE"); }
+};
+
+TEST(FusedOps, ReduceScatterCasesReducedInTheEpilogue_2Ranks) {
+  REQUIRE_GPUS(2);
+  ForcedReduction forced("epilogue");
+  RUN_RANKS(2, reduce_scatter_cases);
+}
+
+TEST(FusedOps, ReduceScatterCasesReducedInFixup_MultiRank) {
+  ForcedReduction forced("fixup");
   RUN_EVERY_WORLD_SIZE(reduce_scatter_cases);
 }
 

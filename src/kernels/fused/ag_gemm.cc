@@ -69,9 +69,29 @@ void launch_tile(const AgGemmArgs& a, int tile_n, cudaStream_t stream) {
   }
 }
 
+// The two-rank reduce-scatter's instantiation, whose epilogue does the reduction.
+template <bool kLoad, DType kDType, BLayout kBLayout>
+void launch_rs(const AgGemmArgs& a, cudaStream_t stream) {
+  if constexpr (kLoad) {
+    load_rs_gemm_instance<kDType, kBLayout>();
+  } else {
+    launch_rs_gemm_instance<kDType, kBLayout>(a, stream);
+  }
+}
+
 template <bool kLoad>
 void launch_dispatch(const AgGemmArgs& a, int tile_n, cudaStream_t stream) {
   const bool row_b = a.b_layout == BLayout::kRowMajor;
+  if (a.rs.rank >= 0 && a.rs.reduce_in_epilogue) {
+    if (a.dtype == DType::kBF16) {
+      row_b ? launch_rs<kLoad, DType::kBF16, BLayout::kRowMajor>(a, stream)
+            : launch_rs<kLoad, DType::kBF16, BLayout::kColMajor>(a, stream);
+    } else {
+      row_b ? launch_rs<kLoad, DType::kFP16, BLayout::kRowMajor>(a, stream)
+            : launch_rs<kLoad, DType::kFP16, BLayout::kColMajor>(a, stream);
+    }
+    return;
+  }
   if (a.dtype == DType::kBF16) {
     row_b ? launch_tile<kLoad, DType::kBF16, BLayout::kRowMajor>(a, tile_n, stream)
           : launch_tile<kLoad, DType::kBF16, BLayout::kColMajor>(a, tile_n, stream);
@@ -124,13 +144,18 @@ void load_ag_gemm_kernels() {
   ASYNCTP_CUDA_CHECK(cudaGetDevice(&device));
   std::lock_guard<std::mutex> lock(mu);
   if (!loaded.insert(device).second) return;
-  for (int tile_n : {256, 192}) {
-    for (DType dtype : {DType::kBF16, DType::kFP16}) {
-      for (BLayout layout : {BLayout::kRowMajor, BLayout::kColMajor}) {
-        AgGemmArgs a;
-        a.dtype = dtype;
-        a.b_layout = layout;
-        launch_dispatch</*kLoad=*/true>(a, tile_n, nullptr);
+  for (bool reduce_in_epilogue : {false, true}) {
+    for (int tile_n : {256, 192}) {
+      for (DType dtype : {DType::kBF16, DType::kFP16}) {
+        for (BLayout layout : {BLayout::kRowMajor, BLayout::kColMajor}) {
+          AgGemmArgs a;
+          a.dtype = dtype;
+          a.b_layout = layout;
+          a.rs.rank = reduce_in_epilogue ? 0 : -1;
+          a.rs.reduce_in_epilogue = reduce_in_epilogue;
+          if (reduce_in_epilogue && tile_n != kRsTileN) continue;
+          launch_dispatch</*kLoad=*/true>(a, tile_n, nullptr);
+        }
       }
     }
   }
@@ -147,6 +172,8 @@ void run_ag_gemm(const AgGemmArgs& args, cudaStream_t stream) {
                 "; expected 0, 192 or 256");
   ASYNCTP_CHECK(a.rs.rank < 0 || a.tile_n == 0 || a.tile_n == kRsTileN, "fused reduce-scatter: tile_n must be ",
                 kRsTileN);
+  ASYNCTP_CHECK(!a.rs.reduce_in_epilogue || (a.rs.rank >= 0 && a.rs.world == 2),
+                "fused reduce-scatter: the reduction in the epilogue takes two ranks, not ", a.rs.world);
   const int tile_n = a.tile_n != 0 ? a.tile_n : a.rs.rank >= 0 ? static_cast<int>(kRsTileN) : tile_n_for(a);
   launch_dispatch</*kLoad=*/false>(a, tile_n, stream);
 }

@@ -6,6 +6,8 @@
 // our pieces in it: the async-input mainloop (waits for a tile's rows, reads the local shard in
 // place) and the async-input tile scheduler (own rows first). On one H200 this configuration with a
 // 2x1x1 cluster ran at 94-103% of cuBLAS at the seed shapes (docs/fused.md has the current figures).
+// The two-rank reduce-scatter's instantiations (kReduceInEpilogue) also take a source C and wrap the
+// epilogue in reduce_scatter_epilogue.cuh.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -26,6 +28,7 @@
 #include "kernels/fused/ag_gemm.h"
 #include "kernels/fused/async_input_mainloop.cuh"
 #include "kernels/fused/async_input_scheduler.cuh"
+#include "kernels/fused/reduce_scatter_epilogue.cuh"
 
 #if !defined(NDEBUG)
 // Without NDEBUG, CUTLASS's device asserts turn WGMMA sequences into function calls that ptxas must
@@ -42,19 +45,26 @@ template <BLayout kBLayout>
 using CutlassLayoutB =
     std::conditional_t<kBLayout == BLayout::kRowMajor, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
 
-template <class Element, class LayoutB, int kTileN>
+template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue = false>
 struct AgGemmKernel {
   using TileShape = cute::Shape<cute::_128, cute::Int<kTileN>, cute::Int<static_cast<int>(kTileK)>>;
   using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
   static constexpr int kAlign = 16 / sizeof(Element);  // elements per 16 bytes: what TMA needs
   static_assert(cute::size<0>(TileShape{}) == kTileRows, "kTileRows (ag_gemm.h) must match the tile's M");
+  static_assert(!kReduceInEpilogue || kTileN == kRsTileN, "a reduce-scatter's tiles are kRsTileN wide");
 
-  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+  // D = alpha * A @ B, or with a source (the reduce-scatter's peer copy) D = alpha * A @ B + beta * C.
+  // With C, CUTLASS reuses C's shared memory for D: 33 KB against 17 KB, which still leaves the
+  // mainloop its four stages.
+  template <class ElementC>
+  using BuiltEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float,
-      void, cutlass::layout::RowMajor, kAlign,  // no C: D = A @ B
+      ElementC, cutlass::layout::RowMajor, kAlign,
       Element, cutlass::layout::RowMajor, kAlign,
       cutlass::epilogue::TmaWarpSpecializedCooperative>::CollectiveOp;
+  using Epilogue = std::conditional_t<kReduceInEpilogue, ReduceScatterEpilogue<BuiltEpilogue<Element>>,
+                                      BuiltEpilogue<void>>;
 
   using BaseMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
@@ -74,7 +84,8 @@ namespace detail {
 
 inline bool same_rs(const ReduceScatterTiles& x, const ReduceScatterTiles& y) {
   return x.rank == y.rank && x.world == y.world && x.rows_per_rank == y.rows_per_rank &&
-         x.rows_per_piece == y.rows_per_piece && x.tiles_n == y.tiles_n && x.staging == y.staging &&
+         x.rows_per_piece == y.rows_per_piece && x.tiles_n == y.tiles_n &&
+         x.reduce_in_epilogue == y.reduce_in_epilogue && x.staging == y.staging &&
          x.staged == y.staged && x.inbox == y.inbox && x.arrived == y.arrived && x.epoch == y.epoch &&
          x.epoch_out == y.epoch_out && x.flag_stride == y.flag_stride && x.pad_index == y.pad_index &&
          x.wait.fault == y.wait.fault &&
@@ -129,11 +140,12 @@ cutlass::KernelHardwareInfo hardware_info() {
 // the kernel's non-portable-cluster attribute on every launch, an API call that the host makes while
 // the GPU waits for the kernel (a fused call starts with an idle GPU as often as not); a 2-CTA cluster
 // is portable, so that attribute is not needed at all.
-template <class ClusterShape, class Gemm>
+template <class ClusterShape, bool kReduceInEpilogue, class Gemm>
 void launch_on_clusters(const Gemm& gemm, uint32_t begin_epoch, cudaStream_t stream) {
   using Kernel = typename Gemm::GemmKernel;
   typename Kernel::Params params = gemm.params();
   params.scheduler.rs.begin_epoch = begin_epoch;  // changes every call; kept parameters leave it out
+  if constexpr (kReduceInEpilogue) params.epilogue.rs.begin_epoch = begin_epoch;
   cudaLaunchAttribute cluster;
   cluster.id = cudaLaunchAttributeClusterDimension;
   cluster.val.clusterDim.x = cute::size<0>(ClusterShape{});
@@ -152,18 +164,18 @@ void launch_on_clusters(const Gemm& gemm, uint32_t begin_epoch, cudaStream_t str
 
 }  // namespace detail
 
-template <class Element, class LayoutB, int kTileN>
+template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue = false>
 void load_ag_gemm() {
-  using Kernel = typename AgGemmKernel<Element, LayoutB, kTileN>::Kernel;
+  using Kernel = typename AgGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>::Kernel;
   (void)detail::hardware_info<Kernel>();  // the occupancy query loads the kernel
   ASYNCTP_CUDA_CHECK(cudaFuncSetAttribute(cutlass::device_kernel<Kernel>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(Kernel::SharedStorageSize)));
 }
 
 // CUTLASS's arguments for one launch.
-template <class Element, class LayoutB, int kTileN>
-typename AgGemmKernel<Element, LayoutB, kTileN>::Gemm::Arguments cutlass_arguments(const AgGemmArgs& a) {
-  using K = AgGemmKernel<Element, LayoutB, kTileN>;
+template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue>
+typename AgGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>::Gemm::Arguments cutlass_arguments(const AgGemmArgs& a) {
+  using K = AgGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>;
   using Kernel = typename K::Kernel;
   static_assert(cute::size<0>(typename K::TileShape{}) * cute::size<0>(typename K::ClusterShape{}) == kClusterRows,
                 "kClusterRows (ag_gemm.h) must match the tile and cluster shape");
@@ -187,14 +199,38 @@ typename AgGemmKernel<Element, LayoutB, kTileN>::Gemm::Arguments cutlass_argumen
   }
   ml.chunks = a.chunks;
 
-  args.epilogue.thread.alpha = a.alpha;
-  args.epilogue.thread.beta = 0.0f;
-  args.epilogue.ptr_C = nullptr;
-  // The descriptor addresses c as rows [c_row0, ...) of a matrix as tall as the product; only those
-  // rows are ever stored through it.
-  args.epilogue.ptr_D = reinterpret_cast<Element*>(reinterpret_cast<uintptr_t>(a.c) -
-                                                   static_cast<uintptr_t>(a.c_row0 * a.N) * sizeof(Element));
-  args.epilogue.dD = detail::packed_stride<typename Kernel::StrideD>(a.M, a.N);
+  const auto dD = detail::packed_stride<typename Kernel::StrideD>(a.M, a.N);
+  if constexpr (kReduceInEpilogue) {
+    // Own tiles: D = alpha * (A @ B + the peer's copy), both addressed as this rank's m rows alone.
+    // Staged tiles: the partial product as it is, into the staging buffer, laid out like the product.
+    // (reduce_scatter_epilogue.cuh)
+    const ReduceScatterTiles& rs = a.rs;
+    const int64_t m = rs.rows_per_rank;
+    auto& own = args.epilogue.own;
+    own.thread.alpha = a.alpha;
+    own.thread.beta = a.alpha;
+    own.ptr_C = reinterpret_cast<const Element*>(rs.inbox) + (1 - rs.rank) * m * a.N;
+    own.dC = detail::packed_stride<typename Kernel::StrideC>(m, a.N);
+    own.ptr_D = static_cast<Element*>(a.c);
+    own.dD = detail::packed_stride<typename Kernel::StrideD>(m, a.N);
+    auto& staged = args.epilogue.staged;
+    staged.thread.alpha = 1.0f;
+    staged.thread.beta = 0.0f;
+    staged.ptr_C = reinterpret_cast<const Element*>(rs.staging);  // never read: beta = 0
+    staged.dC = detail::packed_stride<typename Kernel::StrideC>(a.M, a.N);
+    staged.ptr_D = reinterpret_cast<Element*>(rs.staging);
+    staged.dD = dD;
+    args.epilogue.rs = rs;
+  } else {
+    args.epilogue.thread.alpha = a.alpha;
+    args.epilogue.thread.beta = 0.0f;
+    args.epilogue.ptr_C = nullptr;
+    // The descriptor addresses c as rows [c_row0, ...) of a matrix as tall as the product; only those
+    // rows are ever stored through it.
+    args.epilogue.ptr_D = reinterpret_cast<Element*>(reinterpret_cast<uintptr_t>(a.c) -
+                                                     static_cast<uintptr_t>(a.c_row0 * a.N) * sizeof(Element));
+    args.epilogue.dD = dD;
+  }
 
   args.hw_info = detail::hardware_info<Kernel>();
   // Start at the first cluster row that begins inside the local rows (a row that straddles into the
@@ -218,9 +254,9 @@ typename AgGemmKernel<Element, LayoutB, kTileN>::Gemm::Arguments cutlass_argumen
   return args;
 }
 
-template <class Element, class LayoutB, int kTileN>
+template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue = false>
 void launch_ag_gemm(const AgGemmArgs& a, cudaStream_t stream) {
-  using Gemm = typename AgGemmKernel<Element, LayoutB, kTileN>::Gemm;
+  using Gemm = typename AgGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>::Gemm;
   // Building the kernel's parameters encodes five TMA descriptors on the host; a call with the same
   // arguments as one of the last few reuses them, so a training loop pays that once. Only a set-up
   // that succeeded is kept.
@@ -236,7 +272,7 @@ void launch_ag_gemm(const AgGemmArgs& a, cudaStream_t stream) {
   if (hit != cache.end()) {
     std::rotate(hit, hit + 1, cache.end());
   } else {
-    const auto args = cutlass_arguments<Element, LayoutB, kTileN>(a);
+    const auto args = cutlass_arguments<Element, LayoutB, kTileN, kReduceInEpilogue>(a);
     auto fresh = std::make_unique<Cached>();
     fresh->args = a;
     cutlass::Status status = fresh->gemm.can_implement(args);
@@ -249,8 +285,8 @@ void launch_ag_gemm(const AgGemmArgs& a, cudaStream_t stream) {
     if (cache.size() == kCached) cache.erase(cache.begin());
     cache.push_back(std::move(fresh));
   }
-  detail::launch_on_clusters<typename AgGemmKernel<Element, LayoutB, kTileN>::ClusterShape>(cache.back()->gemm,
-                                                                                         a.rs.begin_epoch, stream);
+  detail::launch_on_clusters<typename AgGemmKernel<Element, LayoutB, kTileN>::ClusterShape, kReduceInEpilogue>(
+      cache.back()->gemm, a.rs.begin_epoch, stream);
 }
 
 }  // namespace asynctp::kernels::fused

@@ -108,10 +108,16 @@ class AsyncInputTileScheduler {
     int32_t tail_slot = 0;             // the tile's row in the workspace, where split
     bool staged = false;               // a reduce-scatter tile of another rank's rows
     int32_t unit = 0;                  // the scheduler's work unit (for the tile trace)
+    // A staged tile stored by the epilogue (ReduceScatterTiles::reduce_in_epilogue), in its last split:
+    // (staged tiles its count covers, 0 to leave the count to a later tile) << 1 | (the CTA's next
+    // tile with an epilogue is an own one); -1 for every other tile.
+    int32_t staged_release = -1;
     CUTLASS_HOST_DEVICE bool is_valid() const { return is_valid_tile; }
     CUTLASS_HOST_DEVICE static WorkTileInfo invalid_work_tile() { return {-1, -1, -1, false}; }
     CUTLASS_HOST_DEVICE bool is_final_split(uint32_t) const { return split + 1 == splits; }
-    CUTLASS_HOST_DEVICE int32_t reduction_subtile_idx() const { return -1; }
+    // The kernel hands this to the epilogue's load() and store(), where CUTLASS's epilogue would read
+    // it as the one subtile to store (-1: all); reduce_scatter_epilogue.cuh reads staged_release.
+    CUTLASS_HOST_DEVICE int32_t reduction_subtile_idx() const { return staged_release; }
   };
 
   // ---- host side ----
@@ -226,9 +232,9 @@ class AsyncInputTileScheduler {
   CUTLASS_HOST_DEVICE static bool requires_separate_reduction(Params const&) { return false; }
 
   // Only a tile's last split stores it, and a staged reduce-scatter tile goes to the staging buffer
-  // in fixup() instead.
-  CUTLASS_HOST_DEVICE static bool compute_epilogue(WorkTileInfo const& work, Params const&) {
-    return work.split + 1 == work.splits && !work.staged;
+  // in fixup() instead, unless the epilogue stores it (reduce_in_epilogue).
+  CUTLASS_HOST_DEVICE static bool compute_epilogue(WorkTileInfo const& work, Params const& params) {
+    return work.split + 1 == work.splits && (!work.staged || params.rs.reduce_in_epilogue);
   }
 
   // The consumer warpgroups, after a unit's mainloop: a split tile's partial sums meet in its last split.
@@ -356,6 +362,29 @@ class AsyncInputTileScheduler {
     return other.is_valid() && other.staged && other.splits == 1 && piece_index(params, other) == piece_index(params, work);
   }
 
+  // How many staged tiles the count after the staged tile `work` covers. A release waits until the
+  // stores before it have reached L2, and every CTA stages at the same moment of a round, so it costs
+  // microseconds; where this CTA's next tile is staged for the same piece, the count waits for it (0:
+  // the piece is not complete before that tile anyway) and one release covers the run.
+  CUTLASS_DEVICE static uint32_t staged_count(Params const& params, WorkTileInfo const& work) {
+    if (work.splits != 1) return 1;
+    const int32_t stride = static_cast<int32_t>(gridDim.z);
+    if (same_staged_piece(params, work, tile_of(params, work.unit + stride))) return 0;
+    uint32_t count = 1;
+    for (int32_t u = work.unit - stride; same_staged_piece(params, work, tile_of(params, u)); u -= stride) ++count;
+    return count;
+  }
+
+  // Whether the CTA's next tile with an epilogue, after `work`, is one of this rank's own.
+  CUTLASS_DEVICE static bool own_tile_next(Params const& params, WorkTileInfo const& work) {
+    const int32_t stride = static_cast<int32_t>(gridDim.z);
+    for (int32_t u = work.unit + stride;; u += stride) {
+      const WorkTileInfo next = tile_of(params, u);
+      if (!next.is_valid()) return false;
+      if (next.split + 1 == next.splits) return !next.staged;
+    }
+  }
+
   // Reduce-scatter (reduce_scatter_tiles.h), once a tile's accumulators are whole: stage a peer's tile,
   // or add every peer's staged copy of an own tile. Thread `thread` of `threads` owns the 16-byte
   // groups [group * threads + thread] of a tile's slot, eight output elements per group.
@@ -364,7 +393,7 @@ class AsyncInputTileScheduler {
                                                   FrgTensorC& accumulators, uint32_t thread, uint32_t threads) {
 #if defined(__CUDA_ARCH__)
     ReduceScatterTiles const& rs = params.rs;
-    if (rs.rank < 0) return;
+    if (rs.rank < 0 || rs.reduce_in_epilogue) return;
     constexpr int kWords = decltype(cute::size(accumulators))::value / 2;
     const int32_t row0 = work.M_idx * params.tile_m;
     const int32_t owner = row0 / rs.rows_per_rank;
@@ -381,18 +410,10 @@ class AsyncInputTileScheduler {
         slot[g * threads] = make_uint4(pack(accumulators(e), accumulators(e + 1)), pack(accumulators(e + 2), accumulators(e + 3)),
                                        pack(accumulators(e + 4), accumulators(e + 5)), pack(accumulators(e + 6), accumulators(e + 7)));
       }
-      // A release waits until the warp's stores have reached L2, and every CTA stages at the same moment
-      // of a round, so it costs microseconds; where this CTA's next tile is staged for the same piece,
-      // the count waits for it (the piece is not complete before that tile anyway) and one release
-      // covers both.
-      const int32_t stride = static_cast<int32_t>(gridDim.z);
-      if (work.splits == 1 && same_staged_piece(params, work, work_of(params, work.unit + stride))) return;
-      uint32_t count = 1;
-      if (work.splits == 1) {
-        for (int32_t u = work.unit - stride; same_staged_piece(params, work, work_of(params, u)); u -= stride) ++count;
-      }
-      // One count per warp (kStagedCountPerTile per tile): __syncwarp orders the lanes' stores before
-      // lane 0's release, which the copy engine's wait (a stream memory operation on this GPU) then sees.
+      const uint32_t count = staged_count(params, work);
+      if (count == 0) return;
+      // One count per warp (staged_count_per_tile): __syncwarp orders the lanes' stores before lane 0's
+      // release, which the copy engine's wait (a stream memory operation on this GPU) then sees.
       __syncwarp();
       if (threadIdx.x % 32 == 0) {
         if (rs.begin_epoch != 0) *rs.epoch_out = rs.begin_epoch;  // before the count: the flag copies read it
@@ -437,7 +458,16 @@ class AsyncInputTileScheduler {
   // so a tile's splits go to different clusters of the last round).
   CUTLASS_DEVICE WorkTileInfo work_for(int32_t u) const { return work_of(params_, u); }
 
-  CUTLASS_DEVICE static WorkTileInfo work_of(Params const& params_, int32_t u) {
+  CUTLASS_DEVICE static WorkTileInfo work_of(Params const& params, int32_t u) {
+    WorkTileInfo w = tile_of(params, u);
+    if (w.staged && params.rs.reduce_in_epilogue && w.split + 1 == w.splits) {
+      w.staged_release = static_cast<int32_t>(staged_count(params, w) << 1) | (own_tile_next(params, w) ? 1 : 0);
+    }
+    return w;
+  }
+
+  // work_of without what the epilogue needs to know of the tiles around it.
+  CUTLASS_DEVICE static WorkTileInfo tile_of(Params const& params_, int32_t u) {
     if (u < 0 || u >= params_.units) return WorkTileInfo::invalid_work_tile();
     int32_t t = u, split = 0, tail_tile = 0;
     if (u >= params_.whole) {

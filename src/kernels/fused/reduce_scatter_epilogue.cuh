@@ -1,0 +1,241 @@
+// The epilogue of the fused reduce-scatter's partial GEMM on two ranks: the reduction happens in it
+// (docs/fused_reduce_scatter.md, "Two ranks: the reduction in the epilogue").
+//
+// ReduceScatterEpilogue<Base> wraps a CUTLASS Hopper TMA epilogue that reads a source C (Base, as
+// CUTLASS's CollectiveBuilder makes it, with C's shared memory reused for D) and runs it with one of
+// two sets of parameters per tile:
+//  - a staged tile (the peer's rows): D is this GPU's staging buffer, row-major like the product, and
+//    no source; once the tile's TMA stores are complete, consumer warp 0 counts it for its piece, and
+//    the copy engine pushes the piece to the peer when the count is whole;
+//  - an own tile: D is the caller's output and C is the peer's copy of the same rows in this rank's
+//    inbox, so D = scale * accumulators + scale * C in fp32; the producer warp that loads C first waits
+//    for the peer's arrived flag of the tile's piece.
+// So neither kind of tile costs the consumer warps more than an ordinary epilogue (with a source, for
+// an own tile): no per-thread stores or loads in fixup(), and C is loaded by the producer warp while
+// the consumers still run the tile's mainloop.
+//
+// The two parameter sets share the epilogue's shared memory and its load and store pipelines, which
+// is sound because of the order a CTA meets its tiles in (every staged tile before every own tile,
+// async_input_scheduler.cuh) and because a tile's stores advance the store pipeline by a whole number
+// of turns (static_assert below):
+//  - staged tiles load nothing, so the load pipeline's state is left where it was;
+//  - before the producer warp loads the first own tile's C into buffers the staged tiles stored from,
+//    it waits (a named barrier) until consumer warp 0 has seen the last staged tile's stores complete.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/cutlass.h>
+
+#include "asynctp/ops.h"
+#include "kernels/fused/ag_gemm.h"
+#include "kernels/fused/reduce_scatter_tiles.h"
+#include "kernels/signal.cuh"
+
+namespace asynctp::kernels::fused {
+
+template <class Base>
+class ReduceScatterEpilogue {
+ public:
+  using ElementC = typename Base::ElementC;
+  using StrideC = typename Base::StrideC;
+  using ElementD = typename Base::ElementD;
+  using StrideD = typename Base::StrideD;
+  using LoadPipeline = typename Base::LoadPipeline;
+  using LoadPipelineState = typename Base::LoadPipelineState;
+  using StorePipeline = typename Base::StorePipeline;
+  using StorePipelineState = typename Base::StorePipelineState;
+  using SharedStorage = typename Base::SharedStorage;
+  using TensorStorage = typename Base::TensorStorage;
+  using PipelineStorage = typename Base::PipelineStorage;
+  using GmemTiledCopyC = typename Base::GmemTiledCopyC;  // the device adapter reads these three
+  using GmemTiledCopyD = typename Base::GmemTiledCopyD;
+  using ThreadEpilogueOp = typename Base::ThreadEpilogueOp;
+  static constexpr bool RequiresTransactionBytes = Base::RequiresTransactionBytes;
+  static constexpr int kTileM = static_cast<int>(kTileRows);
+
+  // own's descriptors address this rank's m rows alone: an own tile's row coordinate is taken relative
+  // to them (a descriptor that starts before its buffer, to be indexed by the product's rows, faulted
+  // on the inbox's TMA loads); staged's address the product's M rows.
+  struct Arguments {
+    typename Base::Arguments own;     // D: the output; C: the peer's copy of this rank's rows; beta != 0
+    typename Base::Arguments staged;  // D: the staging buffer; beta = 0
+    ReduceScatterTiles rs{};
+  };
+
+  struct Params {
+    typename Base::Params own;
+    typename Base::Params staged;
+    ReduceScatterTiles rs{};
+    uint32_t tma_transaction_bytes = 0;  // read by the kernel for the load pipeline
+  };
+
+  template <class ProblemShape>
+  static Params to_underlying_arguments(ProblemShape const& problem_shape, Arguments const& args, void* workspace) {
+    Params p;
+    ProblemShape own_shape = problem_shape;
+    cute::get<0>(own_shape) = args.rs.rows_per_rank;
+    p.own = Base::to_underlying_arguments(own_shape, args.own, workspace);
+    p.staged = Base::to_underlying_arguments(problem_shape, args.staged, workspace);
+    p.rs = args.rs;
+    p.tma_transaction_bytes = p.own.tma_transaction_bytes;
+    return p;
+  }
+
+  template <class ProblemShape>
+  static bool can_implement(ProblemShape const& problem_shape, Arguments const& args) {
+    return args.rs.rank >= 0 && args.rs.world == 2 && args.rs.reduce_in_epilogue &&
+           Base::can_implement(problem_shape, args.own) && Base::can_implement(problem_shape, args.staged);
+  }
+
+  // The linear-combination epilogue needs no workspace; Base says so for both parameter sets.
+  template <class ProblemShape>
+  static size_t get_workspace_size(ProblemShape const& problem_shape, Arguments const& args) {
+    return Base::get_workspace_size(problem_shape, args.own) + Base::get_workspace_size(problem_shape, args.staged);
+  }
+
+  template <class ProblemShape>
+  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,
+                                              cutlass::CudaHostAdapter* = nullptr) {
+    return cutlass::Status::kSuccess;
+  }
+
+  template <class TileShapeMNK>
+  CUTLASS_HOST_DEVICE static constexpr int get_load_pipe_increment(TileShapeMNK tile_shape) {
+    return Base::get_load_pipe_increment(tile_shape);
+  }
+
+  template <class TileShapeMNK>
+  CUTLASS_HOST_DEVICE static constexpr int get_store_pipe_increment(TileShapeMNK tile_shape) {
+    return Base::get_store_pipe_increment(tile_shape);
+  }
+
+  CUTLASS_DEVICE static void prefetch_tma_descriptors(Params const& params) {
+    Base::prefetch_tma_descriptors(params.own);
+    Base::prefetch_tma_descriptors(params.staged);
+  }
+
+  CUTLASS_DEVICE ReduceScatterEpilogue(Params const& params, TensorStorage& shared_tensors)
+      : params_(params), own_(params.own, shared_tensors), staged_(params.staged, shared_tensors) {}
+
+  CUTLASS_DEVICE bool is_producer_load_needed() const { return own_.is_producer_load_needed(); }
+
+  // The producer warp, for each tile with an epilogue. `release` (the scheduler's
+  // reduction_subtile_idx) is unused here.
+  template <class ProblemShapeMNKL, class TileShapeMNK, class TileCoordMNKL, class TiledMma>
+  CUTLASS_DEVICE auto load(LoadPipeline load_pipeline, LoadPipelineState state, ProblemShapeMNKL problem_shape,
+                           TileShapeMNK tile_shape, TileCoordMNKL tile_coord, TiledMma tiled_mma, int thread_idx,
+                           TensorStorage& shared_tensors, int /*release*/ = -1) {
+    const int32_t row0 = static_cast<int32_t>(cute::get<0>(tile_coord)) * kTileM;
+    if (is_staged(row0)) {
+      after_staged_ = true;
+      return state;
+    }
+    if (after_staged_) {
+      cutlass::arch::NamedBarrier::sync(kGateThreads, kGateBarrier);
+      after_staged_ = false;
+    }
+    wait_for_peer(row0);
+    return own_.load(load_pipeline, state, own_rows(problem_shape), tile_shape, own_rows_coord(tile_coord), tiled_mma,
+                     thread_idx, shared_tensors, -1);
+  }
+
+  CUTLASS_DEVICE auto load_tail(LoadPipeline load_pipeline, LoadPipelineState state) {
+    return own_.load_tail(load_pipeline, state);
+  }
+
+  // The consumer warpgroups, for each tile with an epilogue. `release` is the scheduler's
+  // reduction_subtile_idx(): for a staged tile, (tiles to count << 1) | (the next tile is an own one).
+  template <class ProblemShapeMNKL, class TileShapeMNK, class TileCoordMNKL, class AccEngine, class AccLayout,
+            class TiledMma>
+  CUTLASS_DEVICE auto store(LoadPipeline load_pipeline, LoadPipelineState load_state, StorePipeline store_pipeline,
+                            StorePipelineState store_state, ProblemShapeMNKL problem_shape, TileShapeMNK tile_shape,
+                            TileCoordMNKL tile_coord, cute::Tensor<AccEngine, AccLayout> accumulators,
+                            TiledMma tiled_mma, int thread_idx, TensorStorage& shared_tensors, int release = -1) {
+    static_assert(decltype(cute::size<1>(cute::zipped_divide(cute::make_layout(cute::take<0, 2>(TileShapeMNK{})),
+                                                             typename Base::EpilogueTile{})))::value %
+                          (2 * LoadPipelineState::Stages) ==
+                      0,
+                  "a staged tile's stores must bring the shared store/load pipeline state back to where it was");
+    const int32_t row0 = static_cast<int32_t>(cute::get<0>(tile_coord)) * kTileM;
+    if (!is_staged(row0)) {
+      stored_own_ = true;
+      return own_.store(load_pipeline, load_state, store_pipeline, store_state, own_rows(problem_shape), tile_shape,
+                        own_rows_coord(tile_coord), accumulators, tiled_mma, thread_idx, shared_tensors, -1);
+    }
+    auto [unused_load_state, next_store_state] =
+        staged_.store(load_pipeline, load_state, store_pipeline, store_state, problem_shape, tile_shape, tile_coord,
+                      accumulators, tiled_mma, thread_idx, shared_tensors, -1);
+    (void)unused_load_state;  // nothing was loaded for a staged tile
+    if (release > 0 && thread_idx < cutlass::NumThreadsPerWarp) count_staged(row0, release);
+    return cute::make_tuple(load_state, next_store_state);
+  }
+
+  CUTLASS_DEVICE auto store_tail(LoadPipeline load_pipeline, LoadPipelineState load_state, StorePipeline store_pipeline,
+                                 StorePipelineState store_state) {
+    // Base's tail hands back the load stages an own tile still holds; after staged tiles only there are
+    // none, and handing any back would run ahead of the producer warp.
+    if (stored_own_) return own_.store_tail(load_pipeline, load_state, store_pipeline, store_state);
+    return staged_.store_tail(load_pipeline, load_state, store_pipeline, store_state);
+  }
+
+ private:
+  // Consumer warp 0 (whose lanes issue the TMA stores) and the producer's epilogue warp.
+  static constexpr uint32_t kGateThreads = 2 * cutlass::NumThreadsPerWarp;
+  static constexpr uint32_t kGateBarrier = 0;  // the first named barrier CUTLASS leaves to its users
+
+  CUTLASS_DEVICE bool is_staged(int32_t row0) const { return row0 / params_.rs.rows_per_rank != params_.rs.rank; }
+
+  // The problem and an own tile as own_'s descriptors see them: this rank's rows alone.
+  template <class ProblemShapeMNKL>
+  CUTLASS_DEVICE ProblemShapeMNKL own_rows(ProblemShapeMNKL shape) const {
+    cute::get<0>(shape) = params_.rs.rows_per_rank;
+    return shape;
+  }
+  template <class TileCoordMNKL>
+  CUTLASS_DEVICE TileCoordMNKL own_rows_coord(TileCoordMNKL coord) const {
+    cute::get<0>(coord) -= params_.rs.rank * (params_.rs.rows_per_rank / kTileM);
+    return coord;
+  }
+
+  // Every lane waits and fences, as the mainloop's producer does (async_input_mainloop.cuh), so the lane
+  // Base elects to issue the TMA loads has itself acquired the flag.
+  CUTLASS_DEVICE void wait_for_peer(int32_t row0) const {
+    ReduceScatterTiles const& rs = params_.rs;
+    const int32_t peer = 1 - rs.rank;
+    const int32_t index = peer * rs.flag_stride + (row0 - rs.rank * rs.rows_per_rank) / rs.rows_per_piece;
+    const uint32_t expected = rs.begin_epoch != 0 ? rs.begin_epoch : *rs.epoch;
+    wait_flag_sys</*kPrint=*/false>(rs.arrived + index, expected, peer, rs.pad_index + index, rs.wait);
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+    __syncwarp();
+  }
+
+  // Consumer warp 0, after a staged tile's stores: once they are complete in memory (not only read
+  // out of shared memory), add the tiles to the piece's count with a GPU-scope release, which the copy
+  // engine's wait (a stream memory operation on this GPU) then sees; and where an own tile comes next,
+  // let the producer warp load its C.
+  CUTLASS_DEVICE void count_staged(int32_t row0, int release) const {
+    ReduceScatterTiles const& rs = params_.rs;
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+    __syncwarp();
+    if (threadIdx.x % cutlass::NumThreadsPerWarp == 0) {
+      const int32_t owner = row0 / rs.rows_per_rank;
+      const int32_t piece = (row0 - owner * rs.rows_per_rank) / rs.rows_per_piece;
+      if (rs.begin_epoch != 0) *rs.epoch_out = rs.begin_epoch;  // before the count: the flag copies read it
+      asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(rs.staged + owner * kMaxChunksPerRank + piece),
+                   "r"(static_cast<uint32_t>(release >> 1))
+                   : "memory");
+    }
+    __syncwarp();
+    if (release & 1) cutlass::arch::NamedBarrier::arrive(kGateThreads, kGateBarrier);
+  }
+
+  Params const& params_;
+  Base own_;
+  Base staged_;
+  bool after_staged_ = false;  // producer warp: a staged tile has gone by since the gate
+  bool stored_own_ = false;    // consumers: an own tile has been stored
+};
+
+}  // namespace asynctp::kernels::fused
