@@ -24,7 +24,7 @@ namespace {
 
 // Rounds of tiles from which the two-rank reduction runs in the epilogue: there an own tile's
 // reduction is cheaper than in fixup(), but a staged tile dearer and the kernel's first round slower,
-// and on 2xH200 it measured faster at 7 and 31 rounds and slower at 2 and 4
+// and on 2xH200 it measured faster at 6.3 and 31 rounds and slower at 1.7 and 3.4
 // (docs/fused_reduce_scatter.md, "Two ranks: the reduction in the epilogue").
 constexpr int64_t kEpilogueFromRounds = 5;
 

@@ -29,6 +29,7 @@
 #include "kernels/fused/async_input_mainloop.cuh"
 #include "kernels/fused/async_input_scheduler.cuh"
 #include "kernels/fused/reduce_scatter_epilogue.cuh"
+#include "kernels/fused/row_window_epilogue.cuh"
 
 #if !defined(NDEBUG)
 // Without NDEBUG, CUTLASS's device asserts turn WGMMA sequences into function calls that ptxas must
@@ -64,7 +65,7 @@ struct AgGemmKernel {
       Element, cutlass::layout::RowMajor, kAlign,
       cutlass::epilogue::TmaWarpSpecializedCooperative>::CollectiveOp;
   using Epilogue = std::conditional_t<kReduceInEpilogue, ReduceScatterEpilogue<BuiltEpilogue<Element>>,
-                                      BuiltEpilogue<void>>;
+                                      RowWindowEpilogue<BuiltEpilogue<void>>>;
 
   using BaseMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
@@ -199,7 +200,6 @@ typename AgGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>::Gemm::Argume
   }
   ml.chunks = a.chunks;
 
-  const auto dD = detail::packed_stride<typename Kernel::StrideD>(a.M, a.N);
   if constexpr (kReduceInEpilogue) {
     // Own tiles: D = alpha * (A @ B + the peer's copy), both addressed as this rank's m rows alone.
     // Staged tiles: the partial product as it is, into the staging buffer, laid out like the product.
@@ -213,23 +213,26 @@ typename AgGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>::Gemm::Argume
     own.dC = detail::packed_stride<typename Kernel::StrideC>(m, a.N);
     own.ptr_D = static_cast<Element*>(a.c);
     own.dD = detail::packed_stride<typename Kernel::StrideD>(m, a.N);
+    own.row0 = static_cast<int32_t>(a.c_row0);
+    own.rows = static_cast<int32_t>(m);
     auto& staged = args.epilogue.staged;
     staged.thread.alpha = 1.0f;
     staged.thread.beta = 0.0f;
     staged.ptr_C = reinterpret_cast<const Element*>(rs.staging);  // never read: beta = 0
     staged.dC = detail::packed_stride<typename Kernel::StrideC>(a.M, a.N);
     staged.ptr_D = reinterpret_cast<Element*>(rs.staging);
-    staged.dD = dD;
+    staged.dD = detail::packed_stride<typename Kernel::StrideD>(a.M, a.N);
     args.epilogue.rs = rs;
   } else {
+    // c holds rows [c_row0, c_row0 + rows) of the product: a reduce-scatter's rank's rows, or all.
+    const int64_t rows = a.rs.rank >= 0 ? a.rs.rows_per_rank : a.M - a.c_row0;
     args.epilogue.thread.alpha = a.alpha;
     args.epilogue.thread.beta = 0.0f;
     args.epilogue.ptr_C = nullptr;
-    // The descriptor addresses c as rows [c_row0, ...) of a matrix as tall as the product; only those
-    // rows are ever stored through it.
-    args.epilogue.ptr_D = reinterpret_cast<Element*>(reinterpret_cast<uintptr_t>(a.c) -
-                                                     static_cast<uintptr_t>(a.c_row0 * a.N) * sizeof(Element));
-    args.epilogue.dD = dD;
+    args.epilogue.ptr_D = static_cast<Element*>(a.c);
+    args.epilogue.dD = detail::packed_stride<typename Kernel::StrideD>(rows, a.N);
+    args.epilogue.row0 = static_cast<int32_t>(a.c_row0);
+    args.epilogue.rows = static_cast<int32_t>(rows);
   }
 
   args.hw_info = detail::hardware_info<Kernel>();

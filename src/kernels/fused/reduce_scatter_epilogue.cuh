@@ -8,8 +8,9 @@
 //    no source; once the tile's TMA stores are complete, consumer warp 0 counts it for its piece, and
 //    the copy engine pushes the piece to the peer when the count is whole;
 //  - an own tile: D is the caller's output and C is the peer's copy of the same rows in this rank's
-//    inbox, so D = scale * accumulators + scale * C in fp32; the producer warp that loads C first waits
-//    for the peer's arrived flag of the tile's piece.
+//    inbox (both addressed as this rank's rows alone: row_window_epilogue.cuh), so D = scale *
+//    accumulators + scale * C in fp32; the producer warp that loads C first waits for the peer's
+//    arrived flag of the tile's piece.
 // So neither kind of tile costs the consumer warps more than an ordinary epilogue (with a source, for
 // an own tile): no per-thread stores or loads in fixup(), and C is loaded by the producer warp while
 // the consumers still run the tile's mainloop.
@@ -30,6 +31,7 @@
 #include "asynctp/ops.h"
 #include "kernels/fused/ag_gemm.h"
 #include "kernels/fused/reduce_scatter_tiles.h"
+#include "kernels/fused/row_window_epilogue.cuh"
 #include "kernels/signal.cuh"
 
 namespace asynctp::kernels::fused {
@@ -54,17 +56,17 @@ class ReduceScatterEpilogue {
   static constexpr bool RequiresTransactionBytes = Base::RequiresTransactionBytes;
   static constexpr int kTileM = static_cast<int>(kTileRows);
 
-  // own's descriptors address this rank's m rows alone: an own tile's row coordinate is taken relative
-  // to them (a descriptor that starts before its buffer, to be indexed by the product's rows, faulted
-  // on the inbox's TMA loads); staged's address the product's M rows.
+  // own's descriptors address this rank's m rows alone (row_window_epilogue.cuh); staged's the
+  // product's M rows.
+  using Own = RowWindowEpilogue<Base>;
   struct Arguments {
-    typename Base::Arguments own;     // D: the output; C: the peer's copy of this rank's rows; beta != 0
+    typename Own::Arguments own;      // D: the output; C: the peer's copy of this rank's rows; beta != 0
     typename Base::Arguments staged;  // D: the staging buffer; beta = 0
     ReduceScatterTiles rs{};
   };
 
   struct Params {
-    typename Base::Params own;
+    typename Own::Params own;
     typename Base::Params staged;
     ReduceScatterTiles rs{};
     uint32_t tma_transaction_bytes = 0;  // read by the kernel for the load pipeline
@@ -73,9 +75,7 @@ class ReduceScatterEpilogue {
   template <class ProblemShape>
   static Params to_underlying_arguments(ProblemShape const& problem_shape, Arguments const& args, void* workspace) {
     Params p;
-    ProblemShape own_shape = problem_shape;
-    cute::get<0>(own_shape) = args.rs.rows_per_rank;
-    p.own = Base::to_underlying_arguments(own_shape, args.own, workspace);
+    p.own = Own::to_underlying_arguments(problem_shape, args.own, workspace);
     p.staged = Base::to_underlying_arguments(problem_shape, args.staged, workspace);
     p.rs = args.rs;
     p.tma_transaction_bytes = p.own.tma_transaction_bytes;
@@ -85,7 +85,7 @@ class ReduceScatterEpilogue {
   template <class ProblemShape>
   static bool can_implement(ProblemShape const& problem_shape, Arguments const& args) {
     return args.rs.rank >= 0 && args.rs.world == 2 && args.rs.reduce_in_epilogue &&
-           Base::can_implement(problem_shape, args.own) && Base::can_implement(problem_shape, args.staged);
+           Own::can_implement(problem_shape, args.own) && Base::can_implement(problem_shape, args.staged);
   }
 
   // The linear-combination epilogue needs no workspace; Base says so for both parameter sets.
@@ -136,8 +136,8 @@ class ReduceScatterEpilogue {
       after_staged_ = false;
     }
     wait_for_peer(row0);
-    return own_.load(load_pipeline, state, own_rows(problem_shape), tile_shape, own_rows_coord(tile_coord), tiled_mma,
-                     thread_idx, shared_tensors, -1);
+    return own_.load(load_pipeline, state, problem_shape, tile_shape, tile_coord, tiled_mma, thread_idx,
+                     shared_tensors, -1);
   }
 
   CUTLASS_DEVICE auto load_tail(LoadPipeline load_pipeline, LoadPipelineState state) {
@@ -160,8 +160,8 @@ class ReduceScatterEpilogue {
     const int32_t row0 = static_cast<int32_t>(cute::get<0>(tile_coord)) * kTileM;
     if (!is_staged(row0)) {
       stored_own_ = true;
-      return own_.store(load_pipeline, load_state, store_pipeline, store_state, own_rows(problem_shape), tile_shape,
-                        own_rows_coord(tile_coord), accumulators, tiled_mma, thread_idx, shared_tensors, -1);
+      return own_.store(load_pipeline, load_state, store_pipeline, store_state, problem_shape, tile_shape, tile_coord,
+                        accumulators, tiled_mma, thread_idx, shared_tensors, -1);
     }
     auto [unused_load_state, next_store_state] =
         staged_.store(load_pipeline, load_state, store_pipeline, store_state, problem_shape, tile_shape, tile_coord,
@@ -186,17 +186,6 @@ class ReduceScatterEpilogue {
 
   CUTLASS_DEVICE bool is_staged(int32_t row0) const { return row0 / params_.rs.rows_per_rank != params_.rs.rank; }
 
-  // The problem and an own tile as own_'s descriptors see them: this rank's rows alone.
-  template <class ProblemShapeMNKL>
-  CUTLASS_DEVICE ProblemShapeMNKL own_rows(ProblemShapeMNKL shape) const {
-    cute::get<0>(shape) = params_.rs.rows_per_rank;
-    return shape;
-  }
-  template <class TileCoordMNKL>
-  CUTLASS_DEVICE TileCoordMNKL own_rows_coord(TileCoordMNKL coord) const {
-    cute::get<0>(coord) -= params_.rs.rank * (params_.rs.rows_per_rank / kTileM);
-    return coord;
-  }
 
   // Every lane waits and fences, as the mainloop's producer does (async_input_mainloop.cuh), so the lane
   // Base elects to issue the TMA loads has itself acquired the flag.
@@ -232,7 +221,7 @@ class ReduceScatterEpilogue {
   }
 
   Params const& params_;
-  Base own_;
+  Own own_;
   Base staged_;
   bool after_staged_ = false;  // producer warp: a staged tile has gone by since the gate
   bool stored_own_ = false;    // consumers: an own tile has been stored
