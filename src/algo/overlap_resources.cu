@@ -164,8 +164,8 @@ void OverlapResources::zero_staged(cudaStream_t stream, int peer, int pieces) {
 
 void OverlapResources::launch_done_kernel(cudaStream_t stream, bool wait, bool advance, bool reset_staged,
                                           bool capturing_now) {
-  if (capturing_now) host_knows_epoch_ = false;
-  if (advance && host_knows_epoch_) ++host_epoch_;
+  const bool knows = knows_epoch(capturing_now);
+  if (advance && knows) ++host_epoch_;
   const int zero_words = reset_staged ? static_cast<int>(staged_bytes() / sizeof(uint32_t)) : 0;
   begin_epoch_kernel<<<1, 32, 0, stream>>>(pad_->local(), epoch_, lsa_size_, comm_.impl().lsa.rank, wait, advance,
                                            staged_, zero_words, wait_context());

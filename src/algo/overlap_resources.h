@@ -103,9 +103,9 @@ class OverlapResources {
   // signal's count in the same launch (a fused call starts with an idle GPU as often as not, and each
   // API call before its kernel delays the kernel).
   bool begin_fused_epoch(cudaStream_t stream, bool capturing_now) {
-    if (capturing_now) host_knows_epoch_ = false;
-    launch_done_kernel(stream, /*wait=*/!host_knows_epoch_, /*advance=*/true, /*reset_staged=*/true, capturing_now);
-    return host_knows_epoch_;
+    const bool knows = knows_epoch(capturing_now);
+    launch_done_kernel(stream, /*wait=*/!knows, /*advance=*/true, /*reset_staged=*/true, capturing_now);
+    return knows;
   }
   // For a fused call whose kernel starts the epoch itself (the reduce-scatter: begin_epoch in
   // kernels/fused/reduce_scatter_tiles.h), which saves the launch of a kernel before it: where the host
@@ -114,8 +114,7 @@ class OverlapResources {
   // must use begin_fused_epoch. It relies on what every fused call leaves behind: the staged counters
   // zeroed by the pushes (zero_staged) and the done signal's count by the kernel's last warp.
   uint32_t begin_epoch_in_kernel(bool capturing_now) {
-    if (capturing_now) host_knows_epoch_ = false;
-    if (!host_knows_epoch_ || host_epoch_ + 1 == 0) return 0;
+    if (!knows_epoch(capturing_now) || host_epoch_ + 1 == 0) return 0;
     return ++host_epoch_;
   }
   uint32_t* epoch_word() const { return epoch_; }
@@ -147,6 +146,12 @@ class OverlapResources {
  private:
   explicit OverlapResources(Communicator& comm);
   void launch_done_kernel(cudaStream_t stream, bool wait, bool advance, bool reset_staged, bool capturing_now);
+  // Whether the host still knows the device epoch: not once a call has been captured (a replay runs
+  // with whatever epoch the device holds then).
+  bool knows_epoch(bool capturing_now) {
+    if (capturing_now) host_knows_epoch_ = false;
+    return host_knows_epoch_;
+  }
   Communicator& comm_;
   int lsa_size_ = 0;
   std::unique_ptr<SignalPad> pad_;
