@@ -191,10 +191,7 @@ typename AgGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>::Gemm::Argume
   ml.gathered.ptr_B = static_cast<const Element*>(a.b);
   ml.gathered.dB = detail::packed_stride<typename Kernel::StrideB>(a.N, a.K);
   if (a.a_local != nullptr && a.local_end > a.local_begin) {
-    // The descriptor addresses the local rows as rows [local_begin, local_end) of a matrix as tall as A;
-    // only those rows are ever loaded through it.
-    ml.ptr_A_local = reinterpret_cast<const Element*>(reinterpret_cast<uintptr_t>(a.a_local) -
-                                                      static_cast<uintptr_t>(a.local_begin * a.K) * sizeof(Element));
+    ml.ptr_A_local = static_cast<const Element*>(a.a_local);  // rows [local_begin, local_end) of A
     ml.local_begin = static_cast<int32_t>(a.local_begin);
     ml.local_end = static_cast<int32_t>(a.local_end);
   }

@@ -7,7 +7,9 @@
 //    the chunk, after the data), bounded by the communicator's timeout, then `fence.proxy.async`, so
 //    that the TMA unit (the async proxy) reads what the flag announced;
 //  - a tile whose rows all lie in this rank's own shard is read straight from the caller's tensor
-//    through a second TMA descriptor, so the GEMM starts before any copy of the shard exists.
+//    through a second TMA descriptor, so the GEMM starts before any copy of the shard exists. That
+//    descriptor addresses the shard alone, and the tile's rows are given to it relative to the shard
+//    (one that started before the shard, to be indexed by A's rows, could fault: docs/fused.md).
 // The consumer side (WGMMA, the pipeline, the epilogue) is Base's, untouched.
 #pragma once
 
@@ -30,8 +32,8 @@ struct AsyncInputMainloop : Base {
 
   struct Arguments {
     typename Base::Arguments gathered;  // A as gathered, and B
-    // The caller's own rows, addressed as if they were the whole of A: rows [local_begin, local_end)
-    // of A are read from here. Null: every row is read from `gathered`.
+    // The caller's own rows: rows [local_begin, local_end) of A are read from here. Null: every row is
+    // read from `gathered`.
     ElementA const* ptr_A_local = nullptr;
     int32_t local_begin = 0, local_end = 0;
     ChunkFlags chunks{};
@@ -39,7 +41,7 @@ struct AsyncInputMainloop : Base {
 
   struct Params : BaseParams {
     BaseParams local;  // Base's parameters with the TMA descriptor of the caller's own rows
-    int32_t M = 0;
+    int32_t M = 0, K = 0;
     int32_t local_begin = 0, local_end = 0;
     ChunkFlags chunks{};
   };
@@ -49,9 +51,14 @@ struct AsyncInputMainloop : Base {
     Params p;
     static_cast<BaseParams&>(p) = Base::to_underlying_arguments(problem_shape, args.gathered, workspace);
     typename Base::Arguments local = args.gathered;
-    if (args.ptr_A_local != nullptr) local.ptr_A = args.ptr_A_local;
-    p.local = Base::to_underlying_arguments(problem_shape, local, workspace);
+    ProblemShape local_shape = problem_shape;
+    if (args.ptr_A_local != nullptr) {
+      local.ptr_A = args.ptr_A_local;  // rows K apart, as in A
+      cute::get<0>(local_shape) = args.local_end - args.local_begin;
+    }
+    p.local = Base::to_underlying_arguments(local_shape, local, workspace);
     p.M = static_cast<int32_t>(cute::get<0>(problem_shape));
+    p.K = static_cast<int32_t>(cute::get<2>(problem_shape));
     p.local_begin = args.ptr_A_local != nullptr ? args.local_begin : 0;
     p.local_end = args.ptr_A_local != nullptr ? args.local_end : 0;
     p.chunks = args.chunks;
@@ -79,9 +86,20 @@ struct AsyncInputMainloop : Base {
     const int32_t row0 = static_cast<int32_t>(cute::get<0>(blk_coord)) * kTileM;
     const int32_t row1 = min(row0 + kTileM, params.M);
     const bool local = row0 >= params.local_begin && row1 <= params.local_end;
-    if (!local && params.chunks.flags != nullptr && row0 < row1) wait_for_rows(params.chunks, row0, row1);
-    Base::load(local ? params.local : static_cast<BaseParams const&>(params), pipeline, smem_pipe_write, load_inputs,
-               blk_coord, k_tile_iter, k_tile_count, thread_idx, block_rank_in_cluster, shared_tensors);
+    if (!local) {
+      if (params.chunks.flags != nullptr && row0 < row1) wait_for_rows(params.chunks, row0, row1);
+      Base::load(params, pipeline, smem_pipe_write, load_inputs, blk_coord, k_tile_iter, k_tile_count, thread_idx,
+                 block_rank_in_cluster, shared_tensors);
+      return;
+    }
+    // A's tiles as the local descriptor sees them: A's row r is the shard's row r - local_begin.
+    using X = cute::Underscore;
+    auto mA = params.local.tma_load_a.get_tma_tensor(cute::make_shape(params.M, params.K, 1));
+    auto gA = cute::local_tile(cute::domain_offset(cute::make_coord(-params.local_begin, 0, 0), mA),
+                               typename Base::TileShape{}, cute::make_coord(cute::_, cute::_, cute::_),
+                               cute::Step<cute::_1, X, cute::_1>{});
+    Base::load(params.local, pipeline, smem_pipe_write, cute::make_tuple(gA, cute::get<1>(load_inputs)), blk_coord,
+               k_tile_iter, k_tile_count, thread_idx, block_rank_in_cluster, shared_tensors);
   }
 
  private:
