@@ -2,8 +2,8 @@
 // destination (rank me+1's rows first, this rank's own last). Tiles of a peer's rows are staged in
 // this GPU's memory and counted; the copy engine pushes each piece to its destination's inbox as soon
 // as its count is complete; this rank's own tiles wait for the peers' pieces of the same rows and add
-// them in fp32 as the output is written (docs/fused_reduce_scatter.md): on two ranks in the epilogue,
-// on more in the kernel's fixup().
+// them in fp32 as the output is written (docs/fused_reduce_scatter.md): on two ranks and large
+// problems in the epilogue, otherwise in the kernel's fixup().
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
