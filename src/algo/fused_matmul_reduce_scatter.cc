@@ -44,11 +44,7 @@ bool reduce_in_epilogue(int world_size, int64_t tiles) {
     ASYNCTP_CHECK(world_size == 2, "ASYNCTP_FUSED_RS_REDUCE=epilogue takes two ranks; this communicator has ", world_size);
   }
   if (forced != 0) return forced == 1;
-  if (world_size != 2) return false;
-  int device = 0, sms = 0;
-  ASYNCTP_CUDA_CHECK(cudaGetDevice(&device));
-  ASYNCTP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return tiles >= kEpilogueFromRounds * sms;
+  return world_size == 2 && tiles >= kEpilogueFromRounds * kernels::fused::sm_count();
 }
 
 // Where rows of one rank sit in the staging buffer and in the inbox, from the start of that rank's

@@ -34,13 +34,6 @@ int band_m_for(const AgGemmArgs& a) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kDeepest, piece_cluster_rows)));
 }
 
-int sm_count() {
-  int device = 0, count = 0;
-  ASYNCTP_CUDA_CHECK(cudaGetDevice(&device));
-  ASYNCTP_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-  return count;
-}
-
 int tile_n_for(const AgGemmArgs& a) {
   static const int forced = detail::env_positive_int("ASYNCTP_FUSED_TILE_N", 0);
   if (forced != 0) {
@@ -102,6 +95,13 @@ void launch_dispatch(const AgGemmArgs& a, int tile_n, cudaStream_t stream) {
 }
 
 }  // namespace
+
+int sm_count() {
+  int device = 0, count = 0;
+  ASYNCTP_CUDA_CHECK(cudaGetDevice(&device));
+  ASYNCTP_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  return count;
+}
 
 int reduce_scatter_band_m(int64_t rows_per_rank, int64_t rows_per_piece) {
   int64_t a = rows_per_rank / kClusterRows, b = rows_per_piece / kClusterRows;

@@ -65,6 +65,9 @@ const char* ag_gemm_unsupported(const AgGemmArgs& args);
 // measurement.
 int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits);
 
+// SMs of the current device.
+int sm_count();
+
 // Loads every instantiation onto the current device and sets its shared-memory limit, once per
 // device. CUDA loads a kernel lazily, at its first launch, and a load can wait for the device to go
 // idle; with a fused kernel already spinning on flags that a peer sets only later, that wait would
