@@ -3,7 +3,8 @@
 // The launcher forks before any CUDA call (CUDA cannot be used in a child forked after its parent
 // touched CUDA), so the process that calls launch() must not have used CUDA yet. Each child gets its
 // rank, the world size, its GPU and an ncclUniqueId, and can exchange bytes with the other ranks through
-// the launcher (a host-side all-gather over pipes). The launcher itself never calls CUDA or NCCL.
+// the launcher (a host-side all-gather over pipes) or line up with them on shared memory (barrier()).
+// The launcher itself never calls CUDA or NCCL.
 //
 // A child that exits non-zero, dies of a signal, leaves an exchange the others wait on, or outlives
 // the timeout makes the launcher stop the others (SIGTERM, then SIGKILL) and report which rank failed
@@ -29,8 +30,16 @@ class RankContext {
   // Throws asynctp::Error if the launcher is gone.
   std::vector<std::string> allgather(const std::string& mine) const;
 
+  // Collective: returns once every rank has called it as often as this one. It spins on memory the
+  // ranks share, so every rank leaves it within about a microsecond of the others with its thread
+  // running, where allgather() wakes each rank from a socket read, in turn and on a core that may
+  // have gone to sleep. For lining ranks up before a timed call. A rank that does not arrive within
+  // `timeout_ms` (<= 0: ASYNCTP_TIMEOUT_MS, else 30 s) makes it throw asynctp::Error naming that rank.
+  void barrier(int timeout_ms = 0) const;
+
   int up_fd = -1;    // to the launcher
   int down_fd = -1;  // from the launcher
+  void* barrier_words = nullptr;  // shared by the ranks: each rank's count of barrier() calls entered
 };
 
 // The function each rank runs in its own process. Its return value is the process's exit code;

@@ -4,15 +4,18 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <new>
 #include <optional>
 
 #include "common/check.h"
@@ -62,6 +65,13 @@ std::optional<std::string> recv_framed(int fd) {
   return bytes;
 }
 
+// barrier(): one counter per rank, each on a cache line of its own so that a rank's store does not
+// take the line its peers are reading.
+struct alignas(64) BarrierWord {
+  std::atomic<uint64_t> entered{0};
+};
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "barrier() needs lock-free atomics in shared memory");
+
 struct Child {
   pid_t pid = -1;
   int fd = -1;            // parent's end of the socket pair
@@ -71,7 +81,8 @@ struct Child {
   RankOutcome outcome;
 };
 
-[[noreturn]] void run_child(int rank, int world_size, int fd, const RankMain& main, const LaunchOptions& options) {
+[[noreturn]] void run_child(int rank, int world_size, int fd, void* barrier_words, const RankMain& main,
+                            const LaunchOptions& options) {
   // Die with the launcher: a rank must never outlive the job that started it.
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   int code = 1;
@@ -81,6 +92,7 @@ struct Child {
     ctx.world_size = world_size;
     ctx.device = options.first_device + rank;
     ctx.up_fd = ctx.down_fd = fd;
+    ctx.barrier_words = barrier_words;
     if (options.make_nccl_id) {
       std::string mine;
       if (rank == 0) {
@@ -117,6 +129,9 @@ std::string signal_name(int sig) {
 class Job {
  public:
   Job(int world_size, const LaunchOptions& options) : children_(world_size), options_(options) {}
+  ~Job() {
+    if (barrier_words_ != MAP_FAILED) ::munmap(barrier_words_, barrier_bytes());
+  }
 
   LaunchResult run(const RankMain& main) {
     const int timeout_ms = options_.timeout_ms > 0
@@ -138,6 +153,13 @@ class Job {
 
  private:
   bool start(const RankMain& main) {
+    // Mapped before the fork, so every child shares it.
+    barrier_words_ = ::mmap(nullptr, barrier_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (barrier_words_ == MAP_FAILED) {
+      fail(0, detail::cat("could not start the ranks: mmap of ", barrier_bytes(), " shared bytes: ", std::strerror(errno)));
+      return false;
+    }
+    new (barrier_words_) BarrierWord[size()];
     std::fflush(stdout);
     std::fflush(stderr);
     for (int r = 0; r < size(); ++r) {
@@ -156,7 +178,7 @@ class Job {
       if (pid == 0) {
         ::close(fds[0]);
         for (int q = 0; q < r; ++q) ::close(children_[q].fd);
-        run_child(r, size(), fds[1], main, options_);
+        run_child(r, size(), fds[1], barrier_words_, main, options_);
       }
       ::close(fds[1]);
       children_[r].pid = pid;
@@ -167,6 +189,7 @@ class Job {
   }
 
   int size() const { return static_cast<int>(children_.size()); }
+  size_t barrier_bytes() const { return sizeof(BarrierWord) * children_.size(); }
 
   int running_count() const {
     int n = 0;
@@ -346,6 +369,7 @@ class Job {
   std::vector<Child> children_;
   LaunchOptions options_;
   LaunchResult result_;
+  void* barrier_words_ = MAP_FAILED;
 };
 
 }  // namespace
@@ -369,6 +393,24 @@ std::vector<std::string> RankContext::allgather(const std::string& mine) const {
     throw Error(detail::cat("rank ", rank, ": exchange returned ", out.size(), " parts, expected ", world_size));
   }
   return out;
+}
+
+void RankContext::barrier(int timeout_ms) const {
+  ASYNCTP_CHECK(barrier_words != nullptr, "rank ", rank, ": barrier() needs a RankContext made by launch()");
+  BarrierWord* words = static_cast<BarrierWord*>(barrier_words);
+  const uint64_t round = words[rank].entered.load(std::memory_order_relaxed) + 1;
+  words[rank].entered.store(round, std::memory_order_release);
+  const int bound_ms = detail::resolve_timeout_ms(timeout_ms);
+  const auto deadline = Clock::now() + std::chrono::milliseconds(bound_ms);
+  for (int r = 0; r < world_size; ++r) {
+    // Spins without yielding: a yield or a sleep is what would set the ranks microseconds apart.
+    for (uint32_t spin = 1; words[r].entered.load(std::memory_order_acquire) < round; ++spin) {
+      if ((spin & 0xFFFF) == 0 && Clock::now() > deadline) {
+        throw Error(detail::cat("rank ", rank, ": barrier ", round, ": rank ", r, " did not arrive within ", bound_ms,
+                                " ms (ASYNCTP_TIMEOUT_MS sets the bound)"));
+      }
+    }
+  }
 }
 
 std::string RankOutcome::describe() const {

@@ -4,9 +4,15 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <climits>
+#include <cstdint>
 #include <cstring>
+#include <sstream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "asynctp/error.h"
 #include "asynctp/launcher.h"
@@ -69,6 +75,58 @@ TEST(Launcher, RanksExchangeDataOverSeveralRounds) {
           }
         }
         return 0;
+      },
+      quick());
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
+// No rank leaves a barrier before the last has entered it, whatever order they come in.
+TEST(Launcher, BarrierHoldsEveryRankUntilTheLastArrives) {
+  const LaunchResult r = launch(
+      3,
+      [](RankContext& ctx) {
+        constexpr int kRounds = 20;
+        std::string times;
+        for (int round = 0; round < kRounds; ++round) {
+          // A different rank comes last each round, 2 ms after the others.
+          if (round % ctx.world_size == ctx.rank) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+          const int64_t entered = Clock::now().time_since_epoch().count();
+          ctx.barrier();
+          const int64_t left = Clock::now().time_since_epoch().count();
+          times += std::to_string(entered) + " " + std::to_string(left) + " ";
+        }
+        const auto all = ctx.allgather(times);
+        std::vector<std::vector<int64_t>> t(all.size());
+        for (size_t q = 0; q < all.size(); ++q) {
+          std::istringstream in(all[q]);
+          for (int64_t v; in >> v;) t[q].push_back(v);
+          if (t[q].size() != 2 * kRounds) return 20;
+        }
+        for (int round = 0; round < kRounds; ++round) {
+          int64_t last_in = 0, first_out = INT64_MAX;
+          for (const auto& q : t) {
+            last_in = std::max(last_in, q[2 * round]);
+            first_out = std::min(first_out, q[2 * round + 1]);
+          }
+          if (first_out < last_in) return 21;  // steady_clock is one clock for every process of the host
+        }
+        return 0;
+      },
+      quick());
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
+TEST(Launcher, BarrierTimesOutNamingTheMissingRank) {
+  const LaunchResult r = launch(
+      2,
+      [](RankContext& ctx) {
+        if (ctx.rank == 1) return 0;  // never comes
+        try {
+          ctx.barrier(200);
+        } catch (const Error& e) {
+          return std::strstr(e.what(), "rank 1 did not arrive within 200 ms") != nullptr ? 0 : 31;
+        }
+        return 30;
       },
       quick());
   EXPECT_TRUE(r.ok) << r.message;

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <numeric>
+#include <random>
 #include <sstream>
 
 #include "algo/fused.h"
@@ -32,20 +34,29 @@ class Timer {
   }
 
   // Times every function in turn, one call of each per round (warm-up rounds first), so that a drift
-  // of clocks or temperature during the run falls on all of them alike. Returns each one's median
+  // of clocks or temperature during the run falls on all of them alike; each round runs them in a
+  // new order (shuffled from a fixed seed, so alike on every rank: the functions are collective), so
+  // that what a call leaves behind (clocks, caches, the copy engines' queues) falls on every function
+  // after every other, not always on the same neighbour. Returns each one's median
   // over the rounds on this rank, then the slowest rank's median (as torch_anchor.py does). Every
-  // call starts with the ranks lined up by a host barrier.
+  // call starts on an idle GPU with the ranks lined up by a spin barrier on shared host memory
+  // (RankContext::barrier), which lets them go within about a microsecond of each other: a collective
+  // op waits for its slowest rank, so the ranks' spread at the start would count in its time.
   std::vector<double> medians_us(const std::vector<std::function<void()>>& fns) {
     for (int i = 0; i < args_.warmup; ++i) {
       for (const auto& fn : fns) fn();
     }
     ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(stream_));
     std::vector<std::vector<float>> us(fns.size());
+    std::vector<size_t> order(fns.size());
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::mt19937 shuffle_rng(20261123);  // every rank runs this binary: the same orders
     for (int i = 0; i < args_.iters; ++i) {
-      for (size_t f = 0; f < fns.size(); ++f) {
+      std::shuffle(order.begin(), order.end(), shuffle_rng);
+      for (const size_t f : order) {
         if (flush_) ASYNCTP_CUDA_CHECK(cudaMemsetAsync(flush_, i & 0xFF, kFlushBytes, stream_));
         ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(stream_));
-        ctx_.allgather("");
+        ctx_.barrier();
         ASYNCTP_CUDA_CHECK(cudaEventRecord(start_, stream_));
         fns[f]();
         ASYNCTP_CUDA_CHECK(cudaEventRecord(stop_, stream_));
