@@ -256,7 +256,8 @@ typename AgGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>::Gemm::Argume
 
 template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue = false>
 void launch_ag_gemm(const AgGemmArgs& a, cudaStream_t stream) {
-  using Gemm = typename AgGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>::Gemm;
+  using K = AgGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>;
+  using Gemm = typename K::Gemm;
   // Building the kernel's parameters encodes five TMA descriptors on the host; a call with the same
   // arguments as one of the last few reuses them, so a training loop pays that once. Only a set-up
   // that succeeded is kept.
@@ -285,8 +286,7 @@ void launch_ag_gemm(const AgGemmArgs& a, cudaStream_t stream) {
     if (cache.size() == kCached) cache.erase(cache.begin());
     cache.push_back(std::move(fresh));
   }
-  detail::launch_on_clusters<typename AgGemmKernel<Element, LayoutB, kTileN>::ClusterShape, kReduceInEpilogue>(
-      cache.back()->gemm, a.rs.begin_epoch, stream);
+  detail::launch_on_clusters<typename K::ClusterShape, kReduceInEpilogue>(cache.back()->gemm, a.rs.begin_epoch, stream);
 }
 
 }  // namespace asynctp::kernels::fused

@@ -349,12 +349,9 @@ class AsyncInputTileScheduler {
     return p.total < slots ? p.total : slots;
   }
 
-  // The piece a reduce-scatter tile's rows are in, as the index of its staged counter:
-  // owner rank * kMaxChunksPerRank + piece.
+  // The staged counter of the piece a reduce-scatter tile's rows are in.
   CUTLASS_DEVICE static int32_t piece_index(Params const& params, WorkTileInfo const& work) {
-    const ReduceScatterTiles& rs = params.rs;
-    const int32_t row0 = work.M_idx * params.tile_m, owner = row0 / rs.rows_per_rank;
-    return owner * kMaxChunksPerRank + (row0 - owner * rs.rows_per_rank) / rs.rows_per_piece;
+    return params.rs.staged_index(work.M_idx * params.tile_m);
   }
 
   // Whether `other` is a whole staged tile of the same rank's rows and piece as the staged tile `work`.
@@ -396,10 +393,10 @@ class AsyncInputTileScheduler {
     if (rs.rank < 0 || rs.reduce_in_epilogue) return;
     constexpr int kWords = decltype(cute::size(accumulators))::value / 2;
     const int32_t row0 = work.M_idx * params.tile_m;
-    const int32_t owner = row0 / rs.rows_per_rank;
+    const int32_t owner = rs.owner_of(row0);
     const int32_t tile = (row0 - owner * rs.rows_per_rank) / params.tile_m * rs.tiles_n + work.N_idx;
     const int32_t tiles_per_rank = rs.rows_per_rank / params.tile_m * rs.tiles_n;
-    const int32_t piece = (row0 - owner * rs.rows_per_rank) / rs.rows_per_piece;
+    const int32_t piece = rs.piece_of(row0);
     const size_t slot_words = static_cast<size_t>(kWords) * threads;
     static_assert(kWords % 4 == 0, "a thread's words go in 16-byte groups");
     if (work.staged) {
@@ -415,14 +412,10 @@ class AsyncInputTileScheduler {
       // One count per warp (staged_count_per_tile): __syncwarp orders the lanes' stores before lane 0's
       // release, which the copy engine's wait (a stream memory operation on this GPU) then sees.
       __syncwarp();
-      if (threadIdx.x % 32 == 0) {
-        if (rs.begin_epoch != 0) *rs.epoch_out = rs.begin_epoch;  // before the count: the flag copies read it
-        asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(rs.staged + piece_index(params, work)), "r"(count)
-                     : "memory");
-      }
+      if (threadIdx.x % 32 == 0) rs.add_staged(row0, count);
       return;
     }
-    const uint32_t expected = rs.begin_epoch != 0 ? rs.begin_epoch : *rs.epoch;
+    const uint32_t expected = rs.arrival_epoch();
     for (int32_t q = 0; q < rs.world; ++q) {
       if (q == rs.rank) continue;
       const int32_t index = q * rs.flag_stride + piece;
@@ -498,7 +491,7 @@ class AsyncInputTileScheduler {
     w.tail_slot = tail_tile * params_.cluster_m * params_.cluster_n + static_cast<int32_t>(cta_m) +
                   static_cast<int32_t>(cta_n) * params_.cluster_m;
     w.unit = u;
-    w.staged = params_.rs.rank >= 0 && (w.M_idx * params_.tile_m) / params_.rs.rows_per_rank != params_.rs.rank;
+    w.staged = params_.rs.is_staged(w.M_idx * params_.tile_m);
     return w;
   }
 

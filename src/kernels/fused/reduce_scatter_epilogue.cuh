@@ -184,7 +184,7 @@ class ReduceScatterEpilogue {
   static constexpr uint32_t kGateThreads = 2 * cutlass::NumThreadsPerWarp;
   static constexpr uint32_t kGateBarrier = 0;  // the first named barrier CUTLASS leaves to its users
 
-  CUTLASS_DEVICE bool is_staged(int32_t row0) const { return row0 / params_.rs.rows_per_rank != params_.rs.rank; }
+  CUTLASS_DEVICE bool is_staged(int32_t row0) const { return params_.rs.is_staged(row0); }
 
 
   // Every lane waits and fences, as the mainloop's producer does (async_input_mainloop.cuh), so the lane
@@ -192,9 +192,8 @@ class ReduceScatterEpilogue {
   CUTLASS_DEVICE void wait_for_peer(int32_t row0) const {
     ReduceScatterTiles const& rs = params_.rs;
     const int32_t peer = 1 - rs.rank;
-    const int32_t index = peer * rs.flag_stride + (row0 - rs.rank * rs.rows_per_rank) / rs.rows_per_piece;
-    const uint32_t expected = rs.begin_epoch != 0 ? rs.begin_epoch : *rs.epoch;
-    wait_flag_sys</*kPrint=*/false>(rs.arrived + index, expected, peer, rs.pad_index + index, rs.wait);
+    const int32_t index = peer * rs.flag_stride + rs.piece_of(row0);
+    wait_flag_sys</*kPrint=*/false>(rs.arrived + index, rs.arrival_epoch(), peer, rs.pad_index + index, rs.wait);
     asm volatile("fence.proxy.async.global;" ::: "memory");
     __syncwarp();
   }
@@ -208,14 +207,7 @@ class ReduceScatterEpilogue {
     asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
     asm volatile("fence.proxy.async.global;" ::: "memory");
     __syncwarp();
-    if (threadIdx.x % cutlass::NumThreadsPerWarp == 0) {
-      const int32_t owner = row0 / rs.rows_per_rank;
-      const int32_t piece = (row0 - owner * rs.rows_per_rank) / rs.rows_per_piece;
-      if (rs.begin_epoch != 0) *rs.epoch_out = rs.begin_epoch;  // before the count: the flag copies read it
-      asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(rs.staged + owner * kMaxChunksPerRank + piece),
-                   "r"(static_cast<uint32_t>(release >> 1))
-                   : "memory");
-    }
+    if (threadIdx.x % cutlass::NumThreadsPerWarp == 0) rs.add_staged(row0, static_cast<uint32_t>(release >> 1));
     __syncwarp();
     if (release & 1) cutlass::arch::NamedBarrier::arrive(kGateThreads, kGateBarrier);
   }

@@ -19,8 +19,15 @@
 
 #include <cstdint>
 
+#include "asynctp/ops.h"
 #include "kernels/fused/tail_split.h"
 #include "kernels/wait_context.h"
+
+#if defined(__CUDACC__)
+#define ASYNCTP_RS_HOST_DEVICE __host__ __device__
+#else
+#define ASYNCTP_RS_HOST_DEVICE
+#endif
 
 namespace asynctp::kernels::fused {
 
@@ -52,6 +59,32 @@ struct ReduceScatterTiles {
   int32_t flag_stride = 0;
   int32_t pad_index = 0;  // index of arrived[0] in this rank's pad, for the timeout report
   WaitContext wait{};
+
+  // Where the tile whose first row is `row0` belongs, for the scheduler and the epilogue alike: the rank
+  // that owns its rows, the piece of that rank's rows it is in, and that piece's staged counter.
+  ASYNCTP_RS_HOST_DEVICE int32_t owner_of(int32_t row0) const { return row0 / rows_per_rank; }
+  ASYNCTP_RS_HOST_DEVICE int32_t piece_of(int32_t row0) const {
+    return (row0 - owner_of(row0) * rows_per_rank) / rows_per_piece;
+  }
+  ASYNCTP_RS_HOST_DEVICE int32_t staged_index(int32_t row0) const {
+    return owner_of(row0) * kMaxChunksPerRank + piece_of(row0);
+  }
+  // A reduce-scatter's tile of another rank's rows.
+  ASYNCTP_RS_HOST_DEVICE bool is_staged(int32_t row0) const { return rank >= 0 && owner_of(row0) != rank; }
+
+#if defined(__CUDACC__)
+  // The value the peers' arrived flags reach for this call.
+  __device__ uint32_t arrival_epoch() const { return begin_epoch != 0 ? begin_epoch : *epoch; }
+  // Adds `count` staged tiles to the counter of the piece `row0` is in, with a GPU-scope release (which
+  // the copy engine's wait, a stream memory operation on this GPU, then sees), after the call's epoch
+  // where the kernel starts it: the flag copies that follow the count read it.
+  __device__ void add_staged(int32_t row0, uint32_t count) const {
+    if (begin_epoch != 0) *epoch_out = begin_epoch;
+    asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(staged + staged_index(row0)), "r"(count) : "memory");
+  }
+#endif
 };
 
 }  // namespace asynctp::kernels::fused
+
+#undef ASYNCTP_RS_HOST_DEVICE
