@@ -182,6 +182,7 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
   rs.rows_per_piece = static_cast<int32_t>(piece_rows);
   rs.tiles_n = static_cast<int32_t>(tiles_n);
   rs.reduce_in_epilogue = layout.epilogue;
+  pr.count_fused_reduction(layout.epilogue);
   rs.staging = reinterpret_cast<uint32_t*>(staging);
   rs.staged = pr.staged();
   rs.inbox = reinterpret_cast<const uint32_t*>(inbox.local());

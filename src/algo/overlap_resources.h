@@ -77,6 +77,10 @@ class OverlapResources {
 
   // Work sequences replayed from CUDA graphs (stream_replay.h): the fused reduce-scatter's pushes.
   StreamReplay& replays() { return replays_; }
+  // Fused reduce-scatter calls on two or more ranks so far that reduced in the epilogue, or in
+  // fixup() (reduce_scatter_tiles.h): what the tests that force one way check it took.
+  void count_fused_reduction(bool in_epilogue) { ++fused_reductions_[in_epilogue ? 1 : 0]; }
+  uint64_t fused_reductions(bool in_epilogue) const { return fused_reductions_[in_epilogue ? 1 : 0]; }
   // Whether `stream` is being captured into a CUDA graph now.
   static bool capturing(cudaStream_t stream);
 
@@ -170,6 +174,7 @@ class OverlapResources {
   std::vector<cudaEvent_t> events_;
   size_t next_event_ = 0;
   StreamReplay replays_;
+  uint64_t fused_reductions_[2] = {};
 };
 
 // Fans a call out from the caller's stream onto side streams and joins them back: a side stream waits

@@ -102,8 +102,7 @@ TEST(FusedOps, CapturedGraphReplays1000TimesWithChangingInputs) {
 // matmul_reduce_scatter: every option with rows per rank that the kernel takes (multiples of 256, up
 // to more tiles than one round holds, N not a multiple of the 256-wide tile, K of one step), and
 // the cases that run pipelined instead (odd rows, scatter_dim last), every piece count.
-int reduce_scatter_cases(RankContext& ctx) {
-  auto comm = make_comm(ctx);
+int reduce_scatter_cases_on(RankContext& ctx, Communicator& comm) {
   Stream st;
   reference::Fp32Gemm fp32;
   const int ws = ctx.world_size;
@@ -113,31 +112,36 @@ int reduce_scatter_cases(RankContext& ctx) {
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg})
         for (DType dt : {DType::kBF16, DType::kFP16}) {
           const int64_t N = rows == 2048 ? 1000 : 384, K = rows == 256 ? 64 * ws : 520 * ws;
-          run_rs_case(*comm, RsCase{rows * ws, N, K, false, col, op, dt, rows == 512}, st.s, fp32, with(Algorithm::kFused));
+          run_rs_case(comm, RsCase{rows * ws, N, K, false, col, op, dt, rows == 512}, st.s, fp32, with(Algorithm::kFused));
           ++n;
         }
   for (int chunks : {1, 2, 3, kMaxChunksPerRank}) {
-    run_rs_case(*comm, RsCase{1024 * ws, 264, 136 * ws, false, chunks % 2 == 0, ReduceOp::kSum, DType::kBF16, false},
+    run_rs_case(comm, RsCase{1024 * ws, 264, 136 * ws, false, chunks % 2 == 0, ReduceOp::kSum, DType::kBF16, false},
                 st.s, fp32, with(Algorithm::kFused, chunks));
     // 5 cluster rows per rank in pieces of 3 and 2: bands of one cluster row (reduce_scatter_band_m).
-    run_rs_case(*comm, RsCase{1280 * ws, 520, 64 * ws, false, true, ReduceOp::kAvg, DType::kFP16, false}, st.s, fp32,
+    run_rs_case(comm, RsCase{1280 * ws, 520, 64 * ws, false, true, ReduceOp::kAvg, DType::kFP16, false}, st.s, fp32,
                 with(Algorithm::kFused, chunks));
     n += 2;
   }
   // One piece of 4096 rows by 8 tiles: each cluster stages about two tiles of a piece, so their counts
   // go up in one release (docs/fused_reduce_scatter.md, "one release per piece").
-  run_rs_case(*comm, RsCase{4096 * ws, 2048, 64 * ws, false, false, ReduceOp::kSum, DType::kBF16, false}, st.s, fp32,
+  run_rs_case(comm, RsCase{4096 * ws, 2048, 64 * ws, false, false, ReduceOp::kSum, DType::kBF16, false}, st.s, fp32,
               with(Algorithm::kFused, 1));
   ++n;
   for (bool last : {false, true}) {  // pipelined underneath
-    run_rs_case(*comm, RsCase{130 * ws, 200, 72 * ws, last, false, ReduceOp::kSum, DType::kBF16, false}, st.s, fp32,
+    run_rs_case(comm, RsCase{130 * ws, 200, 72 * ws, last, false, ReduceOp::kSum, DType::kBF16, false}, st.s, fp32,
                 with(Algorithm::kFused));
-    run_rs_case(*comm, RsCase{256 * ws, 384, 128 * ws, last, true, ReduceOp::kAvg, DType::kFP16, false}, st.s, fp32,
+    run_rs_case(comm, RsCase{256 * ws, 384, 128 * ws, last, true, ReduceOp::kAvg, DType::kFP16, false}, st.s, fp32,
                 with(Algorithm::kFused));
     n += 2;
   }
   std::printf("rank %d: %d reduce-scatter cases correct\n", ctx.rank, n);
   return 0;
+}
+
+int reduce_scatter_cases(RankContext& ctx) {
+  auto comm = make_comm(ctx);
+  return reduce_scatter_cases_on(ctx, *comm);
 }
 
 TEST(FusedOps, ReduceScatterCases_1Rank) {
@@ -157,15 +161,28 @@ struct ForcedReduction {
   ~ForcedReduction() { unsetenv("ASYNCTP_FUSED_RS_REDUCE"); }
 };
 
+// reduce_scatter_cases, then a check that every fused call on more than one rank reduced the way
+// ASYNCTP_FUSED_RS_REDUCE (set by ForcedReduction before the ranks are forked) says.
+int reduce_scatter_cases_reduced(RankContext& ctx, bool in_epilogue) {
+  auto comm = make_comm(ctx);
+  if (const int failed = reduce_scatter_cases_on(ctx, *comm)) return failed;
+  if (ctx.world_size == 1) return 0;
+  const algo::OverlapResources& pr = *comm->impl().overlap;
+  RANK_CHECK(pr.fused_reductions(in_epilogue) > 0 && pr.fused_reductions(!in_epilogue) == 0,
+             "fused reductions in the epilogue ", pr.fused_reductions(true), ", in fixup() ",
+             pr.fused_reductions(false), "; all were to be ", in_epilogue ? "in the epilogue" : "in fixup()");
+  return 0;
+}
+
 TEST(FusedOps, ReduceScatterCasesReducedInTheEpilogue_2Ranks) {
   REQUIRE_GPUS(2);
   ForcedReduction forced("epilogue");
-  RUN_RANKS(2, reduce_scatter_cases);
+  RUN_RANKS(2, [](RankContext& ctx) { return reduce_scatter_cases_reduced(ctx, /*in_epilogue=*/true); });
 }
 
 TEST(FusedOps, ReduceScatterCasesReducedInFixup_MultiRank) {
   ForcedReduction forced("fixup");
-  RUN_EVERY_WORLD_SIZE(reduce_scatter_cases);
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) { return reduce_scatter_cases_reduced(ctx, /*in_epilogue=*/false); });
 }
 
 // The pushes of each layout are a CUDA graph the communicator keeps (algo/stream_replay.h), at most
