@@ -43,7 +43,7 @@ int tile_n_for(const AgGemmArgs& a) {
   return pick_tile_n(a.M, a.N, a.K, sm_count(), a.split_workspace != nullptr ? a.max_splits : 1);
 }
 
-// Launches (or, kLoad, only loads) the instantiation for a's dtype and B layout and `tile_n`.
+// Launches (or, kLoad, only loads) the fused GEMM's instantiation for kDType, kBLayout and kTileN.
 template <bool kLoad, DType kDType, BLayout kBLayout, int kTileN>
 void launch_one(const AgGemmArgs& a, cudaStream_t stream) {
   if constexpr (kLoad) {
@@ -53,44 +53,32 @@ void launch_one(const AgGemmArgs& a, cudaStream_t stream) {
   }
 }
 
+// The instantiation for kDType and kBLayout that `a` needs: the two-rank reduce-scatter's, whose
+// epilogue does the reduction, or the fused GEMM's of width `tile_n`.
 template <bool kLoad, DType kDType, BLayout kBLayout>
-void launch_tile(const AgGemmArgs& a, int tile_n, cudaStream_t stream) {
-  if (tile_n == 192) {
+void launch_typed(const AgGemmArgs& a, int tile_n, cudaStream_t stream) {
+  if (a.rs.rank >= 0 && a.rs.reduce_in_epilogue) {
+    if constexpr (kLoad) {
+      load_rs_gemm_instance<kDType, kBLayout>();
+    } else {
+      launch_rs_gemm_instance<kDType, kBLayout>(a, stream);
+    }
+  } else if (tile_n == 192) {
     launch_one<kLoad, kDType, kBLayout, 192>(a, stream);
   } else {
     launch_one<kLoad, kDType, kBLayout, 256>(a, stream);
   }
 }
 
-// The two-rank reduce-scatter's instantiation, whose epilogue does the reduction.
-template <bool kLoad, DType kDType, BLayout kBLayout>
-void launch_rs(const AgGemmArgs& a, cudaStream_t stream) {
-  if constexpr (kLoad) {
-    load_rs_gemm_instance<kDType, kBLayout>();
-  } else {
-    launch_rs_gemm_instance<kDType, kBLayout>(a, stream);
-  }
-}
-
 template <bool kLoad>
 void launch_dispatch(const AgGemmArgs& a, int tile_n, cudaStream_t stream) {
   const bool row_b = a.b_layout == BLayout::kRowMajor;
-  if (a.rs.rank >= 0 && a.rs.reduce_in_epilogue) {
-    if (a.dtype == DType::kBF16) {
-      row_b ? launch_rs<kLoad, DType::kBF16, BLayout::kRowMajor>(a, stream)
-            : launch_rs<kLoad, DType::kBF16, BLayout::kColMajor>(a, stream);
-    } else {
-      row_b ? launch_rs<kLoad, DType::kFP16, BLayout::kRowMajor>(a, stream)
-            : launch_rs<kLoad, DType::kFP16, BLayout::kColMajor>(a, stream);
-    }
-    return;
-  }
   if (a.dtype == DType::kBF16) {
-    row_b ? launch_tile<kLoad, DType::kBF16, BLayout::kRowMajor>(a, tile_n, stream)
-          : launch_tile<kLoad, DType::kBF16, BLayout::kColMajor>(a, tile_n, stream);
+    row_b ? launch_typed<kLoad, DType::kBF16, BLayout::kRowMajor>(a, tile_n, stream)
+          : launch_typed<kLoad, DType::kBF16, BLayout::kColMajor>(a, tile_n, stream);
   } else {
-    row_b ? launch_tile<kLoad, DType::kFP16, BLayout::kRowMajor>(a, tile_n, stream)
-          : launch_tile<kLoad, DType::kFP16, BLayout::kColMajor>(a, tile_n, stream);
+    row_b ? launch_typed<kLoad, DType::kFP16, BLayout::kRowMajor>(a, tile_n, stream)
+          : launch_typed<kLoad, DType::kFP16, BLayout::kColMajor>(a, tile_n, stream);
   }
 }
 
