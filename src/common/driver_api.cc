@@ -31,6 +31,7 @@ const DriverApi& driver() {
     lookup("cuStreamWriteValue32", api.stream_write_value32);
     lookup("cuStreamWaitValue32", api.stream_wait_value32);
     lookup("cuStreamBatchMemOp", api.stream_batch_mem_op);
+    lookup("cuLaunchKernelEx", api.launch_kernel_ex);
   });
   return api;
 }

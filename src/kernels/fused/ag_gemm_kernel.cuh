@@ -25,6 +25,7 @@
 #include <type_traits>
 
 #include "common/check.h"
+#include "common/driver_api.h"
 #include "kernels/fused/ag_gemm.h"
 #include "kernels/fused/async_input_mainloop.cuh"
 #include "kernels/fused/async_input_scheduler.cuh"
@@ -137,30 +138,41 @@ cutlass::KernelHardwareInfo hardware_info() {
   return cached;
 }
 
-// Launches `gemm`'s kernel with the parameters it was initialized with. CUTLASS's own run() also sets
-// the kernel's non-portable-cluster attribute on every launch, an API call that the host makes while
-// the GPU waits for the kernel (a fused call starts with an idle GPU as often as not); a 2-CTA cluster
-// is portable, so that attribute is not needed at all.
+// The kernel's driver handle on the current device (the launch below goes through the driver).
+template <class Kernel>
+CUfunction kernel_function() {
+  CUfunction fn = nullptr;
+  ASYNCTP_CUDA_CHECK(cudaGetFuncBySymbol(&fn, reinterpret_cast<const void*>(cutlass::device_kernel<Kernel>)));
+  return fn;
+}
+
+// Launches `gemm`'s kernel (`fn`, from kernel_function) with the parameters it was initialized with.
+// CUTLASS's own run() also sets the kernel's non-portable-cluster attribute on every launch, an API
+// call that the host makes while the GPU waits for the kernel (a fused call starts with an idle GPU
+// as often as not); a 2-CTA cluster is portable, so that attribute is not needed at all. The driver's
+// cuLaunchKernelEx, not the runtime's cudaLaunchKernelExC: for this kernel the runtime's took 7.5-7.7 us
+// of host time against the driver's 5.3 (docs/fused.md, "Host cost").
 template <class ClusterShape, bool kReduceInEpilogue, class Gemm>
-void launch_on_clusters(const Gemm& gemm, uint32_t begin_epoch, cudaStream_t stream) {
+void launch_on_clusters(const Gemm& gemm, CUfunction fn, uint32_t begin_epoch, cudaStream_t stream) {
   using Kernel = typename Gemm::GemmKernel;
   typename Kernel::Params params = gemm.params();
   params.scheduler.rs.begin_epoch = begin_epoch;  // changes every call; kept parameters leave it out
   if constexpr (kReduceInEpilogue) params.epilogue.rs.begin_epoch = begin_epoch;
-  cudaLaunchAttribute cluster;
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = cute::size<0>(ClusterShape{});
-  cluster.val.clusterDim.y = cute::size<1>(ClusterShape{});
-  cluster.val.clusterDim.z = cute::size<2>(ClusterShape{});
-  cudaLaunchConfig_t config = {};
-  config.gridDim = Gemm::get_grid_shape(params);
-  config.blockDim = Kernel::get_block_shape();
-  config.dynamicSmemBytes = Kernel::SharedStorageSize;
-  config.stream = stream;
+  CUlaunchAttribute cluster;
+  cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  cluster.value.clusterDim.x = cute::size<0>(ClusterShape{});
+  cluster.value.clusterDim.y = cute::size<1>(ClusterShape{});
+  cluster.value.clusterDim.z = cute::size<2>(ClusterShape{});
+  const dim3 grid = Gemm::get_grid_shape(params), block = Kernel::get_block_shape();
+  CUlaunchConfig config = {};
+  config.gridDimX = grid.x, config.gridDimY = grid.y, config.gridDimZ = grid.z;
+  config.blockDimX = block.x, config.blockDimY = block.y, config.blockDimZ = block.z;
+  config.sharedMemBytes = Kernel::SharedStorageSize;
+  config.hStream = reinterpret_cast<CUstream>(stream);
   config.attrs = &cluster;
   config.numAttrs = 1;
   void* args[] = {&params};
-  ASYNCTP_CUDA_CHECK(cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(cutlass::device_kernel<Kernel>), args));
+  ASYNCTP_CU_CHECK(asynctp::detail::driver().launch_kernel_ex(&config, fn, args, nullptr));
 }
 
 }  // namespace detail
@@ -264,18 +276,25 @@ void launch_ag_gemm(const AgGemmArgs& a, cudaStream_t stream) {
   struct Cached {
     AgGemmArgs args;
     Gemm gemm;
+    int device = -1;
+    CUfunction fn = nullptr;  // the kernel on that device
   };
   constexpr size_t kCached = 8;
   static std::mutex mu;
   static std::vector<std::unique_ptr<Cached>> cache;  // most recent last
+  int device = 0;
+  ASYNCTP_CUDA_CHECK(cudaGetDevice(&device));
   std::lock_guard<std::mutex> lock(mu);
-  auto hit = std::find_if(cache.begin(), cache.end(), [&](const auto& c) { return detail::same_launch(c->args, a); });
+  auto hit = std::find_if(cache.begin(), cache.end(),
+                          [&](const auto& c) { return c->device == device && detail::same_launch(c->args, a); });
   if (hit != cache.end()) {
     std::rotate(hit, hit + 1, cache.end());
   } else {
     const auto args = cutlass_arguments<Element, LayoutB, kTileN, kReduceInEpilogue>(a);
     auto fresh = std::make_unique<Cached>();
     fresh->args = a;
+    fresh->device = device;
+    fresh->fn = detail::kernel_function<typename K::Kernel>();
     cutlass::Status status = fresh->gemm.can_implement(args);
     ASYNCTP_CHECK(status == cutlass::Status::kSuccess, "fused all_gather_matmul: CUTLASS cannot run M=", a.M,
                   " N=", a.N, " K=", a.K, ": ", cutlassGetStatusString(status));
@@ -286,7 +305,8 @@ void launch_ag_gemm(const AgGemmArgs& a, cudaStream_t stream) {
     if (cache.size() == kCached) cache.erase(cache.begin());
     cache.push_back(std::move(fresh));
   }
-  detail::launch_on_clusters<typename K::ClusterShape, kReduceInEpilogue>(cache.back()->gemm, a.rs.begin_epoch, stream);
+  const Cached& launch = *cache.back();
+  detail::launch_on_clusters<typename K::ClusterShape, kReduceInEpilogue>(launch.gemm, launch.fn, a.rs.begin_epoch, stream);
 }
 
 }  // namespace asynctp::kernels::fused
