@@ -3,7 +3,8 @@
 
 usage: scripts/tile_trace_summary.py DIR_OR_CSV...
 
-For each file: the kernel's span, then per kind of tile (staged: a reduce-scatter tile of a peer's
+For each file: the kernel's span and how long its prologue took (from a CTA's start until its
+mainloop producer had its first tile), then per kind of tile (staged: a reduce-scatter tile of a peer's
 rows; own: one that adds the peers' pieces; split: a K-split of the last round; plain) the mean time
 of its mainloop, of the wait inside fixup, of fixup as a whole and of its epilogue, in µs; then, for
 each round (the k-th unit of every CTA), when its first and last tiles ended; then the call's
@@ -54,6 +55,11 @@ def summarize(path):
     starts = [int(r["start_ns"]) for r in rows]
     print(f"{os.path.basename(path)}: {len(rows)} tile records, CTAs started within {max(starts) / 1e3:.1f} µs, "
           f"last epilogue at {end / 1e3:.1f} µs")
+    prologue = sorted(int(r["producer_start_ns"]) - int(r["start_ns"]) for r in rows
+                      if int(r.get("producer_start_ns", -1)) >= 0)
+    if prologue:
+        print(f"  the mainloop producer past the kernel's prologue: {prologue[0] / 1e3:.1f} / "
+              f"{prologue[len(prologue) // 2] / 1e3:.1f} / {prologue[-1] / 1e3:.1f} µs after the CTA's start (min / median / max)")
     print("  kind    tiles  mainloop   wait  fixup  epilogue (mean µs)")
     for k in ("staged", "own", "plain", "split"):
         if counts[k]:

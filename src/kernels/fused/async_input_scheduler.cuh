@@ -196,9 +196,17 @@ class AsyncInputTileScheduler {
 #endif
   }
 
+  // The producer warpgroup asks after the kernel's prologue (pipelines set up, cluster synchronized):
+  // the mainloop producer's lane 0 marks the time in the CTA's first record.
   template <class ClusterShape>
   CUTLASS_DEVICE WorkTileInfo initial_work_tile_info(ClusterShape) const {
-    return work_for(current_);
+    const WorkTileInfo work = work_for(current_);
+#if defined(__CUDA_ARCH__)
+    if (params_.trace != nullptr && threadIdx.x == 0 && work.is_valid()) {
+      trace_record(params_, work)[kTraceProducerStart] = global_timer_ns();
+    }
+#endif
+    return work;
   }
 
   CUTLASS_DEVICE WorkTileInfo get_current_work() const { return work_for(current_); }

@@ -85,7 +85,7 @@ void write_tile_trace(const char* op, const AgGemmArgs& args, int rank) {
   std::ofstream out(path);
   ASYNCTP_CHECK(out.good(), "ASYNCTP_TRACE_TILES: cannot write ", path);
   out << "unit,cta,cluster,m_tile,n_tile,staged,split,splits,start_ns,fixup_enter_ns,wait_done_ns,fixup_exit_ns,"
-         "epilogue_done_ns\n";
+         "epilogue_done_ns,producer_start_ns\n";
   auto rel = [&](uint64_t t) { return t == 0 ? int64_t{-1} : static_cast<int64_t>(t - t0); };
   for (size_t i = 0; i < r.size(); i += kTraceWords) {
     const uint64_t* w = &r[i];
@@ -95,7 +95,7 @@ void write_tile_trace(const char* op, const AgGemmArgs& args, int rank) {
         << (w[kTraceTile] >> 32) << ',' << (w[kTraceTile] & 0xFFFFFFFFu) << ',' << (w[kTraceUnit] & 1) << ','
         << ((w[kTraceUnit] >> 16) & 0xFFFF) << ',' << ((w[kTraceUnit] >> 1) & 0x7FFF) << ',' << rel(w[kTraceStart])
         << ',' << rel(w[kTraceFixupEnter]) << ',' << rel(w[kTraceWaitDone]) << ',' << rel(w[kTraceFixupExit]) << ','
-        << rel(w[kTraceEpilogueDone]) << '\n';
+        << rel(w[kTraceEpilogueDone]) << ',' << rel(w[kTraceProducerStart]) << '\n';
   }
 }
 

@@ -27,6 +27,7 @@ enum TraceWord : int {
   kTraceWaitDone = 4,     // the last wait in fixup returned (split partials, or the peers' pieces); 0: none
   kTraceFixupExit = 5,    // staging or reduction done
   kTraceEpilogueDone = 6, // the epilogue's stores issued (or skipped, for a staged tile)
+  kTraceProducerStart = 7, // the CTA's first unit only: its mainloop producer past the kernel's prologue (0: other units)
   kTraceWords = 8,
 };
 
