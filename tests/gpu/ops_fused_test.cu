@@ -4,9 +4,17 @@
 // reduce-scatter (one epoch and flag protocol for both), CUDA graph replays with changing inputs, and a
 // peer that never comes (the GEMM's own wait times out). matmul_reduce_scatter: its options and the
 // cases it hands to pipelined (on two ranks reduced both in the epilogue and in fixup()), more layouts
-// than the pushes' kept graphs, the same bits on every call, and both fused ops back to back and in a
-// graph.
+// than the pushes' kept graphs, the same bits on every call, the tile trace, and both fused ops back to
+// back and in a graph.
+#include <algorithm>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "algo/overlap_resources.h"
 #include "comm/communicator_impl.h"
@@ -226,6 +234,84 @@ TEST(FusedOps, ReduceScatterRepeatsBitForBit_MultiRank) {
     }
     return 0;
   });
+}
+
+// ASYNCTP_TRACE_TILES (read by each rank as it starts; the ranks are forked after it is set): a fused
+// reduce-scatter writes one record per tile and CTA, each in time order, and the first record of every
+// CTA says when its mainloop producer was past the kernel's prologue (tile_trace.h).
+struct TraceDir {
+  std::string path;
+  TraceDir() {
+    char templ[] = "/tmp/asynctp_trace_XXXXXX";
+    path = mkdtemp(templ);
+    setenv("ASYNCTP_TRACE_TILES", path.c_str(), 1);
+  }
+  ~TraceDir() {
+    unsetenv("ASYNCTP_TRACE_TILES");
+    std::filesystem::remove_all(path);
+  }
+};
+
+int traced_reduce_scatter(RankContext& ctx, const std::string& dir) {
+  auto comm = make_comm(ctx);
+  Stream st;
+  reference::Fp32Gemm fp32;
+  // More tiles than the GPU has SMs, so that CTAs have several units (N not a multiple of 256).
+  RsProblem p(ctx.world_size, ctx.rank, 2048 * ctx.world_size, 2176, 512 * ctx.world_size, st.s);
+  Buf a(p.M * p.kl * 2), out(p.rows * p.N * 2);
+  p.make(5, ctx.rank, a.p, p.ref.f(), fp32, st.s);
+  matmul_reduce_scatter(*comm, p.a_ref(a.p), p.b_ref(), 0, ReduceOp::kSum, p.out_ref(out.p), st.s,
+                        with(Algorithm::kFused));
+  p.check(out.p, p.ref.f(), ctx.rank, ctx.world_size, "traced fused reduce-scatter", st.s);
+
+  const std::string file = dir + "/rs_" + std::to_string(p.M) + "x" + std::to_string(p.N) + "x" +
+                           std::to_string(p.kl) + "_rank" + std::to_string(ctx.rank) + ".csv";
+  std::ifstream in(file);
+  RANK_CHECK(in.good(), "no trace at ", file);
+  std::string line;
+  std::getline(in, line);
+  RANK_CHECK(line.find(",producer_start_ns") != std::string::npos, "trace header: ", line);
+  struct Record {
+    int64_t m, n, start, enter, exit, done, producer;
+  };
+  std::map<std::pair<int64_t, int64_t>, std::vector<Record>> per_cta;  // (cluster, cta) -> its units
+  std::set<std::pair<int64_t, int64_t>> tiles;
+  while (std::getline(in, line)) {
+    std::vector<int64_t> v;
+    std::stringstream fields(line);
+    for (std::string f; std::getline(fields, f, ',');) v.push_back(std::stoll(f));
+    RANK_CHECK(v.size() == 14, "trace line: ", line);
+    // unit,cta,cluster,m_tile,n_tile,staged,split,splits,start,fixup_enter,wait_done,fixup_exit,epilogue_done,producer
+    per_cta[{v[2], v[1]}].push_back(Record{v[3], v[4], v[8], v[9], v[11], v[12], v[13]});
+    tiles.insert({v[3], v[4]});
+  }
+  const size_t expected = static_cast<size_t>(p.M / 128 * ((p.N + 255) / 256));
+  RANK_CHECK(tiles.size() == expected, "trace has ", tiles.size(), " tiles; the product has ", expected);
+  for (auto& [cta, units] : per_cta) {
+    std::sort(units.begin(), units.end(), [](const Record& x, const Record& y) { return x.enter < y.enter; });
+    for (size_t i = 0; i < units.size(); ++i) {
+      const Record& r = units[i];
+      RANK_CHECK(r.start >= 0 && r.start <= r.enter && r.enter <= r.exit && r.exit <= r.done, "CTA (", cta.first,
+                 ", ", cta.second, ") unit ", i, " out of order: ", r.start, " ", r.enter, " ", r.exit, " ", r.done);
+      if (i == 0) {
+        RANK_CHECK(r.producer >= r.start && r.producer <= r.enter, "CTA (", cta.first, ", ", cta.second,
+                   "): producer start ", r.producer, " not between its start ", r.start, " and first tile ", r.enter);
+      } else {
+        RANK_CHECK(r.producer == -1, "CTA (", cta.first, ", ", cta.second, ") unit ", i, " has a producer start");
+      }
+    }
+  }
+  size_t most = 0;
+  for (const auto& [cta, units] : per_cta) most = std::max(most, units.size());
+  RANK_CHECK(most >= 2, "no CTA had a second unit; the check of later units did not run");
+  std::printf("rank %d: trace of %zu tiles on %zu CTAs (up to %zu units each) in order\n", ctx.rank, tiles.size(),
+              per_cta.size(), most);
+  return 0;
+}
+
+TEST(FusedOps, TileTraceRecordsEveryTileAndThePrologue_MultiRank) {
+  TraceDir dir;
+  RUN_EVERY_WORLD_SIZE([&](RankContext& ctx) { return traced_reduce_scatter(ctx, dir.path); });
 }
 
 TEST(FusedOps, BothOpsBackToBack) {
