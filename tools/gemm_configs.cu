@@ -1,0 +1,143 @@
+// asynctp-gemm-configs: plain bf16 GEMMs (A [M, K], B [K, N], D [M, N], all row-major) through CUTLASS 3
+// Hopper kernels of a few schedules, tiles and clusters, timed beside cuBLASLt on one GPU. It answers
+// whether another configuration than the fused kernel's (cooperative, 128 x 256 tiles, 2 x 1 cluster)
+// would be faster at the partial GEMMs asynctp runs (docs/fused_reduce_scatter.md, session 15).
+// Diagnostic only: not built by default (`ninja -C build asynctp-gemm-configs`), no arguments.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <cute/tensor.hpp>
+#include <cutlass/cutlass.h>
+#include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+#include <cutlass/gemm/kernel/gemm_universal.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+using Elt = cutlass::bfloat16_t;
+// Values in [-1, 1] (a GEMM's power draw, and so its clock, depends on its data).
+__global__ void fill(Elt* p, size_t n, unsigned seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    unsigned x = unsigned(i) * 2654435761u + seed;
+    x ^= x >> 13; x *= 0x5bd1e995u; x ^= x >> 15;
+    p[i] = Elt(float(int(x % 2001) - 1000) / 1000.0f);
+  }
+}
+template <class Tile, class Cluster, class KSched, class ESched>
+struct Cfg {
+  using Epi = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Tile, Cluster, cutlass::epilogue::collective::EpilogueTileAuto,
+      float, float, void, cutlass::layout::RowMajor, 8, Elt, cutlass::layout::RowMajor, 8, ESched>::CollectiveOp;
+  using Main = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Elt, cutlass::layout::RowMajor, 8, Elt, cutlass::layout::RowMajor, 8,
+      float, Tile, Cluster, cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epi::SharedStorage))>,
+      KSched>::CollectiveOp;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Main, Epi>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+};
+
+// A packed stride of CUTLASS's (MN, K, L) form for an `mn` x `k` operand: whichever of the first two
+// modes is the static 1 is the contiguous one.
+template <class Stride>
+Stride packed(int64_t mn, int64_t k) {
+  Stride s{};
+  if constexpr (cute::is_static_v<cute::remove_cvref_t<decltype(cute::get<0>(s))>>) {
+    cute::get<1>(s) = mn;
+  } else {
+    cute::get<0>(s) = k;
+  }
+  cute::get<2>(s) = mn * k;
+  return s;
+}
+
+// Median of 50 timed calls (after 10 untimed), each between two events.
+template <class C>
+float run(const char* name, int M, int N, int K, Elt* a, Elt* b, Elt* d, cudaStream_t s) {
+  using Gemm = typename C::Gemm;
+  typename Gemm::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm, {M, N, K, 1},
+      {a, packed<typename C::Kernel::StrideA>(M, K), b, packed<typename C::Kernel::StrideB>(N, K)},
+      {{1.0f, 0.0f}, nullptr, packed<typename C::Kernel::StrideC>(M, N), d, packed<typename C::Kernel::StrideD>(M, N)}};
+  Gemm gemm;
+  if (gemm.can_implement(args) != cutlass::Status::kSuccess) { printf("%s: cannot implement\n", name); return 0; }
+  size_t ws = Gemm::get_workspace_size(args);
+  void* w = nullptr;
+  if (ws) cudaMalloc(&w, ws);
+  gemm.initialize(args, w, s);
+  cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
+  std::vector<float> t;
+  for (int i = 0; i < 60; ++i) {
+    cudaEventRecord(e0, s); gemm.run(s); cudaEventRecord(e1, s); cudaEventSynchronize(e1);
+    float ms; cudaEventElapsedTime(&ms, e0, e1); if (i >= 10) t.push_back(ms * 1000);
+  }
+  std::sort(t.begin(), t.end());
+  if (w) cudaFree(w);
+  return t[t.size() / 2];
+}
+
+// cuBLASLt's first heuristic choice, timed the same way.
+float cublas(int M, int N, int K, Elt* a, Elt* b, Elt* d, cudaStream_t s) {
+  cublasLtHandle_t h; cublasLtCreate(&h);
+  cublasLtMatmulDesc_t op; cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  // Row-major D = A B  <=>  column-major D^T = B^T A^T: (N x K) (K x M).
+  cublasLtMatrixLayout_t la, lb, ld;
+  cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, N, K, N);
+  cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, K, M, K);
+  cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, N, M, N);
+  void* ws; size_t wsb = 64 << 20; cudaMalloc(&ws, wsb);
+  cublasLtMatmulPreference_t pref; cublasLtMatmulPreferenceCreate(&pref);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof(wsb));
+  cublasLtMatmulHeuristicResult_t r; int n = 0;
+  cublasLtMatmulAlgoGetHeuristic(h, op, lb, la, ld, ld, pref, 1, &r, &n);
+  float alpha = 1, beta = 0;
+  cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
+  std::vector<float> t;
+  for (int i = 0; i < 60; ++i) {
+    cudaEventRecord(e0, s);
+    cublasLtMatmul(h, op, &alpha, b, lb, a, la, &beta, d, ld, d, ld, &r.algo, ws, wsb, s);
+    cudaEventRecord(e1, s); cudaEventSynchronize(e1);
+    float ms; cudaEventElapsedTime(&ms, e0, e1); if (i >= 10) t.push_back(ms * 1000);
+  }
+  std::sort(t.begin(), t.end());
+  cudaFree(ws);
+  return t[t.size() / 2];
+}
+
+using namespace cute;
+using Coop = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+using Ping = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+using ECoop = cutlass::epilogue::TmaWarpSpecializedCooperative;
+using EPing = cutlass::epilogue::TmaWarpSpecialized;
+using C1 = Cfg<Shape<_128, _256, _64>, Shape<_2, _1, _1>, Coop, ECoop>;   // the fused kernel's configuration
+using C2 = Cfg<Shape<_256, _128, _64>, Shape<_2, _1, _1>, Coop, ECoop>;
+using C3 = Cfg<Shape<_128, _128, _64>, Shape<_2, _1, _1>, Ping, EPing>;
+using C4 = Cfg<Shape<_64, _256, _64>, Shape<_2, _1, _1>, Ping, EPing>;
+using C5 = Cfg<Shape<_128, _128, _64>, Shape<_1, _2, _1>, Ping, EPing>;
+
+int main(int argc, char** argv) {
+  if (argc > 1) {
+    std::printf("usage: asynctp-gemm-configs\n\nTimes bf16 GEMMs at five partial-GEMM shapes through cuBLASLt and five "
+                "CUTLASS Hopper\nconfigurations (schedule, tile, cluster) on the current GPU; medians of 50 calls, µs.\n");
+    return std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0 ? 0 : 2;
+  }
+  int gpus = 0;
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0) {
+    std::fprintf(stderr, "asynctp-gemm-configs: no GPU visible\n");
+    return 2;
+  }
+  const int shapes[][3] = {{4096, 3584, 4096}, {2048, 3584, 4096}, {6144, 8192, 2048}, {6144, 7168, 2048}, {16384, 8192, 4096}};
+  size_t mx = size_t(16384) * 8192;
+  Elt *a, *b, *d;
+  cudaMalloc(&a, mx * 2); cudaMalloc(&b, mx * 2); cudaMalloc(&d, mx * 2);
+  fill<<<1024, 256>>>(a, mx, 1); fill<<<1024, 256>>>(b, mx, 2); cudaDeviceSynchronize();
+  cudaStream_t s; cudaStreamCreate(&s);
+  printf("M N K | cuBLASLt | coop128x256 c2x1 | coop256x128 c2x1 | ping128x128 c2x1 | ping64x256 c2x1 | ping128x128 c1x2 (us)\n");
+  for (auto& sh : shapes) {
+    int M = sh[0], N = sh[1], K = sh[2];
+    printf("%d %d %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f\n", M, N, K, cublas(M, N, K, a, b, d, s),
+           run<C1>("c1", M, N, K, a, b, d, s), run<C2>("c2", M, N, K, a, b, d, s), run<C3>("c3", M, N, K, a, b, d, s),
+           run<C4>("c4", M, N, K, a, b, d, s), run<C5>("c5", M, N, K, a, b, d, s));
+  }
+  return 0;
+}
