@@ -16,6 +16,10 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/fused/packed_stride.h"
+
+using asynctp::kernels::fused::packed_stride;
+
 using Elt = cutlass::bfloat16_t;
 // Values in [-1, 1] (a GEMM's power draw, and so its clock, depends on its data).
 __global__ void fill(Elt* p, size_t n, unsigned seed) {
@@ -38,27 +42,13 @@ struct Cfg {
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
 
-// A packed stride of CUTLASS's (MN, K, L) form for an `mn` x `k` operand: whichever of the first two
-// modes is the static 1 is the contiguous one.
-template <class Stride>
-Stride packed(int64_t mn, int64_t k) {
-  Stride s{};
-  if constexpr (cute::is_static_v<cute::remove_cvref_t<decltype(cute::get<0>(s))>>) {
-    cute::get<1>(s) = mn;
-  } else {
-    cute::get<0>(s) = k;
-  }
-  cute::get<2>(s) = mn * k;
-  return s;
-}
-
 // Median of 50 timed calls (after 10 untimed), each between two events.
 template <class C>
 float run(const char* name, int M, int N, int K, Elt* a, Elt* b, Elt* d, cudaStream_t s) {
   using Gemm = typename C::Gemm;
   typename Gemm::Arguments args{cutlass::gemm::GemmUniversalMode::kGemm, {M, N, K, 1},
-      {a, packed<typename C::Kernel::StrideA>(M, K), b, packed<typename C::Kernel::StrideB>(N, K)},
-      {{1.0f, 0.0f}, nullptr, packed<typename C::Kernel::StrideC>(M, N), d, packed<typename C::Kernel::StrideD>(M, N)}};
+      {a, packed_stride<typename C::Kernel::StrideA>(M, K), b, packed_stride<typename C::Kernel::StrideB>(N, K)},
+      {{1.0f, 0.0f}, nullptr, packed_stride<typename C::Kernel::StrideC>(M, N), d, packed_stride<typename C::Kernel::StrideD>(M, N)}};
   Gemm gemm;
   if (gemm.can_implement(args) != cutlass::Status::kSuccess) { printf("%s: cannot implement\n", name); return 0; }
   size_t ws = Gemm::get_workspace_size(args);

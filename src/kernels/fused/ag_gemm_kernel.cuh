@@ -29,6 +29,7 @@
 #include "kernels/fused/ag_gemm.h"
 #include "kernels/fused/async_input_mainloop.cuh"
 #include "kernels/fused/async_input_scheduler.cuh"
+#include "kernels/fused/packed_stride.h"
 #include "kernels/fused/reduce_scatter_epilogue.cuh"
 #include "kernels/fused/row_window_epilogue.cuh"
 
@@ -108,20 +109,6 @@ inline bool same_launch(const AgGemmArgs& x, const AgGemmArgs& y) {
          x.trace == y.trace && same_rs(x.rs, y.rs) && x.done == y.done;
 }
 
-// A packed stride of CUTLASS's (MN, K, L) form for a matrix of `mn` x `k`: whichever of the first two
-// modes is the static 1 is the contiguous one.
-template <class Stride>
-Stride packed_stride(int64_t mn, int64_t k) {
-  Stride s{};
-  if constexpr (cute::is_static_v<cute::remove_cvref_t<decltype(cute::get<0>(s))>>) {
-    cute::get<1>(s) = mn;
-  } else {
-    cute::get<0>(s) = k;
-  }
-  cute::get<2>(s) = mn * k;
-  return s;
-}
-
 // SM count and co-resident clusters of `Kernel` on the current device, asked once per device.
 template <class Kernel>
 cutlass::KernelHardwareInfo hardware_info() {
@@ -199,9 +186,9 @@ typename AgGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>::Gemm::Argume
 
   auto& ml = args.mainloop;
   ml.gathered.ptr_A = static_cast<const Element*>(a.a);
-  ml.gathered.dA = detail::packed_stride<typename Kernel::StrideA>(a.M, a.K);
+  ml.gathered.dA = packed_stride<typename Kernel::StrideA>(a.M, a.K);
   ml.gathered.ptr_B = static_cast<const Element*>(a.b);
-  ml.gathered.dB = detail::packed_stride<typename Kernel::StrideB>(a.N, a.K);
+  ml.gathered.dB = packed_stride<typename Kernel::StrideB>(a.N, a.K);
   if (a.a_local != nullptr && a.local_end > a.local_begin) {
     ml.ptr_A_local = static_cast<const Element*>(a.a_local);  // rows [local_begin, local_end) of A
     ml.local_begin = static_cast<int32_t>(a.local_begin);
@@ -219,18 +206,18 @@ typename AgGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>::Gemm::Argume
     own.thread.alpha = a.alpha;
     own.thread.beta = a.alpha;
     own.ptr_C = reinterpret_cast<const Element*>(rs.inbox) + (1 - rs.rank) * m * a.N;
-    own.dC = detail::packed_stride<typename Kernel::StrideC>(m, a.N);
+    own.dC = packed_stride<typename Kernel::StrideC>(m, a.N);
     own.ptr_D = static_cast<Element*>(a.c);
-    own.dD = detail::packed_stride<typename Kernel::StrideD>(m, a.N);
+    own.dD = packed_stride<typename Kernel::StrideD>(m, a.N);
     own.row0 = static_cast<int32_t>(a.c_row0);
     own.rows = static_cast<int32_t>(m);
     auto& staged = args.epilogue.staged;
     staged.thread.alpha = 1.0f;
     staged.thread.beta = 0.0f;
     staged.ptr_C = reinterpret_cast<const Element*>(rs.staging);  // never read: beta = 0
-    staged.dC = detail::packed_stride<typename Kernel::StrideC>(a.M, a.N);
+    staged.dC = packed_stride<typename Kernel::StrideC>(a.M, a.N);
     staged.ptr_D = reinterpret_cast<Element*>(rs.staging);
-    staged.dD = detail::packed_stride<typename Kernel::StrideD>(a.M, a.N);
+    staged.dD = packed_stride<typename Kernel::StrideD>(a.M, a.N);
     args.epilogue.rs = rs;
   } else {
     // c holds rows [c_row0, c_row0 + rows) of the product: a reduce-scatter's rank's rows, or all.
@@ -239,7 +226,7 @@ typename AgGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>::Gemm::Argume
     args.epilogue.thread.beta = 0.0f;
     args.epilogue.ptr_C = nullptr;
     args.epilogue.ptr_D = static_cast<Element*>(a.c);
-    args.epilogue.dD = detail::packed_stride<typename Kernel::StrideD>(rows, a.N);
+    args.epilogue.dD = packed_stride<typename Kernel::StrideD>(rows, a.N);
     args.epilogue.row0 = static_cast<int32_t>(a.c_row0);
     args.epilogue.rows = static_cast<int32_t>(rows);
   }
