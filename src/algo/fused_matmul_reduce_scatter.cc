@@ -2,9 +2,8 @@
 // destination (rank me+1's rows first, this rank's own last). Tiles of a peer's rows are staged in
 // this GPU's memory and counted; the copy engine pushes each piece to its destination's inbox as soon
 // as its count is complete; this rank's own tiles wait for the peers' pieces of the same rows and add
-// them in fp32 as the output is written (docs/fused_reduce_scatter.md): on two ranks in the epilogue
-// (on the ping-pong schedule, or the cooperative one for large problems), otherwise in the kernel's
-// fixup().
+// them in fp32 as the output is written (docs/fused_reduce_scatter.md): on two ranks and large
+// problems in the epilogue, otherwise in the kernel's fixup().
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -23,14 +22,17 @@
 namespace asynctp::algo {
 namespace {
 
-// Rounds of 256-wide tiles from which the two-rank reduction on the cooperative schedule runs in the
-// epilogue: there an own tile's reduction is cheaper than in fixup(), but a staged tile dearer and
-// the kernel's first round slower, and on 2xH200 it measured faster at 6.3 and 31 rounds and slower
-// at 1.7 and 3.4 (docs/fused_reduce_scatter.md, "Two ranks: the reduction in the epilogue").
+// Rounds of tiles from which the two-rank reduction runs in the epilogue: there an own tile's
+// reduction is cheaper than in fixup(), but a staged tile dearer and the kernel's first round slower,
+// and on 2xH200 it measured faster at 6.3 and 31 rounds and slower at 1.7 and 3.4
+// (docs/fused_reduce_scatter.md, "Two ranks: the reduction in the epilogue").
 constexpr int64_t kEpilogueFromRounds = 5;
 
-// ASYNCTP_FUSED_RS_REDUCE=fixup|epilogue: 0 where unset, 1 epilogue, 2 fixup.
-int forced_reduction() {
+// Whether the reduction runs in the epilogue (two ranks, tiles of at least kEpilogueFromRounds
+// rounds on this GPU's SMs) or in fixup() (reduce_scatter_tiles.h). ASYNCTP_FUSED_RS_REDUCE=
+// fixup|epilogue overrides it for measurement, and must be set alike on every rank (the staged
+// tiles' layout follows it); epilogue takes two ranks.
+bool reduce_in_epilogue(int world_size, int64_t tiles) {
   static const int forced = [] {
     const char* v = std::getenv("ASYNCTP_FUSED_RS_REDUCE");
     if (v == nullptr || *v == '\0') return 0;
@@ -38,38 +40,11 @@ int forced_reduction() {
     if (std::strcmp(v, "fixup") == 0) return 2;
     detail::raise(detail::cat("ASYNCTP_FUSED_RS_REDUCE is '", v, "'; expected epilogue or fixup"));
   }();
-  return forced;
-}
-
-// How the partial product is computed and reduced: the kernel's tile width (the ping-pong schedule at
-// kPingpongTileN, else cooperative) and whether the reduction runs in the epilogue or in fixup()
-// (reduce_scatter_tiles.h). Two ranks take the tile width pick_rs_tile_n gives, and the ping-pong
-// schedule always reduces in the epilogue (it has no fixup()); the cooperative one reduces in the
-// epilogue on two ranks from kEpilogueFromRounds rounds of tiles on this GPU's SMs. For measurement,
-// ASYNCTP_FUSED_RS_REDUCE=fixup|epilogue forces the way (fixup: on the cooperative schedule;
-// epilogue: two ranks) and ASYNCTP_FUSED_RS_TILE_N the width; set them alike on every rank (the
-// staged tiles' layout follows them).
-struct Reduction {
-  int tile_n = static_cast<int>(kernels::fused::kRsTileN);
-  bool epilogue = false;
-};
-
-Reduction choose_reduction(int world_size, const ops::MatmulReduceScatterPlan& plan) {
-  const int forced = forced_reduction();
   if (forced == 1) {
     ASYNCTP_CHECK(world_size == 2, "ASYNCTP_FUSED_RS_REDUCE=epilogue takes two ranks; this communicator has ", world_size);
   }
-  Reduction r;
-  if (forced != 2) r.tile_n = kernels::fused::pick_rs_tile_n(world_size, plan.M, plan.N, plan.k_local);
-  if (r.tile_n == kernels::fused::kPingpongTileN) {
-    r.epilogue = true;
-  } else if (forced != 0) {
-    r.epilogue = forced == 1;
-  } else {
-    const int64_t tiles = plan.M / kernels::fused::kTileRows * ((plan.N + r.tile_n - 1) / r.tile_n);
-    r.epilogue = world_size == 2 && tiles >= kEpilogueFromRounds * kernels::fused::sm_count();
-  }
-  return r;
+  if (forced != 0) return forced == 1;
+  return world_size == 2 && tiles >= kEpilogueFromRounds * kernels::fused::sm_count();
 }
 
 // Where rows of one rank sit in the staging buffer and in the inbox, from the start of that rank's
@@ -143,9 +118,8 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
 
   OverlapResources& pr = OverlapResources::of(comm, stream);
   kernels::fused::load_ag_gemm_kernels();
-  const Reduction reduction = choose_reduction(ws, plan);
-  const int64_t tiles_n = (plan.N + reduction.tile_n - 1) / reduction.tile_n;
-  const StagedLayout layout{reduction.epilogue, plan.N, tiles_n};
+  const int64_t tiles_n = (plan.N + kernels::fused::kRsTileN - 1) / kernels::fused::kRsTileN;
+  const StagedLayout layout{reduce_in_epilogue(ws, plan.M / kernels::fused::kTileRows * tiles_n), plan.N, tiles_n};
   const size_t rank_bytes = layout.bytes_before(rows);  // one rank's rows, staged
   char* staging = static_cast<char*>(m.scratch_for(ws * rank_bytes));  // slot d: this rank's tiles of d's rows
   SymmetricBuffer& inbox = pr.inbox(ws * rank_bytes, stream);         // slot q: rank q's tiles of this rank's rows
@@ -208,8 +182,7 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
   rs.rows_per_piece = static_cast<int32_t>(piece_rows);
   rs.tiles_n = static_cast<int32_t>(tiles_n);
   rs.reduce_in_epilogue = layout.epilogue;
-  g.tile_n = reduction.tile_n;
-  pr.count_fused_reduction(layout.epilogue, reduction.tile_n == kernels::fused::kPingpongTileN);
+  pr.count_fused_reduction(layout.epilogue);
   rs.staging = reinterpret_cast<uint32_t*>(staging);
   rs.staged = pr.staged();
   rs.inbox = reinterpret_cast<const uint32_t*>(inbox.local());

@@ -78,14 +78,9 @@ class OverlapResources {
   // Work sequences replayed from CUDA graphs (stream_replay.h): the fused reduce-scatter's pushes.
   StreamReplay& replays() { return replays_; }
   // Fused reduce-scatter calls on two or more ranks so far that reduced in the epilogue, or in
-  // fixup() (reduce_scatter_tiles.h), and of those in the epilogue, how many on the ping-pong
-  // schedule: what the tests that force one way check it took.
-  void count_fused_reduction(bool in_epilogue, bool pingpong) {
-    ++fused_reductions_[in_epilogue ? 1 : 0];
-    if (pingpong) ++pingpong_reductions_;
-  }
+  // fixup() (reduce_scatter_tiles.h): what the tests that force one way check it took.
+  void count_fused_reduction(bool in_epilogue) { ++fused_reductions_[in_epilogue ? 1 : 0]; }
   uint64_t fused_reductions(bool in_epilogue) const { return fused_reductions_[in_epilogue ? 1 : 0]; }
-  uint64_t pingpong_reductions() const { return pingpong_reductions_; }
   // Whether `stream` is being captured into a CUDA graph now.
   static bool capturing(cudaStream_t stream);
 
@@ -180,7 +175,6 @@ class OverlapResources {
   size_t next_event_ = 0;
   StreamReplay replays_;
   uint64_t fused_reductions_[2] = {};
-  uint64_t pingpong_reductions_ = 0;
 };
 
 // Fans a call out from the caller's stream onto side streams and joins them back: a side stream waits

@@ -161,50 +161,36 @@ TEST(FusedOps, ReduceScatterCases_MultiRank) {
   RUN_EVERY_WORLD_SIZE(reduce_scatter_cases);
 }
 
-// The reduce-scatter's ways of reducing (reduce_scatter_tiles.h) on the same cases, whichever the
-// shape would get: ASYNCTP_FUSED_RS_REDUCE and ASYNCTP_FUSED_RS_TILE_N, which each rank reads as it
-// starts (the ranks are forked after they are set).
-struct ForcedEnv {
-  ForcedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
-  ~ForcedEnv() { unsetenv(name_); }
-  const char* name_;
+// The reduce-scatter's two ways of reducing (reduce_scatter_tiles.h) on the same cases, whichever the
+// shape would get: ASYNCTP_FUSED_RS_REDUCE, which each rank reads as it starts (the ranks are forked
+// after it is set).
+struct ForcedReduction {
+  explicit ForcedReduction(const char* how) { setenv("ASYNCTP_FUSED_RS_REDUCE", how, 1); }
+  ~ForcedReduction() { unsetenv("ASYNCTP_FUSED_RS_REDUCE"); }
 };
 
-enum class Way { kFixup, kEpilogue, kPingpong };
-
-// reduce_scatter_cases, then a check that every fused call on more than one rank reduced the `way`
-// the forced environment says.
-int reduce_scatter_cases_reduced(RankContext& ctx, Way way) {
+// reduce_scatter_cases, then a check that every fused call on more than one rank reduced the way
+// ASYNCTP_FUSED_RS_REDUCE (set by ForcedReduction before the ranks are forked) says.
+int reduce_scatter_cases_reduced(RankContext& ctx, bool in_epilogue) {
   auto comm = make_comm(ctx);
   if (const int failed = reduce_scatter_cases_on(ctx, *comm)) return failed;
   if (ctx.world_size == 1) return 0;
   const algo::OverlapResources& pr = *comm->impl().overlap;
-  const bool in_epilogue = way != Way::kFixup;
-  const uint64_t pingpong = pr.pingpong_reductions(), epilogue = pr.fused_reductions(true);
   RANK_CHECK(pr.fused_reductions(in_epilogue) > 0 && pr.fused_reductions(!in_epilogue) == 0,
-             "fused reductions in the epilogue ", epilogue, ", in fixup() ", pr.fused_reductions(false),
-             "; all were to be ", in_epilogue ? "in the epilogue" : "in fixup()");
-  RANK_CHECK(pingpong == (way == Way::kPingpong ? epilogue : 0), "fused reductions on the ping-pong schedule ",
-             pingpong, " of ", epilogue, " in the epilogue");
+             "fused reductions in the epilogue ", pr.fused_reductions(true), ", in fixup() ",
+             pr.fused_reductions(false), "; all were to be ", in_epilogue ? "in the epilogue" : "in fixup()");
   return 0;
 }
 
 TEST(FusedOps, ReduceScatterCasesReducedInTheEpilogue_2Ranks) {
   REQUIRE_GPUS(2);
-  ForcedEnv way("ASYNCTP_FUSED_RS_REDUCE", "epilogue"), tiles("ASYNCTP_FUSED_RS_TILE_N", "256");
-  RUN_RANKS(2, [](RankContext& ctx) { return reduce_scatter_cases_reduced(ctx, Way::kEpilogue); });
-}
-
-// The ping-pong schedule's 128 x 128 tiles (kPingpongTileN), which reduce in the epilogue.
-TEST(FusedOps, ReduceScatterCasesOnPingPongTiles_2Ranks) {
-  REQUIRE_GPUS(2);
-  ForcedEnv tiles("ASYNCTP_FUSED_RS_TILE_N", "128");
-  RUN_RANKS(2, [](RankContext& ctx) { return reduce_scatter_cases_reduced(ctx, Way::kPingpong); });
+  ForcedReduction forced("epilogue");
+  RUN_RANKS(2, [](RankContext& ctx) { return reduce_scatter_cases_reduced(ctx, /*in_epilogue=*/true); });
 }
 
 TEST(FusedOps, ReduceScatterCasesReducedInFixup_MultiRank) {
-  ForcedEnv way("ASYNCTP_FUSED_RS_REDUCE", "fixup");
-  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) { return reduce_scatter_cases_reduced(ctx, Way::kFixup); });
+  ForcedReduction forced("fixup");
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) { return reduce_scatter_cases_reduced(ctx, /*in_epilogue=*/false); });
 }
 
 // The pushes of each layout are a CUDA graph the communicator keeps (algo/stream_replay.h), at most

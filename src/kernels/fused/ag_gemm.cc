@@ -24,8 +24,8 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 // its first tiles wait for the band's last piece, so a band stays within one piece. (A reduce-scatter's
 // bands are a matter of correctness: reduce_scatter_band_m.)
 // ASYNCTP_FUSED_BAND_M overrides it for measurement (docs/fused.md has the sweep).
-int band_m_for(const AgGemmArgs& a, int tile_n) {
-  if (a.rs.rank >= 0) return reduce_scatter_band_m(a.rs.rows_per_rank, a.rs.rows_per_piece, cluster_rows(tile_n));
+int band_m_for(const AgGemmArgs& a) {
+  if (a.rs.rank >= 0) return reduce_scatter_band_m(a.rs.rows_per_rank, a.rs.rows_per_piece);
   static const int forced = detail::env_positive_int("ASYNCTP_FUSED_BAND_M", 0);
   if (forced > 0) return forced;
   constexpr int kDeepest = 8;
@@ -53,25 +53,15 @@ void launch_one(const AgGemmArgs& a, cudaStream_t stream) {
   }
 }
 
-template <bool kLoad, DType kDType, BLayout kBLayout, int kTileN>
-void launch_rs(const AgGemmArgs& a, cudaStream_t stream) {
-  if constexpr (kLoad) {
-    load_rs_gemm_instance<kDType, kBLayout, kTileN>();
-  } else {
-    launch_rs_gemm_instance<kDType, kBLayout, kTileN>(a, stream);
-  }
-}
-
 // The instantiation for kDType and kBLayout that `a` needs: the two-rank reduce-scatter's, whose
-// epilogue does the reduction (on the ping-pong schedule or the cooperative one), or the fused GEMM's
-// of width `tile_n`.
+// epilogue does the reduction, or the fused GEMM's of width `tile_n`.
 template <bool kLoad, DType kDType, BLayout kBLayout>
 void launch_typed(const AgGemmArgs& a, int tile_n, cudaStream_t stream) {
   if (a.rs.rank >= 0 && a.rs.reduce_in_epilogue) {
-    if (tile_n == kPingpongTileN) {
-      launch_rs<kLoad, kDType, kBLayout, kPingpongTileN>(a, stream);
+    if constexpr (kLoad) {
+      load_rs_gemm_instance<kDType, kBLayout>();
     } else {
-      launch_rs<kLoad, kDType, kBLayout, kRsTileN>(a, stream);
+      launch_rs_gemm_instance<kDType, kBLayout>(a, stream);
     }
   } else if (tile_n == 192) {
     launch_one<kLoad, kDType, kBLayout, 192>(a, stream);
@@ -101,8 +91,8 @@ int sm_count() {
   return count;
 }
 
-int reduce_scatter_band_m(int64_t rows_per_rank, int64_t rows_per_piece, int64_t cluster_rows) {
-  int64_t a = rows_per_rank / cluster_rows, b = rows_per_piece / cluster_rows;
+int reduce_scatter_band_m(int64_t rows_per_rank, int64_t rows_per_piece) {
+  int64_t a = rows_per_rank / kClusterRows, b = rows_per_piece / kClusterRows;
   while (b != 0) a %= b, std::swap(a, b);  // a = gcd
   for (int64_t band = std::min<int64_t>(8, a); band > 1; --band) {
     if (a % band == 0) return static_cast<int>(band);
@@ -124,19 +114,6 @@ int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits) {
   return cost(192) < 0.95 * cost(256) ? 192 : 256;
 }
 
-int pick_rs_tile_n(int world, int64_t M, int64_t N, int64_t K) {
-  static const int forced = detail::env_positive_int("ASYNCTP_FUSED_RS_TILE_N", 0);
-  if (forced != 0) {
-    ASYNCTP_CHECK(forced == kPingpongTileN || forced == kRsTileN, "ASYNCTP_FUSED_RS_TILE_N is ", forced,
-                  "; expected ", kPingpongTileN, " or ", kRsTileN);
-    ASYNCTP_CHECK(forced == kRsTileN || world == 2, "ASYNCTP_FUSED_RS_TILE_N=", kPingpongTileN,
-                  " (the ping-pong schedule) takes two ranks; this communicator has ", world);
-    return forced;
-  }
-  (void)M, (void)N, (void)K;
-  return world == 2 ? static_cast<int>(kPingpongTileN) : static_cast<int>(kRsTileN);
-}
-
 const char* ag_gemm_unsupported(const AgGemmArgs& a) {
   if (a.dtype != DType::kBF16 && a.dtype != DType::kFP16) return "the fused kernel takes bf16 or fp16";
   if (a.N % 8 != 0 || a.K % 8 != 0) return "the fused kernel needs N and K to be multiples of 8 (16-byte rows for TMA)";
@@ -156,7 +133,7 @@ void load_ag_gemm_kernels() {
   std::lock_guard<std::mutex> lock(mu);
   if (!loaded.insert(device).second) return;
   for (bool reduce_in_epilogue : {false, true}) {
-    for (int tile_n : {256, 192, static_cast<int>(kPingpongTileN)}) {
+    for (int tile_n : {256, 192}) {
       for (DType dtype : {DType::kBF16, DType::kFP16}) {
         for (BLayout layout : {BLayout::kRowMajor, BLayout::kColMajor}) {
           AgGemmArgs a;
@@ -164,7 +141,7 @@ void load_ag_gemm_kernels() {
           a.b_layout = layout;
           a.rs.rank = reduce_in_epilogue ? 0 : -1;
           a.rs.reduce_in_epilogue = reduce_in_epilogue;
-          if (reduce_in_epilogue ? tile_n == 192 : tile_n == kPingpongTileN) continue;  // not built
+          if (reduce_in_epilogue && tile_n != kRsTileN) continue;
           launch_dispatch</*kLoad=*/true>(a, tile_n, nullptr);
         }
       }
@@ -176,19 +153,16 @@ void run_ag_gemm(const AgGemmArgs& args, cudaStream_t stream) {
   const char* why = ag_gemm_unsupported(args);
   ASYNCTP_CHECK(*why == '\0', "fused all_gather_matmul: ", why);
   AgGemmArgs a = args;
+  if (a.band_m <= 0) a.band_m = band_m_for(a);
   static const int max_splits = detail::env_positive_int("ASYNCTP_FUSED_MAX_SPLITS", kMaxTailSplits);
   if (a.max_splits <= 0) a.max_splits = max_splits;
-  ASYNCTP_CHECK(a.tile_n == 0 || a.tile_n == 192 || a.tile_n == 256 || a.tile_n == kPingpongTileN,
-                "fused GEMM: tile_n is ", a.tile_n, "; expected 0, ", kPingpongTileN, ", 192 or 256");
-  ASYNCTP_CHECK(a.rs.rank < 0 || a.tile_n == 0 || a.tile_n == kRsTileN || a.tile_n == kPingpongTileN,
-                "fused reduce-scatter: tile_n must be ", kRsTileN, " or ", kPingpongTileN);
-  ASYNCTP_CHECK(a.tile_n != kPingpongTileN || a.rs.reduce_in_epilogue,
-                "fused GEMM: the ping-pong schedule (tile_n ", kPingpongTileN,
-                ") is built for a reduce-scatter reduced in the epilogue only");
+  ASYNCTP_CHECK(a.tile_n == 0 || a.tile_n == 192 || a.tile_n == 256, "fused GEMM: tile_n is ", a.tile_n,
+                "; expected 0, 192 or 256");
+  ASYNCTP_CHECK(a.rs.rank < 0 || a.tile_n == 0 || a.tile_n == kRsTileN, "fused reduce-scatter: tile_n must be ",
+                kRsTileN);
   ASYNCTP_CHECK(!a.rs.reduce_in_epilogue || (a.rs.rank >= 0 && a.rs.world == 2),
                 "fused reduce-scatter: the reduction in the epilogue takes two ranks, not ", a.rs.world);
   const int tile_n = a.tile_n != 0 ? a.tile_n : a.rs.rank >= 0 ? static_cast<int>(kRsTileN) : tile_n_for(a);
-  if (a.band_m <= 0) a.band_m = band_m_for(a, tile_n);
   launch_dispatch</*kLoad=*/false>(a, tile_n, stream);
 }
 

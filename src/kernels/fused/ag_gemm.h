@@ -20,21 +20,11 @@ namespace asynctp::kernels::fused {
 
 // Rows of A per output tile: a tile whose rows come from two ranks waits for both.
 constexpr int64_t kTileRows = 128;
-// Rows of A per cluster of CTAs on the cooperative schedule (two tiles along M share B's loads): the
-// scheduler's unit of order, and the unit a reduce-scatter's rows per rank and pieces come in.
+// Rows of A per cluster of CTAs (two tiles along M share B's loads): the scheduler's unit of order.
 constexpr int64_t kClusterRows = 2 * kTileRows;
-// Tile width of the ping-pong schedule: each consumer warpgroup computes a 128 x 128 tile of its own
-// and stores it while the other runs its mainloop, and a 1 x 2 cluster (two tiles along N) shares A's
-// loads, so a cluster is one tile row. Built for the two-rank reduce-scatter with the reduction in the
-// epilogue only (tile_n below); the cooperative schedule (128 x 192 or 128 x 256 tiles, 2 x 1 cluster)
-// runs everything else.
-constexpr int64_t kPingpongTileN = 128;
-// Rows of A per cluster for a kernel of tile width `tile_n`.
-constexpr int64_t cluster_rows(int64_t tile_n) { return tile_n == kPingpongTileN ? kTileRows : kClusterRows; }
 // Depth of a tile along K (one step of the mainloop).
 constexpr int64_t kTileK = 64;
-// A reduce-scatter's tiles on the cooperative schedule are always this wide, so that every rank stages
-// the same layout (on the ping-pong schedule, kPingpongTileN).
+// A reduce-scatter's tiles are always this wide, so that every rank stages the same layout.
 constexpr int64_t kRsTileN = 256;
 // Bytes of one staged reduce-scatter tile (kTileRows x kRsTileN elements of 2 bytes).
 constexpr int64_t kRsTileBytes = kTileRows * kRsTileN * 2;
@@ -52,9 +42,7 @@ struct AgGemmArgs {
   float alpha = 1.0f;
   ChunkFlags chunks;              // chunks.flags null: every row of `a` is in place (a plain GEMM)
   int band_m = 0;                 // tile order (async_input_scheduler.cuh); 0 picks the default
-  // 192 or 256 (cooperative), or kPingpongTileN (ping-pong: a two-rank reduce-scatter reduced in the
-  // epilogue only); 0 picks it (pick_tile_n; a reduce-scatter's is kRsTileN).
-  int tile_n = 0;
+  int tile_n = 0;                 // 192 or 256; 0 picks it (pick_tile_n; a reduce-scatter's is kRsTileN)
   // Lets the kernel split its last round of tiles along K (tail_split.h): tail_split_workspace_bytes(
   // split_sms) bytes whose counters start at zero (Communicator::Impl::tail_split_workspace). Null:
   // every tile is computed whole. split_wait bounds the wait of a tile's last split for the others.
@@ -76,12 +64,6 @@ const char* ag_gemm_unsupported(const AgGemmArgs& args);
 // for the narrower; no more than `max_splits` ways). ASYNCTP_FUSED_TILE_N=192|256 overrides it for
 // measurement.
 int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits);
-
-// The reduce-scatter's tile width on `world` ranks for its M x N x K partial product (K: this rank's
-// share): kPingpongTileN (the ping-pong schedule, the reduction in the epilogue; two ranks only) or
-// kRsTileN (the cooperative schedule). ASYNCTP_FUSED_RS_TILE_N=128|256 overrides it for measurement
-// and must be set alike on every rank (the staged layout follows it).
-int pick_rs_tile_n(int world, int64_t M, int64_t N, int64_t K);
 
 // SMs of the current device.
 int sm_count();

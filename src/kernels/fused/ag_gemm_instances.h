@@ -36,26 +36,21 @@ ASYNCTP_AG_GEMM_DECLARE(kFP16, kRowMajor, 192)
 ASYNCTP_AG_GEMM_DECLARE(kFP16, kColMajor, 192)
 #undef ASYNCTP_AG_GEMM_DECLARE
 
-// ReduceScatterTiles::reduce_in_epilogue: tiles kRsTileN wide (the cooperative schedule) or
-// kPingpongTileN wide (the ping-pong schedule).
-template <DType kDType, BLayout kBLayout, int kTileN>
+// ReduceScatterTiles::reduce_in_epilogue (tiles kRsTileN wide).
+template <DType kDType, BLayout kBLayout>
 void launch_rs_gemm_instance(const AgGemmArgs& args, cudaStream_t stream);
-template <DType kDType, BLayout kBLayout, int kTileN>
+template <DType kDType, BLayout kBLayout>
 void load_rs_gemm_instance();
 
-#define ASYNCTP_RS_GEMM_DECLARE(dtype, layout, tile_n)                                                      \
+#define ASYNCTP_RS_GEMM_DECLARE(dtype, layout)                                                              \
   template <>                                                                                               \
-  void launch_rs_gemm_instance<DType::dtype, BLayout::layout, tile_n>(const AgGemmArgs&, cudaStream_t);     \
+  void launch_rs_gemm_instance<DType::dtype, BLayout::layout>(const AgGemmArgs&, cudaStream_t);             \
   template <>                                                                                               \
-  void load_rs_gemm_instance<DType::dtype, BLayout::layout, tile_n>();
-ASYNCTP_RS_GEMM_DECLARE(kBF16, kRowMajor, 256)
-ASYNCTP_RS_GEMM_DECLARE(kBF16, kColMajor, 256)
-ASYNCTP_RS_GEMM_DECLARE(kFP16, kRowMajor, 256)
-ASYNCTP_RS_GEMM_DECLARE(kFP16, kColMajor, 256)
-ASYNCTP_RS_GEMM_DECLARE(kBF16, kRowMajor, 128)
-ASYNCTP_RS_GEMM_DECLARE(kBF16, kColMajor, 128)
-ASYNCTP_RS_GEMM_DECLARE(kFP16, kRowMajor, 128)
-ASYNCTP_RS_GEMM_DECLARE(kFP16, kColMajor, 128)
+  void load_rs_gemm_instance<DType::dtype, BLayout::layout>();
+ASYNCTP_RS_GEMM_DECLARE(kBF16, kRowMajor)
+ASYNCTP_RS_GEMM_DECLARE(kBF16, kColMajor)
+ASYNCTP_RS_GEMM_DECLARE(kFP16, kRowMajor)
+ASYNCTP_RS_GEMM_DECLARE(kFP16, kColMajor)
 #undef ASYNCTP_RS_GEMM_DECLARE
 
 }  // namespace asynctp::kernels::fused

@@ -1,16 +1,11 @@
 // The fused all-gather GEMM assembled from CUTLASS 3 pieces, and its host launch. Included by one
 // generated .cu file per instantiation (ag_gemm_instances.h).
 //
-// The kernel is one of CUTLASS's Hopper warp-specialized GEMMs (one producer warpgroup issuing TMA
-// loads, two consumer warpgroups issuing WGMMA, a TMA epilogue) with two of our pieces in it: the
-// async-input mainloop (waits for a tile's rows, reads the local shard in place) and the async-input
-// tile scheduler (own rows first). Two schedules (ag_gemm.h, kPingpongTileN):
-//  - cooperative: both consumer warpgroups on one 128 x kTileN x 64 tile, a 2x1x1 cluster; on one
-//    H200 it ran at 94-103% of cuBLAS at the seed shapes (docs/fused.md has the current figures);
-//  - ping-pong: each consumer warpgroup on a 128 x 128 x 64 tile of its own, one's epilogue under the
-//    other's mainloop, a 1x2x1 cluster; 9-20% faster than the cooperative kernel where K is short or
-//    the rounds of 256-wide tiles come out badly (docs/fused_reduce_scatter.md), but without the
-//    fixup() hook that the split last round and the reduce-scatter's fixup() way need.
+// The kernel is CUTLASS's Hopper warp-specialized cooperative GEMM (one producer warpgroup issuing
+// TMA loads, two consumer warpgroups issuing WGMMA on a 128 x kTileN x 64 tile, a TMA epilogue) with two of
+// our pieces in it: the async-input mainloop (waits for a tile's rows, reads the local shard in
+// place) and the async-input tile scheduler (own rows first). On one H200 this configuration with a
+// 2x1x1 cluster ran at 94-103% of cuBLAS at the seed shapes (docs/fused.md has the current figures).
 // The two-rank reduce-scatter's instantiations (kReduceInEpilogue) also take a source C and wrap the
 // epilogue in reduce_scatter_epilogue.cuh.
 #pragma once
@@ -55,21 +50,11 @@ using CutlassLayoutB =
 
 template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue = false>
 struct AgGemmKernel {
-  static constexpr bool kPingpong = kTileN == kPingpongTileN;
   using TileShape = cute::Shape<cute::_128, cute::Int<kTileN>, cute::Int<static_cast<int>(kTileK)>>;
-  using ClusterShape =
-      std::conditional_t<kPingpong, cute::Shape<cute::_1, cute::_2, cute::_1>, cute::Shape<cute::_2, cute::_1, cute::_1>>;
-  using KernelSchedule = std::conditional_t<kPingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
-                                            cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
-  using EpilogueSchedule = std::conditional_t<kPingpong, cutlass::epilogue::TmaWarpSpecialized,
-                                              cutlass::epilogue::TmaWarpSpecializedCooperative>;
+  using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
   static constexpr int kAlign = 16 / sizeof(Element);  // elements per 16 bytes: what TMA needs
   static_assert(cute::size<0>(TileShape{}) == kTileRows, "kTileRows (ag_gemm.h) must match the tile's M");
-  static_assert(cute::size<0>(TileShape{}) * cute::size<0>(ClusterShape{}) == cluster_rows(kTileN),
-                "cluster_rows (ag_gemm.h) must match the tile and cluster shape");
-  static_assert(!kReduceInEpilogue || kTileN == kRsTileN || kPingpong,
-                "a reduce-scatter's tiles are kRsTileN wide, or kPingpongTileN on the ping-pong schedule");
-  static_assert(!kPingpong || kReduceInEpilogue, "the ping-pong schedule is built for the reduce-scatter only");
+  static_assert(!kReduceInEpilogue || kTileN == kRsTileN, "a reduce-scatter's tiles are kRsTileN wide");
 
   // D = alpha * A @ B, or with a source (the reduce-scatter's peer copy) D = alpha * A @ B + beta * C.
   // With C, CUTLASS reuses C's shared memory for D: 33 KB against 17 KB, which still leaves the
@@ -80,8 +65,8 @@ struct AgGemmKernel {
       cutlass::epilogue::collective::EpilogueTileAuto, float, float,
       ElementC, cutlass::layout::RowMajor, kAlign,
       Element, cutlass::layout::RowMajor, kAlign,
-      EpilogueSchedule>::CollectiveOp;
-  using Epilogue = std::conditional_t<kReduceInEpilogue, ReduceScatterEpilogue<BuiltEpilogue<Element>, kPingpong>,
+      cutlass::epilogue::TmaWarpSpecializedCooperative>::CollectiveOp;
+  using Epilogue = std::conditional_t<kReduceInEpilogue, ReduceScatterEpilogue<BuiltEpilogue<Element>>,
                                       RowWindowEpilogue<BuiltEpilogue<void>>>;
 
   using BaseMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
@@ -90,7 +75,7 @@ struct AgGemmKernel {
       Element, LayoutB, kAlign,
       float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-      KernelSchedule>::CollectiveOp;
+      cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
   using Mainloop = AsyncInputMainloop<BaseMainloop>;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
@@ -192,7 +177,8 @@ template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue>
 typename AgGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>::Gemm::Arguments cutlass_arguments(const AgGemmArgs& a) {
   using K = AgGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>;
   using Kernel = typename K::Kernel;
-  constexpr int64_t kRows = cluster_rows(kTileN);  // rows of A per cluster
+  static_assert(cute::size<0>(typename K::TileShape{}) * cute::size<0>(typename K::ClusterShape{}) == kClusterRows,
+                "kClusterRows (ag_gemm.h) must match the tile and cluster shape");
 
   typename K::Gemm::Arguments args{};
   args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
@@ -248,17 +234,16 @@ typename AgGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>::Gemm::Argume
   args.hw_info = detail::hardware_info<Kernel>();
   // Start at the first cluster row that begins inside the local rows (a row that straddles into the
   // previous rank's rows would wait for the last chunk to arrive).
-  args.scheduler.first_m_cluster = static_cast<int>((a.local_begin + kRows - 1) / kRows);
+  args.scheduler.first_m_cluster = static_cast<int>((a.local_begin + kClusterRows - 1) / kClusterRows);
   if (a.rs.rank >= 0) {
     // A reduce-scatter starts at rank+1's rows and ends with its own: every tile it stages comes before
     // every tile that waits for a peer, on every rank, which is what keeps the ranks from waiting on
     // each other in a circle (docs/fused_reduce_scatter.md).
     const int64_t next = (a.rs.rank + 1) % a.rs.world;
-    args.scheduler.first_m_cluster = static_cast<int>(next * a.rs.rows_per_rank / kRows);
+    args.scheduler.first_m_cluster = static_cast<int>(next * a.rs.rows_per_rank / kClusterRows);
   }
   args.scheduler.band_m = a.band_m > 0 ? a.band_m : 1;
-  // The ping-pong kernel computes every tile whole (it has no fixup() in which splits could meet).
-  args.scheduler.workspace = K::kPingpong ? nullptr : a.split_workspace;
+  args.scheduler.workspace = a.split_workspace;
   args.scheduler.workspace_sms = a.split_sms;
   args.scheduler.max_splits = a.max_splits;
   args.scheduler.wait = a.split_wait;

@@ -10,15 +10,13 @@
 //    through a second TMA descriptor, so the GEMM starts before any copy of the shard exists. That
 //    descriptor addresses the shard alone, and the tile's rows are given to it relative to the shard
 //    (one that started before the shard, to be indexed by A's rows, could fault: docs/fused.md).
-// It also sets the tile's batch coordinate back to 0 (release_in_coord.cuh). The consumer side (WGMMA,
-// the pipeline, the epilogue) is Base's, untouched.
+// The consumer side (WGMMA, the pipeline, the epilogue) is Base's, untouched.
 #pragma once
 
 #include <cute/tensor.hpp>
 #include <cutlass/cutlass.h>
 
 #include "kernels/fused/chunk_flags.h"
-#include "kernels/fused/release_in_coord.cuh"
 #include "kernels/signal.cuh"
 
 namespace asynctp::kernels::fused {
@@ -82,11 +80,9 @@ struct AsyncInputMainloop : Base {
   // Producer warp: wait for the tile's rows, then Base's TMA loads from the right descriptor.
   template <class TensorA, class TensorB, class KTileIterator, class BlockCoord>
   CUTLASS_DEVICE void load(Params const& params, MainloopPipeline pipeline, PipelineState smem_pipe_write,
-                           cute::tuple<TensorA, TensorB> const& load_inputs, BlockCoord const& tile_coord,
+                           cute::tuple<TensorA, TensorB> const& load_inputs, BlockCoord const& blk_coord,
                            KTileIterator k_tile_iter, int k_tile_count, int thread_idx, uint32_t block_rank_in_cluster,
                            TensorStorage& shared_tensors) {
-    int32_t release;  // the epilogue's business
-    const BlockCoord blk_coord = take_release(tile_coord, release);
     const int32_t row0 = static_cast<int32_t>(cute::get<0>(blk_coord)) * kTileM;
     const int32_t row1 = min(row0 + kTileM, params.M);
     const bool local = row0 >= params.local_begin && row1 <= params.local_end;

@@ -1,8 +1,8 @@
 // A persistent tile scheduler for a GEMM whose A rows arrive chunk by chunk (the fused all-gather).
 //
-// It plugs into CUTLASS's Hopper warp-specialized kernels, cooperative and ping-pong, in place of
-// PersistentTileSchedulerSm90 (the kernel picks it through TileSchedulerSelector and the
-// AsyncInputSchedule tag). What it changes is the order of the output tiles only:
+// It plugs into CUTLASS's Hopper warp-specialized kernels in place of PersistentTileSchedulerSm90 (the
+// kernel picks it through TileSchedulerSelector and the AsyncInputSchedule tag). What it changes is the
+// order of the output tiles only:
 //  - each persistent cluster walks cluster tiles t = cluster_id, cluster_id + clusters, ...;
 //  - t maps to rows of cluster tiles in order, starting at `first_m_cluster` (the first cluster row
 //    that starts inside this rank's own shard) and wrapping around, so the local rows, which need no
@@ -31,7 +31,6 @@
 
 #include "kernels/fused/done_signal.h"
 #include "kernels/fused/reduce_scatter_tiles.h"
-#include "kernels/fused/release_in_coord.cuh"
 #include "kernels/fused/tail_split.h"
 #include "kernels/fused/tile_trace.h"
 #include "asynctp/ops.h"
@@ -87,7 +86,6 @@ class AsyncInputTileScheduler {
     int32_t first_m_cluster = 0;
     int32_t band_m = 1;
     int32_t total = 0;                              // clusters_m * clusters_n
-    int32_t tiles_m = 0, tiles_n = 0;               // tiles of the product (a cluster may reach past it)
     int32_t whole = 0, tail = 0, splits = 1;        // tail_split.h
     int32_t units = 0;                              // whole + tail * splits
     int32_t k_tiles = 0;                            // steps along K of a whole tile
@@ -112,14 +110,14 @@ class AsyncInputTileScheduler {
     int32_t unit = 0;                  // the scheduler's work unit (for the tile trace)
     // A staged tile stored by the epilogue (ReduceScatterTiles::reduce_in_epilogue), in its last split:
     // (staged tiles its count covers, 0 to leave the count to a later tile) << 1 | (the CTA's next
-    // tile with an epilogue is an own one); -1 for every other tile. It reaches the epilogue in
-    // L_idx (release_in_coord.cuh).
+    // tile with an epilogue is an own one); -1 for every other tile.
     int32_t staged_release = -1;
     CUTLASS_HOST_DEVICE bool is_valid() const { return is_valid_tile; }
     CUTLASS_HOST_DEVICE static WorkTileInfo invalid_work_tile() { return {-1, -1, -1, false}; }
     CUTLASS_HOST_DEVICE bool is_final_split(uint32_t) const { return split + 1 == splits; }
-    // The cooperative kernel hands this to the epilogue, which would store that one subtile alone.
-    CUTLASS_HOST_DEVICE int32_t reduction_subtile_idx() const { return -1; }
+    // The kernel hands this to the epilogue's load() and store(), where CUTLASS's epilogue would read
+    // it as the one subtile to store (-1: all); reduce_scatter_epilogue.cuh reads staged_release.
+    CUTLASS_HOST_DEVICE int32_t reduction_subtile_idx() const { return staged_release; }
   };
 
   // ---- host side ----
@@ -135,8 +133,6 @@ class AsyncInputTileScheduler {
     p.cluster_n = cute::size<1>(ClusterShape{});
     const int tiles_m = static_cast<int>(cute::ceil_div(cute::get<0>(problem_shape_mnkl), cute::get<0>(TileShape{})));
     const int tiles_n = static_cast<int>(cute::ceil_div(cute::get<1>(problem_shape_mnkl), cute::get<1>(TileShape{})));
-    p.tiles_m = tiles_m;
-    p.tiles_n = tiles_n;
     p.clusters_m = (tiles_m + p.cluster_m - 1) / p.cluster_m;
     p.clusters_n = (tiles_n + p.cluster_n - 1) / p.cluster_n;
     p.total = p.clusters_m * p.clusters_n;
@@ -215,24 +211,20 @@ class AsyncInputTileScheduler {
 
   CUTLASS_DEVICE WorkTileInfo get_current_work() const { return work_for(current_); }
 
-  // The cooperative kernel, every warp after each of its units.
   CUTLASS_DEVICE auto fetch_next_work(WorkTileInfo work) {
     // Consumer thread 0 (the first thread after the producer warpgroup) comes here after each epilogue.
-    if (threadIdx.x == cutlass::NumThreadsPerWarpGroup) trace_tile(work);
+    if (params_.trace != nullptr && threadIdx.x == cutlass::NumThreadsPerWarpGroup && work.is_valid()) {
+      uint64_t* r = trace_record(params_, work);
+      r[kTraceTile] = static_cast<uint64_t>(work.M_idx) << 32 | static_cast<uint32_t>(work.N_idx);
+      r[kTraceUnit] = static_cast<uint64_t>(blockIdx.z) << 32 | static_cast<uint64_t>(work.split) << 16 |
+                      static_cast<uint64_t>(work.splits) << 1 | (work.staged ? 1u : 0u);
+      r[kTraceStart] = start_ns_;
+      r[kTraceEpilogueDone] = global_timer_ns();
+    }
     current_ += stride_;
-    const bool more = current_ < params_.units;
-    if (params_.done != nullptr && !more && threadIdx.x >= cutlass::NumThreadsPerWarpGroup) signal_done();
-    return cute::make_tuple(work_for(current_), true);
-  }
-
-  // The ping-pong kernel instead: the producer warps step one unit at a time; each consumer warpgroup
-  // steps two after each of its tiles (the other takes the units between), the second one also one
-  // before its first tile.
-  CUTLASS_DEVICE void advance_to_next_work(uint32_t count = 1) {
-    const bool consumer = threadIdx.x >= cutlass::NumThreadsPerWarpGroup;
-    if (consumer && count > 1 && threadIdx.x % cutlass::NumThreadsPerWarpGroup == 0) trace_tile(work_for(current_));
-    current_ += stride_ * static_cast<int32_t>(count);
-    if (params_.done != nullptr && consumer && current_ >= params_.units) signal_done();
+    const WorkTileInfo next = work_for(current_);
+    if (params_.done != nullptr && !next.is_valid() && threadIdx.x >= cutlass::NumThreadsPerWarpGroup) signal_done();
+    return cute::make_tuple(next, true);
   }
 
   template <class TileSchedulerPipeline, class TileSchedulerPipelineState>
@@ -278,19 +270,6 @@ class AsyncInputTileScheduler {
   }
 
  private:
-  // A consumer warpgroup's thread 0 after a unit's epilogue: the unit's record (tile_trace.h).
-  CUTLASS_DEVICE void trace_tile(WorkTileInfo const& work) const {
-#if defined(__CUDA_ARCH__)
-    if (params_.trace == nullptr || !work.is_valid()) return;
-    uint64_t* r = trace_record(params_, work);
-    r[kTraceTile] = static_cast<uint64_t>(work.M_idx) << 32 | static_cast<uint32_t>(work.N_idx);
-    r[kTraceUnit] = static_cast<uint64_t>(blockIdx.z) << 32 | static_cast<uint64_t>(work.split) << 16 |
-                    static_cast<uint64_t>(work.splits) << 1 | (work.staged ? 1u : 0u);
-    r[kTraceStart] = start_ns_;
-    r[kTraceEpilogueDone] = global_timer_ns();
-#endif
-  }
-
   // A consumer warp with no more work: its reads of the inbox (fixup) are complete, their values used.
   // The last of all the grid's consumer warps raises this rank's done flag at every peer.
   CUTLASS_DEVICE void signal_done() const {
@@ -388,13 +367,6 @@ class AsyncInputTileScheduler {
     return other.is_valid() && other.staged && other.splits == 1 && piece_index(params, other) == piece_index(params, work);
   }
 
-  // Whether a tile is part of the product. A cluster reaches past it where the product's tiles along
-  // the cluster's long side are odd (along N on the ping-pong schedule's 1 x 2 clusters); such a tile
-  // loads zeros and stores nothing, and is not counted (the copy engine waits for the product's tiles).
-  CUTLASS_DEVICE static bool in_product(Params const& params, WorkTileInfo const& work) {
-    return work.M_idx < params.tiles_m && work.N_idx < params.tiles_n;
-  }
-
   // How many staged tiles the count after the staged tile `work` covers. A release waits until the
   // stores before it have reached L2, and every CTA stages at the same moment of a round, so it costs
   // microseconds; where this CTA's next tile is staged for the same piece, the count waits for it (0:
@@ -403,12 +375,8 @@ class AsyncInputTileScheduler {
     if (work.splits != 1) return 1;
     const int32_t stride = static_cast<int32_t>(gridDim.z);
     if (same_staged_piece(params, work, tile_of(params, work.unit + stride))) return 0;
-    uint32_t count = in_product(params, work) ? 1 : 0;
-    for (int32_t u = work.unit - stride;; u -= stride) {
-      const WorkTileInfo earlier = tile_of(params, u);
-      if (!same_staged_piece(params, work, earlier)) break;
-      if (in_product(params, earlier)) ++count;
-    }
+    uint32_t count = 1;
+    for (int32_t u = work.unit - stride; same_staged_piece(params, work, tile_of(params, u)); u -= stride) ++count;
     return count;
   }
 
@@ -495,7 +463,6 @@ class AsyncInputTileScheduler {
     WorkTileInfo w = tile_of(params, u);
     if (w.staged && params.rs.reduce_in_epilogue && w.split + 1 == w.splits) {
       w.staged_release = static_cast<int32_t>(staged_count(params, w) << 1) | (own_tile_next(params, w) ? 1 : 0);
-      w.L_idx = batch_index_for(w.staged_release);
     }
     return w;
   }

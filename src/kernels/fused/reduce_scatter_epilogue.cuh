@@ -19,16 +19,9 @@
 // is sound because of the order a CTA meets its tiles in (every staged tile before every own tile,
 // async_input_scheduler.cuh) and because a tile's stores advance the store pipeline by a whole number
 // of turns (static_assert below):
-//  - staged tiles load nothing, so the load pipeline's state is left where it was (the ping-pong
-//    kernel's own advance past the other warpgroup's tile is a whole number of turns as well);
+//  - staged tiles load nothing, so the load pipeline's state is left where it was;
 //  - before the producer warp loads the first own tile's C into buffers the staged tiles stored from,
 //    it waits (a named barrier) until consumer warp 0 has seen the last staged tile's stores complete.
-// On the ping-pong schedule (kPingpong) the two consumer warpgroups take alternate tiles, and each
-// one's warp 0 issues its own tiles' TMA stores; since a count may cover the other warpgroup's tiles,
-// every staged tile's stores are complete before its epilogue ends (the kernel orders the two
-// warpgroups' epilogues), not only those of a tile that counts.
-// The scheduler's release for a staged tile arrives in the tile's batch coordinate
-// (release_in_coord.cuh).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -38,13 +31,12 @@
 #include "asynctp/ops.h"
 #include "kernels/fused/ag_gemm.h"
 #include "kernels/fused/reduce_scatter_tiles.h"
-#include "kernels/fused/release_in_coord.cuh"
 #include "kernels/fused/row_window_epilogue.cuh"
 #include "kernels/signal.cuh"
 
 namespace asynctp::kernels::fused {
 
-template <class Base, bool kPingpong>
+template <class Base>
 class ReduceScatterEpilogue {
  public:
   using ElementC = typename Base::ElementC;
@@ -128,14 +120,12 @@ class ReduceScatterEpilogue {
 
   CUTLASS_DEVICE bool is_producer_load_needed() const { return own_.is_producer_load_needed(); }
 
-  // The producer warp, for each tile with an epilogue. (The cooperative kernel's last argument, the
-  // scheduler's reduction_subtile_idx, is always -1.)
+  // The producer warp, for each tile with an epilogue. `release` (the scheduler's
+  // reduction_subtile_idx) is unused here.
   template <class ProblemShapeMNKL, class TileShapeMNK, class TileCoordMNKL, class TiledMma>
   CUTLASS_DEVICE auto load(LoadPipeline load_pipeline, LoadPipelineState state, ProblemShapeMNKL problem_shape,
-                           TileShapeMNK tile_shape, TileCoordMNKL coord_with_release, TiledMma tiled_mma, int thread_idx,
-                           TensorStorage& shared_tensors, int = -1) {
-    int32_t release;  // the consumers' business
-    const TileCoordMNKL tile_coord = take_release(coord_with_release, release);
+                           TileShapeMNK tile_shape, TileCoordMNKL tile_coord, TiledMma tiled_mma, int thread_idx,
+                           TensorStorage& shared_tensors, int /*release*/ = -1) {
     const int32_t row0 = static_cast<int32_t>(cute::get<0>(tile_coord)) * kTileM;
     if (is_staged(row0)) {
       after_staged_ = true;
@@ -154,16 +144,14 @@ class ReduceScatterEpilogue {
     return own_.load_tail(load_pipeline, state);
   }
 
-  // The consumer warpgroups, for each tile with an epilogue. A staged tile's release (in its batch
-  // coordinate): (tiles to count << 1) | (the next tile is an own one).
+  // The consumer warpgroups, for each tile with an epilogue. `release` is the scheduler's
+  // reduction_subtile_idx(): for a staged tile, (tiles to count << 1) | (the next tile is an own one).
   template <class ProblemShapeMNKL, class TileShapeMNK, class TileCoordMNKL, class AccEngine, class AccLayout,
             class TiledMma>
   CUTLASS_DEVICE auto store(LoadPipeline load_pipeline, LoadPipelineState load_state, StorePipeline store_pipeline,
                             StorePipelineState store_state, ProblemShapeMNKL problem_shape, TileShapeMNK tile_shape,
-                            TileCoordMNKL coord_with_release, cute::Tensor<AccEngine, AccLayout> accumulators,
-                            TiledMma tiled_mma, int thread_idx, TensorStorage& shared_tensors, int = -1) {
-    int32_t release;
-    const TileCoordMNKL tile_coord = take_release(coord_with_release, release);
+                            TileCoordMNKL tile_coord, cute::Tensor<AccEngine, AccLayout> accumulators,
+                            TiledMma tiled_mma, int thread_idx, TensorStorage& shared_tensors, int release = -1) {
     static_assert(decltype(cute::size<1>(cute::zipped_divide(cute::make_layout(cute::take<0, 2>(TileShapeMNK{})),
                                                              typename Base::EpilogueTile{})))::value %
                           (2 * LoadPipelineState::Stages) ==
@@ -179,7 +167,7 @@ class ReduceScatterEpilogue {
         staged_.store(load_pipeline, load_state, store_pipeline, store_state, problem_shape, tile_shape, tile_coord,
                       accumulators, tiled_mma, thread_idx, shared_tensors, -1);
     (void)unused_load_state;  // nothing was loaded for a staged tile
-    if ((release > 0 || kPingpong) && thread_idx < cutlass::NumThreadsPerWarp) count_staged(row0, release);
+    if (release > 0 && thread_idx < cutlass::NumThreadsPerWarp) count_staged(row0, release);
     return cute::make_tuple(load_state, next_store_state);
   }
 
@@ -213,13 +201,12 @@ class ReduceScatterEpilogue {
   // Consumer warp 0, after a staged tile's stores: once they are complete in memory (not only read
   // out of shared memory), add the tiles to the piece's count with a GPU-scope release, which the copy
   // engine's wait (a stream memory operation on this GPU) then sees; and where an own tile comes next,
-  // let the producer warp load its C. release <= 0 (ping-pong only): wait for the stores alone.
+  // let the producer warp load its C.
   CUTLASS_DEVICE void count_staged(int32_t row0, int release) const {
     ReduceScatterTiles const& rs = params_.rs;
     asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
     asm volatile("fence.proxy.async.global;" ::: "memory");
     __syncwarp();
-    if (release <= 0) return;
     if (threadIdx.x % cutlass::NumThreadsPerWarp == 0) rs.add_staged(row0, static_cast<uint32_t>(release >> 1));
     __syncwarp();
     if (release & 1) cutlass::arch::NamedBarrier::arrive(kGateThreads, kGateBarrier);
