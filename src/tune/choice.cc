@@ -297,6 +297,28 @@ bool least_regret(const std::vector<const TuningCache::Entry*>& near, bool fused
   return found;
 }
 
+// The pieces for `algorithm` at an untuned shape. The nearest tuned shapes say which algorithm overlaps
+// best, but the pieces split a rank's rows, and the best count moves with the rows per rank in ways a
+// shape of other rows does not predict (docs/auto.md: for the two-rank pipelined reduce-scatter 4 at
+// 4096 rows per rank, 2-3 at 6144, 2 or 4 at 8192). So a count is carried over only from a nearest
+// shape with the same M (the same rows per rank): the one that measured fastest there (its own choice
+// where the cache did not record what it measured); else 0, the algorithm's default. `from` names the
+// shape it came from.
+int pieces_for(const std::vector<const TuningCache::Entry*>& near, const ProblemKey& key, Algorithm algorithm,
+               std::string& from) {
+  for (const TuningCache::Entry* e : near) {
+    if (e->key.M != key.M) continue;
+    const TuningCache::Measured* best = nullptr;
+    for (const TuningCache::Measured& m : e->measured) {
+      if (m.algorithm == algorithm && (best == nullptr || m.us < best->us)) best = &m;
+    }
+    if (best == nullptr && e->choice.algorithm != algorithm) continue;
+    from = shape_name(e->key);
+    return best != nullptr ? best->chunks_per_rank : e->choice.chunks_per_rank;
+  }
+  return 0;
+}
+
 }  // namespace
 
 Choice choose(const ProblemKey& key, const TuningCache& cache, bool fused_applies) {
@@ -315,7 +337,6 @@ Choice choose(const ProblemKey& key, const TuningCache& cache, bool fused_applie
   std::string how;
   if (least_regret(near, fused_applies, pick, worst)) {
     c.algorithm = pick.algorithm;
-    c.chunks_per_rank = pick.chunks_per_rank;
     std::string shapes;
     for (const TuningCache::Entry* e : near) shapes += (shapes.empty() ? "" : ", ") + shape_name(e->key);
     how = ": at most " + fmt(worst, 3) + "x the fastest at the nearest tuned shapes (" + shapes + ")";
@@ -323,11 +344,13 @@ Choice choose(const ProblemKey& key, const TuningCache& cache, bool fused_applie
     const TuningCache::Entry* nearest = near.front();  // a cache without the record: its choice
     c.algorithm = nearest->choice.algorithm == Algorithm::kFused && !fused_applies ? Algorithm::kPipelined
                                                                                    : nearest->choice.algorithm;
-    c.chunks_per_rank = nearest->choice.chunks_per_rank;
     how = " as tuned at " + shape_name(nearest->key);
   }
-  c.why += "; " + std::string(algorithm_name(c.algorithm)) + " with " + std::to_string(c.chunks_per_rank) + " pieces" +
-           how;
+  std::string pieces_from;
+  c.chunks_per_rank = pieces_for(near, key, c.algorithm, pieces_from);
+  c.why += "; " + std::string(algorithm_name(c.algorithm)) + how + ", with " +
+           (pieces_from.empty() ? "its default pieces (no nearest tuned shape has this M)"
+                                : std::to_string(c.chunks_per_rank) + " pieces as at " + pieces_from);
   return c;
 }
 

@@ -174,13 +174,20 @@ TEST(Model, WithoutTheTunersRecordAnUntunedShapeFollowsTheNearestTunedShape) {
   ProblemKey k = key(Op::kMatmulReduceScatter, 12288, 3584, 8192);  // nearest overlapped rs: 16384
   Choice got = choose(k, c, true);
   EXPECT_EQ(got.algorithm, Algorithm::kPipelined);
-  EXPECT_EQ(got.chunks_per_rank, 4);
+  EXPECT_EQ(got.chunks_per_rank, 0);  // 16384's pieces split other rows: the default
   EXPECT_FALSE(got.from_cache);
   EXPECT_NE(got.why.find("as tuned at 16384x3584x8192"), std::string::npos) << got.why;
+  EXPECT_NE(got.why.find("its default pieces (no nearest tuned shape has this M)"), std::string::npos) << got.why;
   k.M = 3072;  // nearest: 2048, fused; where the fused kernel does not apply, pipelined
   EXPECT_EQ(choose(k, c, true).algorithm, Algorithm::kFused);
   EXPECT_EQ(choose(k, c, false).algorithm, Algorithm::kPipelined);
-  EXPECT_EQ(choose(k, c, false).chunks_per_rank, 4);
+  EXPECT_EQ(choose(k, c, false).chunks_per_rank, 0);
+  k.M = 16384, k.N = 4096;  // untuned, but 16384x3584x8192 has its M: its pieces
+  got = choose(k, c, true);
+  EXPECT_EQ(got.algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(got.chunks_per_rank, 4);
+  EXPECT_NE(got.why.find("with 4 pieces as at 16384x3584x8192"), std::string::npos) << got.why;
+  k.N = 3584;
   k.M = 256;  // the model says sequential: no neighbour overrides that
   EXPECT_EQ(choose(k, c, true).algorithm, Algorithm::kSequential);
   k.world_size = 4, k.M = 12288;  // no tuned shape of this world size: the model's own pick
@@ -207,7 +214,7 @@ TEST(Model, AnUntunedShapeTakesTheCandidateThatLosesLeastAtTheNearestTunedShapes
   ProblemKey k = key(Op::kMatmulReduceScatter, 6144, 3584, 8192);
   Choice got = choose(k, c, true);
   EXPECT_EQ(got.algorithm, Algorithm::kFused);
-  EXPECT_EQ(got.chunks_per_rank, 2);
+  EXPECT_EQ(got.chunks_per_rank, 0);  // no nearest shape has 6144 rows: the default pieces
   EXPECT_NE(got.why.find("at most 1.067x the fastest at the nearest tuned shapes (8192x3584x8192, 16384x3584x8192, "
                          "2048x3584x8192)"),
             std::string::npos)
@@ -215,6 +222,21 @@ TEST(Model, AnUntunedShapeTakesTheCandidateThatLosesLeastAtTheNearestTunedShapes
   got = choose(k, c, false);  // without the fused kernel: pipelined/0 (at most 1.2x) over pipelined/4 (1.5x)
   EXPECT_EQ(got.algorithm, Algorithm::kPipelined);
   EXPECT_EQ(got.chunks_per_rank, 0);
+  // With a tuned shape of the same M among the nearest (6144x3584x8192 for 6144x4096x8192), the
+  // algorithm is still the least-regret candidate's (pipelined/4: at most 1.064x, against fused/2's
+  // 1.072x and pipelined/0's 1.1x), and the pieces those that measured fastest for it there (2, a
+  // count the other shapes never timed).
+  TuningCache same_m = c;
+  same_m.add_text(with_measured(choice("rs", 6144, "pipelined", 2),
+                                "sequential=400 pipelined/0=240 pipelined/2=235 pipelined/4=250 fused/2=252") +
+                      "\n",
+                  "t");
+  ProblemKey wider = k;
+  wider.N = 4096;
+  got = choose(wider, same_m, true);
+  EXPECT_EQ(got.algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(got.chunks_per_rank, 2);
+  EXPECT_NE(got.why.find("with 2 pieces as at 6144x3584x8192"), std::string::npos) << got.why;
   // A candidate not timed at every one of them is not taken.
   TuningCache partial;
   partial.add_text(with_measured(choice("rs", 8192, "pipelined", 4), "pipelined/4=300 fused/4=301") + "\n" +
@@ -222,7 +244,7 @@ TEST(Model, AnUntunedShapeTakesTheCandidateThatLosesLeastAtTheNearestTunedShapes
                    "t");
   got = choose(k, partial, true);
   EXPECT_EQ(got.algorithm, Algorithm::kPipelined);
-  EXPECT_EQ(got.chunks_per_rank, 4);
+  EXPECT_EQ(got.chunks_per_rank, 0);
 }
 
 TEST(Model, TheNearestTunedShapesAreReadFromTheLineThatWins) {
@@ -237,7 +259,7 @@ TEST(Model, TheNearestTunedShapesAreReadFromTheLineThatWins) {
              "file");
   const Choice got = choose(key(Op::kMatmulReduceScatter, 6144, 3584, 8192), c, true);
   EXPECT_EQ(got.algorithm, Algorithm::kFused);
-  EXPECT_EQ(got.chunks_per_rank, 2);
+  EXPECT_EQ(got.chunks_per_rank, 0);
   EXPECT_NE(got.why.find("(8192x3584x8192, 16384x3584x8192, 2048x3584x8192)"), std::string::npos) << got.why;
   // A shape whose last line is sequential is not an overlapped neighbour, whatever an earlier line said.
   TuningCache later_sequential;
