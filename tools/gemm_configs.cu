@@ -16,6 +16,7 @@
 #include <cstring>
 #include <vector>
 
+#include "gemm/cublaslt_gemm.h"
 #include "kernels/fused/packed_stride.h"
 
 using asynctp::kernels::fused::packed_stride;
@@ -66,32 +67,29 @@ float run(const char* name, int M, int N, int K, Elt* a, Elt* b, Elt* d, cudaStr
   return t[t.size() / 2];
 }
 
-// cuBLASLt's first heuristic choice, timed the same way.
+// cuBLASLt as the library runs it (gemm::GemmRunner: the heuristic's first choice, its workspace), timed
+// the same way.
 float cublas(int M, int N, int K, Elt* a, Elt* b, Elt* d, cudaStream_t s) {
-  cublasLtHandle_t h; cublasLtCreate(&h);
-  cublasLtMatmulDesc_t op; cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
-  // Row-major D = A B  <=>  column-major D^T = B^T A^T: (N x K) (K x M).
-  cublasLtMatrixLayout_t la, lb, ld;
-  cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, N, K, N);
-  cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, K, M, K);
-  cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, N, M, N);
-  void* ws; size_t wsb = 64 << 20; cudaMalloc(&ws, wsb);
-  cublasLtMatmulPreference_t pref; cublasLtMatmulPreferenceCreate(&pref);
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof(wsb));
-  cublasLtMatmulHeuristicResult_t r; int n = 0;
-  cublasLtMatmulAlgoGetHeuristic(h, op, lb, la, ld, ld, pref, 1, &r, &n);
-  float alpha = 1, beta = 0;
-  cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
-  std::vector<float> t;
-  for (int i = 0; i < 60; ++i) {
-    cudaEventRecord(e0, s);
-    cublasLtMatmul(h, op, &alpha, b, lb, a, la, &beta, d, ld, d, ld, &r.algo, ws, wsb, s);
-    cudaEventRecord(e1, s); cudaEventSynchronize(e1);
-    float ms; cudaEventElapsedTime(&ms, e0, e1); if (i >= 10) t.push_back(ms * 1000);
-  }
-  std::sort(t.begin(), t.end());
-  cudaFree(ws);
-  return t[t.size() / 2];
+  cublasLtHandle_t h;
+  cublasLtCreate(&h);
+  float median = 0;
+  {
+    asynctp::gemm::GemmRunner runner;
+    runner.init(h);
+    asynctp::gemm::Problem p;
+    p.M = M, p.N = N, p.K = K;
+    cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
+    std::vector<float> t;
+    for (int i = 0; i < 60; ++i) {
+      cudaEventRecord(e0, s); runner.run(p, a, b, d, s); cudaEventRecord(e1, s); cudaEventSynchronize(e1);
+      float ms; cudaEventElapsedTime(&ms, e0, e1); if (i >= 10) t.push_back(ms * 1000);
+    }
+    std::sort(t.begin(), t.end());
+    median = t[t.size() / 2];
+    cudaEventDestroy(e0); cudaEventDestroy(e1);
+  }  // the runner frees its plans and workspace before the handle goes
+  cublasLtDestroy(h);
+  return median;
 }
 
 using namespace cute;
