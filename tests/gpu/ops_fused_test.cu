@@ -193,6 +193,40 @@ TEST(FusedOps, ReduceScatterCasesReducedInFixup_MultiRank) {
   RUN_EVERY_WORLD_SIZE([](RankContext& ctx) { return reduce_scatter_cases_reduced(ctx, /*in_epilogue=*/false); });
 }
 
+// Through the epilogue the kernel writes into the peer's inbox and raises its flags itself, and zeroes
+// each piece's count as it completes it; under capture the epoch comes from the device. Replays with
+// changing inputs would read a stale inbox or hang on a count left over.
+TEST(FusedOps, CapturedGraphReplaysReducingInTheEpilogue_2Ranks) {
+  REQUIRE_GPUS(2);
+  ForcedReduction forced("epilogue");
+  RUN_RANKS(2, [](RankContext& ctx) {
+    return graph_replays(ctx, with(Algorithm::kFused), with(Algorithm::kFused, 2), 200);
+  });
+}
+
+// By default a small problem reduces in fixup() (copy-engine pushes, counts zeroed by the pushes) and a
+// large one in the epilogue (the kernel's own pushes, counts zeroed by the kernel): the two in turn on
+// one communicator each find the counts and the peer's inbox as they need them.
+TEST(FusedOps, ReduceScatterBothWaysInTurn_2Ranks) {
+  REQUIRE_GPUS(2);
+  RUN_RANKS(2, [](RankContext& ctx) {
+    auto comm = make_comm(ctx);
+    Stream st;
+    reference::Fp32Gemm fp32;
+    for (int i = 0; i < 3; ++i) {
+      run_rs_case(*comm, RsCase{1024, 768, 512, false, false, ReduceOp::kSum, DType::kBF16, false}, st.s, fp32,
+                  with(Algorithm::kFused));
+      // 64 x 12 = 768 tiles of 128 x 256: at least five rounds on 132 SMs, so the epilogue's way.
+      run_rs_case(*comm, RsCase{8192, 3072, 256, false, false, ReduceOp::kAvg, DType::kFP16, false}, st.s, fp32,
+                  with(Algorithm::kFused, 3));
+    }
+    const algo::OverlapResources& pr = *comm->impl().overlap;
+    RANK_CHECK(pr.fused_reductions(true) == 3 && pr.fused_reductions(false) == 3, "fused reductions in the epilogue ",
+               pr.fused_reductions(true), ", in fixup() ", pr.fused_reductions(false), "; expected 3 and 3");
+    return 0;
+  });
+}
+
 // The pushes of each layout are a CUDA graph the communicator keeps (algo/stream_replay.h), at most
 // kMaxGraphs of them: more layouts than that, then the first ones again, whose graphs were dropped.
 TEST(FusedOps, ReduceScatterWithMoreLayoutsThanKeptGraphs_MultiRank) {
