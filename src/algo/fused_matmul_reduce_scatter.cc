@@ -1,13 +1,9 @@
 // Fused matmul_reduce_scatter: one persistent GEMM computes the partial product destination by
-// destination (rank me+1's rows first, this rank's own last); this rank's own tiles wait for the
-// peers' copies of the same rows and add them in fp32 as the output is written
-// (docs/fused_reduce_scatter.md). Two ways, both counted per piece of a destination's rows:
-//  - on two ranks and large problems the epilogue stores a peer's tiles straight into its inbox (TMA
-//    over NVLink) and the kernel raises the peer's arrived flags itself; own tiles add the peer's copy
-//    as the epilogue's source;
-//  - otherwise tiles of a peer's rows are staged in this GPU's memory by the kernel's fixup(), the
-//    copy engine pushes each piece to its destination's inbox as soon as its count is complete, and
-//    own tiles add the peers' copies in fixup().
+// destination (rank me+1's rows first, this rank's own last). Tiles of a peer's rows are staged in
+// this GPU's memory and counted; the copy engine pushes each piece to its destination's inbox as soon
+// as its count is complete; this rank's own tiles wait for the peers' pieces of the same rows and add
+// them in fp32 as the output is written (docs/fused_reduce_scatter.md): on two ranks and large
+// problems in the epilogue, otherwise in the kernel's fixup().
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -51,9 +47,9 @@ bool reduce_in_epilogue(int world_size, int64_t tiles) {
   return world_size == 2 && tiles >= kEpilogueFromRounds * kernels::fused::sm_count();
 }
 
-// Where rows of one rank sit in the inbox (and, through fixup(), the staging buffer), from the start of
-// that rank's slot: through the epilogue the partial sums are row-major like the product; through
-// fixup() each 128 x kRsTileN tile is a slot of its own (reduce_scatter_tiles.h).
+// Where rows of one rank sit in the staging buffer and in the inbox, from the start of that rank's
+// slot: through the epilogue the partial sums are row-major like the product; through fixup() each
+// 128 x kRsTileN tile is a slot of its own (reduce_scatter_tiles.h).
 struct StagedLayout {
   bool epilogue = false;
   int64_t N = 0, tiles_n = 0;
@@ -125,56 +121,13 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
   const int64_t tiles_n = (plan.N + kernels::fused::kRsTileN - 1) / kernels::fused::kRsTileN;
   const StagedLayout layout{reduce_in_epilogue(ws, plan.M / kernels::fused::kTileRows * tiles_n), plan.N, tiles_n};
   const size_t rank_bytes = layout.bytes_before(rows);  // one rank's rows, staged
-  SymmetricBuffer& inbox = pr.inbox(ws * rank_bytes, stream);  // slot q: rank q's tiles of this rank's rows
+  char* staging = static_cast<char*>(m.scratch_for(ws * rank_bytes));  // slot d: this rank's tiles of d's rows
+  SymmetricBuffer& inbox = pr.inbox(ws * rank_bytes, stream);         // slot q: rank q's tiles of this rank's rows
   const int pieces = resolve_fused_rs_pieces(chunks_per_rank, rows);
   const int64_t piece_rows = (rows / pieces + kernels::fused::kClusterRows - 1) / kernels::fused::kClusterRows *
                              kernels::fused::kClusterRows;
-  timeline.mark("resources");
-  pr.begin_call();
-
-  kernels::fused::ReduceScatterTiles& rs = g.rs;
-  rs.rank = me;
-  rs.world = ws;
-  rs.rows_per_rank = static_cast<int32_t>(rows);
-  rs.rows_per_piece = static_cast<int32_t>(piece_rows);
-  rs.tiles_n = static_cast<int32_t>(tiles_n);
-  rs.tile_rows = static_cast<int32_t>(kernels::fused::kTileRows);
-  rs.reduce_in_epilogue = layout.epilogue;
-  pr.count_fused_reduction(layout.epilogue);
-  rs.staged = pr.staged();
-  rs.inbox = reinterpret_cast<const uint32_t*>(inbox.local());
-  rs.arrived = pr.pad() + pr.arrived_flag(0, 0);
-  rs.epoch = pr.epoch();
-  rs.epoch_out = pr.epoch_word();
-  rs.flag_stride = kMaxChunksPerRank;
-  rs.pad_index = pr.arrived_flag(0, 0);
-  rs.wait = pr.wait_context();
-  g.c_row0 = me * rows;
-  g.done = pr.done_signal();
-  if (layout.epilogue) {
-    // The kernel does it all: it stores the peer's tiles into the peer's inbox (after the peer's done
-    // of the last call), raises the peer's arrived flags and its done flag. Outside graph capture it
-    // also starts the epoch.
-    const int peer = 1 - me;
-    rs.staging = reinterpret_cast<uint32_t*>(bytes(inbox.peer(peer)) + me * rank_bytes);
-    rs.peer_arrived = pr.peer_pad(peer) + pr.arrived_flag(me, 0);
-    rs.peer_done = pr.pad() + OverlapResources::done_flag(peer);
-    const bool captured = OverlapResources::capturing(stream);
-    rs.begin_epoch = pr.begin_epoch_in_kernel(captured);
-    if (rs.begin_epoch == 0) pr.begin_fused_epoch(stream, captured);
-    timeline.mark("epoch");
-    attach_tile_trace(g, stream);
-    timeline.mark("kernel");
-    kernels::fused::run_ag_gemm(g, stream);
-    timeline.mark("kernel_launched");
-    timeline.mark("end");
-    finish_tile_trace(comm, "rs", g, timeline, stream);
-    return;
-  }
-
-  char* staging = static_cast<char*>(m.scratch_for(ws * rank_bytes));  // slot d: this rank's tiles of d's rows
-  rs.staging = reinterpret_cast<uint32_t*>(staging);
   const int used_pieces = static_cast<int>((rows + piece_rows - 1) / piece_rows);
+
   // Each piece of each peer's rows, once the kernel has staged all its tiles, to that peer's inbox;
   // rank me+1 first, as the kernel computes them. One stream per destination, forked from `origin`.
   const auto enqueue_pushes = [&](cudaStream_t origin) {
@@ -195,6 +148,8 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
     }
     pushes.join();
   };
+  timeline.mark("resources");
+  pr.begin_call();
   // Outside graph capture the pushes are one graph launch after the kernel (stream_replay.h); the graph
   // is made before the kernel, the first time this layout is used. Everything the pushes depend on is
   // in the key, so that a kept graph is launched only where it is still right.
@@ -204,7 +159,8 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
     std::vector<uint64_t> key = {static_cast<uint64_t>(me),        static_cast<uint64_t>(ws),
                                  static_cast<uint64_t>(rows),      rank_bytes,
                                  static_cast<uint64_t>(piece_rows), static_cast<uint64_t>(used_pieces),
-                                 static_cast<uint64_t>(tiles_n),   reinterpret_cast<uintptr_t>(staging)};
+                                 static_cast<uint64_t>(tiles_n),   reinterpret_cast<uintptr_t>(staging),
+                                 static_cast<uint64_t>(layout.epilogue)};
     for (int d = 0; d < ws; ++d) key.push_back(reinterpret_cast<uintptr_t>(inbox.peer(d)));
     replay = pr.replays().prepare(key, stream, enqueue_pushes);
   }
@@ -212,13 +168,33 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
   // graph capture only the pushes wait for that (docs/fused.md), under capture the whole call. Outside
   // capture the kernel starts the epoch itself, without a kernel launched before it.
   timeline.mark("graph_ready");
-  rs.begin_epoch = pr.begin_epoch_in_kernel(captured);
-  const bool pushes_wait = rs.begin_epoch != 0 || pr.begin_fused_epoch(stream, captured);
+  const uint32_t begin_epoch = pr.begin_epoch_in_kernel(captured);
+  const bool pushes_wait = begin_epoch != 0 || pr.begin_fused_epoch(stream, captured);
   Fanout fan(pr, stream);
   timeline.mark("epoch");
 
   // The kernel first: the pushes below wait for what it stages, and enqueuing them would otherwise delay
   // its start. The side streams follow the fork recorded above, not the kernel.
+  kernels::fused::ReduceScatterTiles& rs = g.rs;
+  rs.rank = me;
+  rs.world = ws;
+  rs.rows_per_rank = static_cast<int32_t>(rows);
+  rs.rows_per_piece = static_cast<int32_t>(piece_rows);
+  rs.tiles_n = static_cast<int32_t>(tiles_n);
+  rs.reduce_in_epilogue = layout.epilogue;
+  pr.count_fused_reduction(layout.epilogue);
+  rs.staging = reinterpret_cast<uint32_t*>(staging);
+  rs.staged = pr.staged();
+  rs.inbox = reinterpret_cast<const uint32_t*>(inbox.local());
+  rs.arrived = pr.pad() + pr.arrived_flag(0, 0);
+  rs.epoch = pr.epoch();
+  rs.begin_epoch = begin_epoch;
+  rs.epoch_out = pr.epoch_word();
+  rs.flag_stride = kMaxChunksPerRank;
+  rs.pad_index = pr.arrived_flag(0, 0);
+  rs.wait = pr.wait_context();
+  g.c_row0 = me * rows;
+  g.done = pr.done_signal();
   attach_tile_trace(g, stream);
   timeline.mark("kernel");
   kernels::fused::run_ag_gemm(g, stream);

@@ -96,7 +96,6 @@ kernels::WaitContext OverlapResources::wait_context() const {
 }
 
 const uint32_t* OverlapResources::pad() const { return pad_->local(); }
-uint32_t* OverlapResources::peer_pad(int peer) const { return pad_->peer(peer); }
 
 SymmetricBuffer& OverlapResources::inbox(size_t bytes, cudaStream_t stream) {
   if (!inbox_ || inbox_->size() < bytes) {

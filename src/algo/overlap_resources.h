@@ -48,8 +48,6 @@ class OverlapResources {
   int arrived_flag(int peer, int piece) const { return lsa_size_ * (1 + kMaxChunksPerRank) + peer * kMaxChunksPerRank + piece; }
   // This rank's pad and epoch, for kernels that wait on flags themselves.
   const uint32_t* pad() const;
-  // Peer p's pad, mapped here, for kernels that raise a peer's flags themselves.
-  uint32_t* peer_pad(int peer) const;
   const uint32_t* epoch() const { return epoch_; }
   kernels::WaitContext wait_context() const;
 

@@ -193,9 +193,9 @@ TEST(FusedOps, ReduceScatterCasesReducedInFixup_MultiRank) {
   RUN_EVERY_WORLD_SIZE([](RankContext& ctx) { return reduce_scatter_cases_reduced(ctx, /*in_epilogue=*/false); });
 }
 
-// Through the epilogue the kernel writes into the peer's inbox and raises its flags itself, and zeroes
-// each piece's count as it completes it; under capture the epoch comes from the device. Replays with
-// changing inputs would read a stale inbox or hang on a count left over.
+// The epilogue's way under capture: its staged tiles' counts (one per tile, not per warp) and the
+// epilogue's source loads from the inbox, with the epoch from the device. Replays with changing inputs
+// would read a stale inbox or hang on a count left over.
 TEST(FusedOps, CapturedGraphReplaysReducingInTheEpilogue_2Ranks) {
   REQUIRE_GPUS(2);
   ForcedReduction forced("epilogue");
@@ -204,9 +204,9 @@ TEST(FusedOps, CapturedGraphReplaysReducingInTheEpilogue_2Ranks) {
   });
 }
 
-// By default a small problem reduces in fixup() (copy-engine pushes, counts zeroed by the pushes) and a
-// large one in the epilogue (the kernel's own pushes, counts zeroed by the kernel): the two in turn on
-// one communicator each find the counts and the peer's inbox as they need them.
+// By default a small problem reduces in fixup() and a large one in the epilogue, which stage different
+// layouts and count differently (reduce_scatter_tiles.h): the two in turn on one communicator each find
+// the counts, the staging buffer and the peer's inbox as they need them.
 TEST(FusedOps, ReduceScatterBothWaysInTurn_2Ranks) {
   REQUIRE_GPUS(2);
   RUN_RANKS(2, [](RankContext& ctx) {

@@ -87,8 +87,7 @@ namespace detail {
 
 inline bool same_rs(const ReduceScatterTiles& x, const ReduceScatterTiles& y) {
   return x.rank == y.rank && x.world == y.world && x.rows_per_rank == y.rows_per_rank &&
-         x.rows_per_piece == y.rows_per_piece && x.tiles_n == y.tiles_n && x.tile_rows == y.tile_rows &&
-         x.peer_arrived == y.peer_arrived && x.peer_done == y.peer_done &&
+         x.rows_per_piece == y.rows_per_piece && x.tiles_n == y.tiles_n &&
          x.reduce_in_epilogue == y.reduce_in_epilogue && x.staging == y.staging &&
          x.staged == y.staged && x.inbox == y.inbox && x.arrived == y.arrived && x.epoch == y.epoch &&
          x.epoch_out == y.epoch_out && x.flag_stride == y.flag_stride && x.pad_index == y.pad_index &&
@@ -199,8 +198,8 @@ typename AgGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>::Gemm::Argume
 
   if constexpr (kReduceInEpilogue) {
     // Own tiles: D = alpha * (A @ B + the peer's copy), both addressed as this rank's m rows alone.
-    // Staged tiles: the partial product as it is, into the peer's inbox at this rank's slot, addressed
-    // as the peer's m rows alone (reduce_scatter_epilogue.cuh).
+    // Staged tiles: the partial product as it is, into the staging buffer, laid out like the product.
+    // (reduce_scatter_epilogue.cuh)
     const ReduceScatterTiles& rs = a.rs;
     const int64_t m = rs.rows_per_rank;
     auto& own = args.epilogue.own;
@@ -216,11 +215,9 @@ typename AgGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>::Gemm::Argume
     staged.thread.alpha = 1.0f;
     staged.thread.beta = 0.0f;
     staged.ptr_C = reinterpret_cast<const Element*>(rs.staging);  // never read: beta = 0
-    staged.dC = packed_stride<typename Kernel::StrideC>(m, a.N);
+    staged.dC = packed_stride<typename Kernel::StrideC>(a.M, a.N);
     staged.ptr_D = reinterpret_cast<Element*>(rs.staging);
-    staged.dD = packed_stride<typename Kernel::StrideD>(m, a.N);
-    staged.row0 = static_cast<int32_t>((1 - rs.rank) * m);
-    staged.rows = static_cast<int32_t>(m);
+    staged.dD = packed_stride<typename Kernel::StrideD>(a.M, a.N);
     args.epilogue.rs = rs;
   } else {
     // c holds rows [c_row0, c_row0 + rows) of the product: a reduce-scatter's rank's rows, or all.

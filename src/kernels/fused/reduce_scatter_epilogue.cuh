@@ -4,11 +4,9 @@
 // ReduceScatterEpilogue<Base> wraps a CUTLASS Hopper TMA epilogue that reads a source C (Base, as
 // CUTLASS's CollectiveBuilder makes it, with C's shared memory reused for D) and runs it with one of
 // two sets of parameters per tile:
-//  - a staged tile (the peer's rows): D is the peer's inbox (this rank's slot, addressed as the peer's
-//    rows alone), so the TMA stores carry the tile over NVLink, and no source; once the tile's stores
-//    are complete, consumer warp 0 counts it for its piece, and the count that completes the piece
-//    raises the peer's arrived flag (reduce_scatter_tiles.h). Before the CTA's first such store, warp 0
-//    waits for the peer's done flag of the previous call, after which the peer no longer reads it;
+//  - a staged tile (the peer's rows): D is this GPU's staging buffer, row-major like the product, and
+//    no source; once the tile's TMA stores are complete, consumer warp 0 counts it for its piece, and
+//    the copy engine pushes the piece to the peer when the count is whole;
 //  - an own tile: D is the caller's output and C is the peer's copy of the same rows in this rank's
 //    inbox (both addressed as this rank's rows alone: row_window_epilogue.cuh), so D = scale *
 //    accumulators + scale * C in fp32; the producer warp that loads C first waits for the peer's
@@ -58,18 +56,18 @@ class ReduceScatterEpilogue {
   static constexpr bool RequiresTransactionBytes = Base::RequiresTransactionBytes;
   static constexpr int kTileM = static_cast<int>(kTileRows);
 
-  // Both parameter sets address one rank's m rows alone (row_window_epilogue.cuh): own's this rank's,
-  // staged's the peer's.
-  using Window = RowWindowEpilogue<Base>;
+  // own's descriptors address this rank's m rows alone (row_window_epilogue.cuh); staged's the
+  // product's M rows.
+  using Own = RowWindowEpilogue<Base>;
   struct Arguments {
-    typename Window::Arguments own;     // D: the output; C: the peer's copy of this rank's rows; beta != 0
-    typename Window::Arguments staged;  // D: the peer's inbox, this rank's slot; beta = 0
+    typename Own::Arguments own;      // D: the output; C: the peer's copy of this rank's rows; beta != 0
+    typename Base::Arguments staged;  // D: the staging buffer; beta = 0
     ReduceScatterTiles rs{};
   };
 
   struct Params {
-    typename Window::Params own;
-    typename Window::Params staged;
+    typename Own::Params own;
+    typename Base::Params staged;
     ReduceScatterTiles rs{};
     uint32_t tma_transaction_bytes = 0;  // read by the kernel for the load pipeline
   };
@@ -77,8 +75,8 @@ class ReduceScatterEpilogue {
   template <class ProblemShape>
   static Params to_underlying_arguments(ProblemShape const& problem_shape, Arguments const& args, void* workspace) {
     Params p;
-    p.own = Window::to_underlying_arguments(problem_shape, args.own, workspace);
-    p.staged = Window::to_underlying_arguments(problem_shape, args.staged, workspace);
+    p.own = Own::to_underlying_arguments(problem_shape, args.own, workspace);
+    p.staged = Base::to_underlying_arguments(problem_shape, args.staged, workspace);
     p.rs = args.rs;
     p.tma_transaction_bytes = p.own.tma_transaction_bytes;
     return p;
@@ -87,7 +85,7 @@ class ReduceScatterEpilogue {
   template <class ProblemShape>
   static bool can_implement(ProblemShape const& problem_shape, Arguments const& args) {
     return args.rs.rank >= 0 && args.rs.world == 2 && args.rs.reduce_in_epilogue &&
-           Window::can_implement(problem_shape, args.own) && Window::can_implement(problem_shape, args.staged);
+           Own::can_implement(problem_shape, args.own) && Base::can_implement(problem_shape, args.staged);
   }
 
   // The linear-combination epilogue needs no workspace; Base says so for both parameter sets.
@@ -165,10 +163,6 @@ class ReduceScatterEpilogue {
       return own_.store(load_pipeline, load_state, store_pipeline, store_state, problem_shape, tile_shape, tile_coord,
                         accumulators, tiled_mma, thread_idx, shared_tensors, -1);
     }
-    if (!waited_for_peer_done_) {
-      if (thread_idx < cutlass::NumThreadsPerWarp) wait_for_peer_done();
-      waited_for_peer_done_ = true;
-    }
     auto [unused_load_state, next_store_state] =
         staged_.store(load_pipeline, load_state, store_pipeline, store_state, problem_shape, tile_shape, tile_coord,
                       accumulators, tiled_mma, thread_idx, shared_tensors, -1);
@@ -204,37 +198,25 @@ class ReduceScatterEpilogue {
     __syncwarp();
   }
 
-  // Consumer warp 0 (whose lanes issue the TMA stores), before the CTA's first store into the peer's
-  // inbox: the peer's done flag of the previous call (this call's epoch - 1). Usually long raised: the
-  // CTA's first tile has run its whole mainloop by now.
-  CUTLASS_DEVICE void wait_for_peer_done() const {
-    ReduceScatterTiles const& rs = params_.rs;
-    const int32_t peer = 1 - rs.rank;
-    wait_flag_sys</*kPrint=*/false>(rs.peer_done, rs.arrival_epoch() - 1u, peer, peer, rs.wait);
-    asm volatile("fence.proxy.async.global;" ::: "memory");
-    __syncwarp();
-  }
-
-  // Consumer warp 0, after a staged tile's stores: once they are complete in the peer's memory (not
-  // only read out of shared memory), add the tiles to the piece's count (the count that completes the
-  // piece raises the peer's arrived flag); and where an own tile comes next, let the producer warp
-  // load its C.
+  // Consumer warp 0, after a staged tile's stores: once they are complete in memory (not only read
+  // out of shared memory), add the tiles to the piece's count with a GPU-scope release, which the copy
+  // engine's wait (a stream memory operation on this GPU) then sees; and where an own tile comes next,
+  // let the producer warp load its C.
   CUTLASS_DEVICE void count_staged(int32_t row0, int release) const {
     ReduceScatterTiles const& rs = params_.rs;
     asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
     asm volatile("fence.proxy.async.global;" ::: "memory");
     __syncwarp();
-    if (threadIdx.x % cutlass::NumThreadsPerWarp == 0) rs.add_pushed(row0, static_cast<uint32_t>(release >> 1));
+    if (threadIdx.x % cutlass::NumThreadsPerWarp == 0) rs.add_staged(row0, static_cast<uint32_t>(release >> 1));
     __syncwarp();
     if (release & 1) cutlass::arch::NamedBarrier::arrive(kGateThreads, kGateBarrier);
   }
 
   Params const& params_;
-  Window own_;
-  Window staged_;
+  Own own_;
+  Base staged_;
   bool after_staged_ = false;  // producer warp: a staged tile has gone by since the gate
   bool stored_own_ = false;    // consumers: an own tile has been stored
-  bool waited_for_peer_done_ = false;  // consumers: the first staged tile has gone by
 };
 
 }  // namespace asynctp::kernels::fused

@@ -2,20 +2,19 @@
 // (docs/fused_reduce_scatter.md). Read by the tile scheduler (async_input_scheduler.cuh) and, on two
 // ranks, by the epilogue (reduce_scatter_epilogue.cuh).
 //
-// Rows [d*m, (d+1)*m) of the product belong to rank d. A tile of another rank's rows is "staged" for
-// rank d; a tile of this rank's own rows waits until every peer's copy of it has arrived and adds them
+// Rows [d*m, (d+1)*m) of the product belong to rank d. A tile of another rank's rows is "staged" in
+// this rank's staging buffer, counted into staged(d, piece), and pushed by the copy engine to rank d's
+// inbox; a tile of this rank's own rows waits until every peer's copy of it has arrived and adds them
 // in fp32 before it is stored into the output. Two ways to move the tiles:
 //  - through the epilogue (`reduce_in_epilogue`, two ranks): a staged tile is stored by the epilogue's
-//    TMA stores straight into the peer's inbox over NVLink (`staging` is the peer's inbox at this
-//    rank's slot, [m, N] row-major), and counted once per tile; the warp whose count completes a
-//    piece raises the peer's arrived flag itself. An own tile's epilogue reads the peer's copy as its
-//    source C. No copy engine, no staging buffer;
+//    TMA stores, row-major like the product (staging: [M, N], of which the peer's rows are written;
+//    inbox: the peer's [m, N] at its slot), and counted once per tile; an own tile's epilogue reads the
+//    peer's copy as its source C;
 //  - through fixup() (any number of ranks): a staged tile's consumer threads store their fp32
-//    accumulators, rounded to the output type, into this GPU's staging buffer, each thread its own
-//    16-byte groups (a tile is [group][thread], written and read whole by the copy engine without any
-//    layout of its own), and each warp counts into staged(d, piece); the copy engine pushes a piece to
-//    rank d's inbox once its count is whole. No epilogue runs for a staged tile. An own tile's threads
-//    load every peer's copy and add it to their accumulators in rank order before the epilogue.
+//    accumulators, rounded to the output type, each thread its own 16-byte groups (a tile is
+//    [group][thread], written and read whole by the copy engine without any layout of its own), and
+//    each warp counts; no epilogue runs for it. An own tile's threads load every peer's copy and add it
+//    to their accumulators in rank order before the epilogue.
 #pragma once
 
 #include <cstdint>
@@ -44,16 +43,9 @@ struct ReduceScatterTiles {
   int32_t rows_per_rank = 0;   // m: a multiple of the cluster's rows, so no cluster spans two ranks
   int32_t rows_per_piece = 0;  // a multiple of the tile's rows; pieces are what the copy engine moves
   int32_t tiles_n = 0;         // tiles along N
-  int32_t tile_rows = 0;       // rows of one tile (kTileRows)
   bool reduce_in_epilogue = false;       // see above; two ranks only
-  uint32_t* staging = nullptr;           // epilogue: the peer's inbox, this rank's slot, [m, N] (peer memory);
-                                         // fixup: this GPU's [rank d][tile of d's rows][word][thread]
+  uint32_t* staging = nullptr;           // epilogue: [M, N]; fixup: [rank d][tile of d's rows][word][thread]
   uint32_t* staged = nullptr;            // [rank d * kMaxChunksPerRank + piece]: += staged_count_per_tile per tile
-  // Epilogue: this rank's arrived(rank, piece) flags in the peer's pad (peer memory), raised by the
-  // kernel, and the peer's done flag in this rank's pad, which the first store into the peer's inbox
-  // waits for (the peer has finished reading it in the previous call).
-  uint32_t* peer_arrived = nullptr;
-  const uint32_t* peer_done = nullptr;
   const uint32_t* inbox = nullptr;       // epilogue: [rank q][m, N]; fixup: [rank q][tile][word][thread]
   const uint32_t* arrived = nullptr;     // arrived(q, piece) at arrived[q * flag_stride + piece]
   const uint32_t* epoch = nullptr;       // arrived when >= *epoch
@@ -77,12 +69,6 @@ struct ReduceScatterTiles {
   ASYNCTP_RS_HOST_DEVICE int32_t staged_index(int32_t row0) const {
     return owner_of(row0) * kMaxChunksPerRank + piece_of(row0);
   }
-  // Tiles in the piece `row0` is in (the last piece of a rank's rows may be shorter).
-  ASYNCTP_RS_HOST_DEVICE uint32_t piece_tiles(int32_t row0) const {
-    const int32_t first = piece_of(row0) * rows_per_piece;
-    const int32_t rows = rows_per_rank - first < rows_per_piece ? rows_per_rank - first : rows_per_piece;
-    return static_cast<uint32_t>(rows / tile_rows * tiles_n);
-  }
   // A reduce-scatter's tile of another rank's rows.
   ASYNCTP_RS_HOST_DEVICE bool is_staged(int32_t row0) const { return rank >= 0 && owner_of(row0) != rank; }
 
@@ -95,21 +81,6 @@ struct ReduceScatterTiles {
   __device__ void add_staged(int32_t row0, uint32_t count) const {
     if (begin_epoch != 0) *epoch_out = begin_epoch;
     asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(staged + staged_index(row0)), "r"(count) : "memory");
-  }
-  // Through the epilogue, after `count` staged tiles of the piece `row0` is in are complete in the
-  // peer's memory: adds them to the piece's counter, and the warp whose addition completes the piece
-  // zeroes the counter (for the next call; nothing else adds to it in this one) and raises the peer's
-  // arrived flag to the call's epoch. System scope throughout: the release of every other warp's
-  // count must reach, through this warp's acquire, the peer that reads the flag.
-  __device__ void add_pushed(int32_t row0, uint32_t count) const {
-    if (begin_epoch != 0) *epoch_out = begin_epoch;
-    uint32_t* counter = staged + staged_index(row0);
-    uint32_t before;
-    asm volatile("atom.acq_rel.sys.global.add.u32 %0, [%1], %2;" : "=r"(before) : "l"(counter), "r"(count) : "memory");
-    if (before + count != piece_tiles(row0)) return;
-    asm volatile("st.relaxed.gpu.global.u32 [%0], 0;" ::"l"(counter) : "memory");
-    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(peer_arrived + piece_of(row0)), "r"(arrival_epoch())
-                 : "memory");
   }
 #endif
 };
