@@ -329,7 +329,7 @@ Choice choose(const ProblemKey& key, const TuningCache& cache, bool fused_applie
   // for. The nearest tuned shape alone is a poor guide between two regimes (the reduce-scatter's
   // pipelined/4 is fastest by a few percent from ~8192 rows and up to 40% slower below, so a shape in
   // between took whichever side was nearer): of what the nearest tuned shapes measured, it takes the
-  // candidate that loses least at the worst of them.
+  // algorithm of the candidate that loses least at the worst of them, and the pieces from pieces_for.
   const std::vector<const TuningCache::Entry*> near = cache.nearest_overlapped(key, kNearestTunedShapes);
   if (near.empty()) return c;
   TuningCache::Measured pick;
