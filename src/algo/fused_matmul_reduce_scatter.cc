@@ -156,11 +156,16 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
   const bool captured = OverlapResources::capturing(stream);
   cudaGraphExec_t replay = nullptr;
   if (!captured) {
-    std::vector<uint64_t> key = {static_cast<uint64_t>(me),        static_cast<uint64_t>(ws),
-                                 static_cast<uint64_t>(rows),      rank_bytes,
-                                 static_cast<uint64_t>(piece_rows), static_cast<uint64_t>(used_pieces),
-                                 static_cast<uint64_t>(tiles_n),   reinterpret_cast<uintptr_t>(staging),
-                                 static_cast<uint64_t>(layout.epilogue)};
+    StreamReplay::Key key = {static_cast<uint64_t>(ReplayKind::kFusedRsPushes),
+                             static_cast<uint64_t>(me),
+                             static_cast<uint64_t>(ws),
+                             static_cast<uint64_t>(rows),
+                             rank_bytes,
+                             static_cast<uint64_t>(piece_rows),
+                             static_cast<uint64_t>(used_pieces),
+                             static_cast<uint64_t>(tiles_n),
+                             reinterpret_cast<uintptr_t>(staging),
+                             static_cast<uint64_t>(layout.epilogue)};
     for (int d = 0; d < ws; ++d) key.push_back(reinterpret_cast<uintptr_t>(inbox.peer(d)));
     replay = pr.replays().prepare(key, stream, enqueue_pushes);
   }

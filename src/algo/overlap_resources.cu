@@ -3,6 +3,7 @@
 #include "comm/communicator_impl.h"
 #include "common/check.h"
 #include "common/driver_api.h"
+#include "common/env.h"
 #include "kernels/signal.cuh"
 
 namespace asynctp::algo {
@@ -83,6 +84,7 @@ OverlapResources::OverlapResources(Communicator& comm) : comm_(comm) {
     ASYNCTP_CUDA_CHECK(cudaMemcpy(done_signal_, &d, sizeof(d), cudaMemcpyHostToDevice));
   }
   m.gemm.reserve();
+  eager_calls_ = detail::env_flag("ASYNCTP_PIPELINED_EAGER");
   // Loads the small kernels now: CUDA loads a kernel at its first launch, and a load can wait for the
   // device to go idle, which a fused kernel spinning on a flag that a peer sets only later would not.
   cudaFuncAttributes attributes;
@@ -164,12 +166,37 @@ void OverlapResources::zero_staged(cudaStream_t stream, int peer, int pieces) {
 
 void OverlapResources::launch_done_kernel(cudaStream_t stream, bool wait, bool advance, bool reset_staged,
                                           bool capturing_now) {
-  const bool knows = knows_epoch(capturing_now);
+  // A replay being recorded advances the host's epoch at each launch (enqueue_call), not here.
+  const bool knows = !recording_ && knows_epoch(capturing_now);
   if (advance && knows) ++host_epoch_;
   const int zero_words = reset_staged ? static_cast<int>(staged_bytes() / sizeof(uint32_t)) : 0;
   begin_epoch_kernel<<<1, 32, 0, stream>>>(pad_->local(), epoch_, lsa_size_, comm_.impl().lsa.rank, wait, advance,
                                            staged_, zero_words, wait_context());
   ASYNCTP_CUDA_CHECK(cudaGetLastError());
+}
+
+void OverlapResources::enqueue_call(const StreamReplay::Key& key, cudaStream_t stream,
+                                    const StreamReplay::Enqueue& enqueue) {
+  if (eager_calls_ || capturing(stream)) {
+    enqueue(stream);
+    return;
+  }
+  recording_ = true;
+  cudaGraphExec_t replay = nullptr;
+  try {
+    replay = replays_.prepare_on_repeat(key, stream, enqueue);
+  } catch (...) {
+    recording_ = false;
+    throw;
+  }
+  recording_ = false;
+  if (replay == nullptr) {
+    enqueue(stream);
+    return;
+  }
+  StreamReplay::launch(replay, stream);
+  if (host_knows_epoch_) ++host_epoch_;
+  ++replayed_calls_;
 }
 
 void OverlapResources::wait_ready(cudaStream_t stream, const FlagList& flags) {

@@ -75,8 +75,17 @@ class OverlapResources {
   cudaStream_t gemm_stream(int lane) const { return gemms_[lane]; }
   static constexpr int kGemmStreams = 2;
 
-  // Work sequences replayed from CUDA graphs (stream_replay.h): the fused reduce-scatter's pushes.
+  // Work sequences replayed from CUDA graphs (stream_replay.h): the fused reduce-scatter's pushes, and
+  // pipelined calls (enqueue_call).
   StreamReplay& replays() { return replays_; }
+  // Enqueues a pipelined call's stream work, `enqueue(origin)`, on `stream`: by calling it under CUDA
+  // graph capture, the first time for `key`, or with ASYNCTP_PIPELINED_EAGER=1 (read when these
+  // resources are made); else by launching the graph recorded from it, one API call instead of dozens
+  // (StreamReplay::prepare_on_repeat). The work must depend on nothing `key` does not hold, and advance
+  // the epoch once (begin_epoch): a replay does so on the device, and this advances the host's mirror.
+  void enqueue_call(const StreamReplay::Key& key, cudaStream_t stream, const StreamReplay::Enqueue& enqueue);
+  // Pipelined calls so far that were launched as a replay: what the tests check.
+  uint64_t replayed_calls() const { return replayed_calls_; }
   // Fused reduce-scatter calls on two or more ranks so far that reduced in the epilogue, or in
   // fixup() (reduce_scatter_tiles.h): what the tests that force one way check it took.
   void count_fused_reduction(bool in_epilogue) { ++fused_reductions_[in_epilogue ? 1 : 0]; }
@@ -174,6 +183,10 @@ class OverlapResources {
   std::vector<cudaEvent_t> events_;
   size_t next_event_ = 0;
   StreamReplay replays_;
+  bool eager_calls_ = false;  // ASYNCTP_PIPELINED_EAGER
+  // True while enqueue_call records a replay: its capture must not cost the host its epoch.
+  bool recording_ = false;
+  uint64_t replayed_calls_ = 0;
   uint64_t fused_reductions_[2] = {};
 };
 

@@ -71,76 +71,102 @@ void pipelined_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulP
                                  : static_cast<char*>(m.scratch_for(static_cast<size_t>(plan.M) * row_bytes));
   auto peer_shard = [&](int q) { return bytes(source->peer(q)) + source_offset; };
 
-  pr.begin_call();
-  // A copy into the workspace must wait until the peers have read the last call's; a shard in the
-  // caller's symmetric memory is waited for at the end instead (the caller may reuse it after).
-  pr.begin_epoch(stream, /*wait_done=*/a_symmetric == nullptr);
-  Fanout fan(pr, stream);
-  GemmTurns turns{pr, fan};
-
-  // Offer this rank's shard.
-  cudaStream_t offer = fan.use(pr.signal_stream());
-  if (!a_symmetric) {
-    ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(source->local(), a_shard.data, shard_bytes, cudaMemcpyDeviceToDevice, offer));
+  // Gathered along M: pieces per peer's shard; along K: pieces of all rows.
+  const int pieces = plan.gather_last ? ws * resolve_chunks(chunks_per_rank, true, std::max<int64_t>(1, plan.M / ws))
+                                      : resolve_chunks(chunks_per_rank, false, shard_rows);
+  StreamReplay::Key key = {static_cast<uint64_t>(ReplayKind::kPipelinedAg),
+                           static_cast<uint64_t>(plan.dtype),
+                           static_cast<uint64_t>(plan.b_layout),
+                           static_cast<uint64_t>(plan.gather_last),
+                           static_cast<uint64_t>(plan.return_a),
+                           static_cast<uint64_t>(plan.M),
+                           static_cast<uint64_t>(plan.K),
+                           static_cast<uint64_t>(plan.k_local),
+                           static_cast<uint64_t>(shard_rows),
+                           static_cast<uint64_t>(pieces),
+                           reinterpret_cast<uintptr_t>(a_shard.data),
+                           static_cast<uint64_t>(a_symmetric != nullptr),
+                           static_cast<uint64_t>(source_offset),
+                           reinterpret_cast<uintptr_t>(source->local()),
+                           reinterpret_cast<uintptr_t>(gathered)};
+  for (int q = 0; q < ws; ++q) key.push_back(reinterpret_cast<uintptr_t>(source->peer(q)));
+  for (size_t i = 0; i < bs.size(); ++i) {
+    key.push_back(static_cast<uint64_t>(plan.N[i]));
+    key.push_back(reinterpret_cast<uintptr_t>(bs[i].data));
+    key.push_back(reinterpret_cast<uintptr_t>(outputs[i].data));
   }
-  for (int i = 1; i < ws; ++i) pr.signal(offer, (me + i) % ws, pr.ready_flag(me, 0));
+  // Everything the work below reads from the host is in the key: a later call with the same key
+  // launches the graph recorded from it.
+  pr.enqueue_call(key, stream, [&](cudaStream_t origin) {
+    pr.begin_call();
+    // A copy into the workspace must wait until the peers have read the last call's; a shard in the
+    // caller's symmetric memory is waited for at the end instead (the caller may reuse it after).
+    pr.begin_epoch(origin, /*wait_done=*/a_symmetric == nullptr);
+    Fanout fan(pr, origin);
+    GemmTurns turns{pr, fan};
 
-  // Pull the peers' shards on one stream, rank me+1 first: at each step every rank reads a different peer.
-  cudaStream_t pull = fan.use(pr.peer_stream((me + 1) % ws));
-  OverlapResources::FlagList ready;
-  for (int i = 1; i < ws; ++i) ready.add(pr.ready_flag((me + i) % ws, 0), (me + i) % ws);
-  pr.wait_ready(pull, ready);
-
-  if (!plan.gather_last) {
-    // The local shard needs no communication: its GEMM starts at once, on the caller's data.
-    const auto [local_stream, local_lane] = turns.take();
-    gemm_rows(m, plan, a_shard.data, me * shard_rows, shard_rows, bs, outputs, local_stream, local_lane);
-    if (plan.return_a) {
-      ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(gathered + me * shard_rows * row_bytes, a_shard.data, shard_bytes,
-                                         cudaMemcpyDeviceToDevice, offer));
+    // Offer this rank's shard.
+    cudaStream_t offer = fan.use(pr.signal_stream());
+    if (!a_symmetric) {
+      ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(source->local(), a_shard.data, shard_bytes, cudaMemcpyDeviceToDevice, offer));
     }
-    const int pieces = resolve_chunks(chunks_per_rank, false, shard_rows);
-    for (int i = 1; i < ws; ++i) {
-      const int q = (me + i) % ws;
-      for (int j = 0; j < pieces; ++j) {
-        const RowRange r = piece_rows(shard_rows, pieces, j);
-        const int64_t row0 = q * shard_rows + r.begin;
-        ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(gathered + row0 * row_bytes, peer_shard(q) + r.begin * row_bytes,
-                                           r.size() * row_bytes, cudaMemcpyDeviceToDevice, pull));
-        const cudaEvent_t landed = pr.record(pull);
-        const auto [s, lane] = turns.take();
-        pr.follow(s, landed);
-        gemm_rows(m, plan, gathered + row0 * row_bytes, row0, r.size(), bs, outputs, s, lane);
+    for (int i = 1; i < ws; ++i) pr.signal(offer, (me + i) % ws, pr.ready_flag(me, 0));
+
+    // Pull the peers' shards on one stream, rank me+1 first: at each step every rank reads a different peer.
+    cudaStream_t pull = fan.use(pr.peer_stream((me + 1) % ws));
+    OverlapResources::FlagList ready;
+    for (int i = 1; i < ws; ++i) ready.add(pr.ready_flag((me + i) % ws, 0), (me + i) % ws);
+    pr.wait_ready(pull, ready);
+
+    if (!plan.gather_last) {
+      // The local shard needs no communication: its GEMM starts at once, on the caller's data.
+      const auto [local_stream, local_lane] = turns.take();
+      gemm_rows(m, plan, a_shard.data, me * shard_rows, shard_rows, bs, outputs, local_stream, local_lane);
+      if (plan.return_a) {
+        ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(gathered + me * shard_rows * row_bytes, a_shard.data, shard_bytes,
+                                           cudaMemcpyDeviceToDevice, offer));
       }
-    }
-  } else {
-    // A is sharded along K: every row needs every rank's columns. Rows are cut into pieces; each
-    // piece's columns are pulled from every peer (and copied from the local shard), then multiplied.
-    const size_t piece_bytes = static_cast<size_t>(plan.k_local) * es;  // one shard row
-    const int pieces = ws * resolve_chunks(chunks_per_rank, true, std::max<int64_t>(1, plan.M / ws));
-    for (int j = 0; j < pieces; ++j) {
-      const RowRange r = piece_rows(plan.M, pieces, j);
-      if (r.size() == 0) continue;
-      char* dst = gathered + r.begin * row_bytes;
-      ASYNCTP_CUDA_CHECK(cudaMemcpy2DAsync(dst + me * piece_bytes, row_bytes, bytes(a_shard.data) + r.begin * piece_bytes,
-                                           piece_bytes, piece_bytes, r.size(), cudaMemcpyDeviceToDevice, offer));
-      const cudaEvent_t local_done = pr.record(offer);
       for (int i = 1; i < ws; ++i) {
         const int q = (me + i) % ws;
-        ASYNCTP_CUDA_CHECK(cudaMemcpy2DAsync(dst + q * piece_bytes, row_bytes, peer_shard(q) + r.begin * piece_bytes,
-                                             piece_bytes, piece_bytes, r.size(), cudaMemcpyDeviceToDevice, pull));
+        for (int j = 0; j < pieces; ++j) {
+          const RowRange r = piece_rows(shard_rows, pieces, j);
+          const int64_t row0 = q * shard_rows + r.begin;
+          ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(gathered + row0 * row_bytes, peer_shard(q) + r.begin * row_bytes,
+                                             r.size() * row_bytes, cudaMemcpyDeviceToDevice, pull));
+          const cudaEvent_t landed = pr.record(pull);
+          const auto [s, lane] = turns.take();
+          pr.follow(s, landed);
+          gemm_rows(m, plan, gathered + row0 * row_bytes, row0, r.size(), bs, outputs, s, lane);
+        }
       }
-      const cudaEvent_t landed = pr.record(pull);
-      const auto [s, lane] = turns.take();
-      pr.follow(s, local_done);
-      pr.follow(s, landed);
-      gemm_rows(m, plan, dst, r.begin, r.size(), bs, outputs, s, lane);
+    } else {
+      // A is sharded along K: every row needs every rank's columns. Rows are cut into pieces; each
+      // piece's columns are pulled from every peer (and copied from the local shard), then multiplied.
+      const size_t piece_bytes = static_cast<size_t>(plan.k_local) * es;  // one shard row
+      for (int j = 0; j < pieces; ++j) {
+        const RowRange r = piece_rows(plan.M, pieces, j);
+        if (r.size() == 0) continue;
+        char* dst = gathered + r.begin * row_bytes;
+        ASYNCTP_CUDA_CHECK(cudaMemcpy2DAsync(dst + me * piece_bytes, row_bytes, bytes(a_shard.data) + r.begin * piece_bytes,
+                                             piece_bytes, piece_bytes, r.size(), cudaMemcpyDeviceToDevice, offer));
+        const cudaEvent_t local_done = pr.record(offer);
+        for (int i = 1; i < ws; ++i) {
+          const int q = (me + i) % ws;
+          ASYNCTP_CUDA_CHECK(cudaMemcpy2DAsync(dst + q * piece_bytes, row_bytes, peer_shard(q) + r.begin * piece_bytes,
+                                               piece_bytes, piece_bytes, r.size(), cudaMemcpyDeviceToDevice, pull));
+        }
+        const cudaEvent_t landed = pr.record(pull);
+        const auto [s, lane] = turns.take();
+        pr.follow(s, local_done);
+        pr.follow(s, landed);
+        gemm_rows(m, plan, dst, r.begin, r.size(), bs, outputs, s, lane);
+      }
     }
-  }
-  // Tell each peer its shard has been read.
-  for (int i = 1; i < ws; ++i) pr.signal(pull, (me + i) % ws, OverlapResources::done_flag(me));
-  fan.join();
-  if (a_symmetric) pr.wait_done(stream);
+    // Tell each peer its shard has been read.
+    for (int i = 1; i < ws; ++i) pr.signal(pull, (me + i) % ws, OverlapResources::done_flag(me));
+    fan.join();
+    if (a_symmetric) pr.wait_done(origin);
+  });
 }
 
 }  // namespace asynctp::algo

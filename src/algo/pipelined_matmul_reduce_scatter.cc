@@ -76,61 +76,83 @@ void pipelined_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduce
   // would be exposed, so two pieces by default.
   const int pieces = resolve_chunks(chunks_per_rank > 0 ? chunks_per_rank : (in_gemm ? 2 : 1), false, rows);
 
-  pr.begin_call();
-  pr.begin_epoch(stream, /*wait_done=*/true);  // the peers have read the last call's partials
-  Fanout fan(pr, stream);
+  StreamReplay::Key key = {static_cast<uint64_t>(ReplayKind::kPipelinedRs),
+                           static_cast<uint64_t>(plan.dtype),
+                           static_cast<uint64_t>(plan.b_layout),
+                           static_cast<uint64_t>(plan.scatter_last),
+                           static_cast<uint64_t>(plan.reduce_op),
+                           static_cast<uint64_t>(plan.N),
+                           static_cast<uint64_t>(plan.k_local),
+                           static_cast<uint64_t>(rows),
+                           static_cast<uint64_t>(cols),
+                           static_cast<uint64_t>(in_gemm),
+                           static_cast<uint64_t>(pieces),
+                           reinterpret_cast<uintptr_t>(a.data),
+                           reinterpret_cast<uintptr_t>(b.data),
+                           reinterpret_cast<uintptr_t>(output.data),
+                           reinterpret_cast<uintptr_t>(landed),
+                           reinterpret_cast<uintptr_t>(partials.local()),
+                           static_cast<uint64_t>(slot_bytes)};
+  for (int q = 0; q < ws; ++q) key.push_back(reinterpret_cast<uintptr_t>(partials.peer(q)));
+  // Everything the work below reads from the host is in the key: a later call with the same key
+  // launches the graph recorded from it.
+  pr.enqueue_call(key, stream, [&](cudaStream_t origin) {
+    pr.begin_call();
+    pr.begin_epoch(origin, /*wait_done=*/true);  // the peers have read the last call's partials
+    Fanout fan(pr, origin);
 
-  // Steps 1 .. ws-1: the peers' partials, in order on one stream, each piece flagged when done.
-  cudaStream_t gemm = fan.use(pr.gemm_stream(0));
-  cudaStream_t flag = fan.use(pr.signal_stream());
-  std::vector<cudaEvent_t> computed;  // after this rank's GEMM of (step s, piece j), at (s - 1) * pieces + j
-  for (int s = 1; s < ws; ++s) {
-    const int d = (me + s) % ws;
-    for (int j = 0; j < pieces; ++j) {
-      partial_gemm(d, piece_rows(rows, pieces, j), bytes(partials.local()) + d * slot_bytes, gemm, 1, nullptr);
-      computed.push_back(pr.record(gemm));
-      pr.follow(flag, computed.back());
-      pr.signal(flag, d, pr.ready_flag(me, j));
+    // Steps 1 .. ws-1: the peers' partials, in order on one stream, each piece flagged when done.
+    cudaStream_t gemm = fan.use(pr.gemm_stream(0));
+    cudaStream_t flag = fan.use(pr.signal_stream());
+    std::vector<cudaEvent_t> computed;  // after this rank's GEMM of (step s, piece j), at (s - 1) * pieces + j
+    for (int s = 1; s < ws; ++s) {
+      const int d = (me + s) % ws;
+      for (int j = 0; j < pieces; ++j) {
+        partial_gemm(d, piece_rows(rows, pieces, j), bytes(partials.local()) + d * slot_bytes, gemm, 1, nullptr);
+        computed.push_back(pr.record(gemm));
+        pr.follow(flag, computed.back());
+        pr.signal(flag, d, pr.ready_flag(me, j));
+      }
     }
-  }
 
-  // Rank q computes this rank's partial at its step s, as this rank computes its step s: the wait for
-  // it starts once this rank's own step-s GEMM is done. So a wait is short, and it shares the GPU only
-  // with GEMMs that no peer waits on at that step: a GEMM whose thread blocks must all be resident at
-  // once (cuBLAS may pick one) can be slowed by a wait but never deadlocked across ranks.
-  std::vector<cudaEvent_t> pulled;  // (two ranks) after piece j has landed, at j
-  for (int s = 1; s < ws; ++s) {
-    const int q = (me - s + ws) % ws;
-    cudaStream_t pull = fan.use(pr.peer_stream(q));
-    for (int j = 0; j < pieces; ++j) {
-      pr.follow(pull, computed[(s - 1) * pieces + j]);
-      OverlapResources::FlagList ready;
-      ready.add(pr.ready_flag(q, j), q);
-      pr.wait_ready(pull, ready);
-      const RowRange r = piece_rows(rows, pieces, j);
-      ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(landed + q * slot_bytes + r.begin * row_bytes,
-                                         bytes(partials.peer(q)) + me * slot_bytes + r.begin * row_bytes,
-                                         r.size() * row_bytes, cudaMemcpyDeviceToDevice, pull));
-      if (in_gemm) pulled.push_back(pr.record(pull));
+    // Rank q computes this rank's partial at its step s, as this rank computes its step s: the wait for
+    // it starts once this rank's own step-s GEMM is done. So a wait is short, and it shares the GPU only
+    // with GEMMs that no peer waits on at that step: a GEMM whose thread blocks must all be resident at
+    // once (cuBLAS may pick one) can be slowed by a wait but never deadlocked across ranks.
+    std::vector<cudaEvent_t> pulled;  // (two ranks) after piece j has landed, at j
+    for (int s = 1; s < ws; ++s) {
+      const int q = (me - s + ws) % ws;
+      cudaStream_t pull = fan.use(pr.peer_stream(q));
+      for (int j = 0; j < pieces; ++j) {
+        pr.follow(pull, computed[(s - 1) * pieces + j]);
+        OverlapResources::FlagList ready;
+        ready.add(pr.ready_flag(q, j), q);
+        pr.wait_ready(pull, ready);
+        const RowRange r = piece_rows(rows, pieces, j);
+        ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(landed + q * slot_bytes + r.begin * row_bytes,
+                                           bytes(partials.peer(q)) + me * slot_bytes + r.begin * row_bytes,
+                                           r.size() * row_bytes, cudaMemcpyDeviceToDevice, pull));
+        if (in_gemm) pulled.push_back(pr.record(pull));
+      }
+      pr.signal(pull, q, OverlapResources::done_flag(me));
     }
-    pr.signal(pull, q, OverlapResources::done_flag(me));
-  }
 
-  // Step ws: this rank's own partial, last.
-  if (in_gemm) {
-    const int q = (me + 1) % ws;  // the only peer
-    for (int j = 0; j < pieces; ++j) {
-      pr.follow(gemm, pulled[j]);
-      partial_gemm(me, piece_rows(rows, pieces, j), bytes(output.data), gemm, 1, landed + q * slot_bytes);
+    // Step ws: this rank's own partial, last.
+    if (in_gemm) {
+      const int q = (me + 1) % ws;  // the only peer
+      for (int j = 0; j < pieces; ++j) {
+        pr.follow(gemm, pulled[j]);
+        partial_gemm(me, piece_rows(rows, pieces, j), bytes(output.data), gemm, 1, landed + q * slot_bytes);
+      }
+      fan.join();
+      return;
     }
+    for (int j = 0; j < pieces; ++j) partial_gemm(me, piece_rows(rows, pieces, j), own, gemm, 1, nullptr);
     fan.join();
-    return;
-  }
-  for (int j = 0; j < pieces; ++j) partial_gemm(me, piece_rows(rows, pieces, j), own, gemm, 1, nullptr);
-  fan.join();
-  std::vector<const void*> parts;
-  for (int q = 0; q < ws; ++q) parts.push_back(q == me ? own : landed + q * slot_bytes);
-  kernels::sum_partials(plan.dtype, parts, output.data, rows * cols, scale, stream);
+    std::vector<const void*> parts;
+    for (int q = 0; q < ws; ++q) parts.push_back(q == me ? own : landed + q * slot_bytes);
+    kernels::sum_partials(plan.dtype, parts, output.data, rows * cols, scale, origin);
+  });
 }
 
 }  // namespace asynctp::algo

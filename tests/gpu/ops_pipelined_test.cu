@@ -1,8 +1,10 @@
 // The pipelined algorithm's own cases, beyond every option combination (ops_test.cu): several pieces
 // per rank, a shard kept in symmetric memory, calls enqueued back to back, 1000 replays of a captured
-// CUDA graph with inputs that change between replays, and a peer that never comes.
+// CUDA graph with inputs that change between replays, repeated layouts replayed from graphs of the
+// library's own, and a peer that never comes.
 #include <chrono>
 
+#include "algo/overlap_resources.h"
 #include "comm/communicator_impl.h"
 #include "ops_problems.h"
 
@@ -102,6 +104,71 @@ TEST(PipelinedOps, CallsBackToBackWithoutWaiting) {
 
 TEST(PipelinedOps, CapturedGraphReplays1000TimesWithChangingInputs) {
   RUN_EVERY_WORLD_SIZE([](RankContext& ctx) { return graph_replays(ctx, pipelined(), pipelined(), 1000); });
+}
+
+// Outside graph capture, a pipelined call whose layout (shapes, options, pointers) was used before
+// runs as the replay of a graph recorded from it (OverlapResources::enqueue_call). The calls go through
+// eight layouts of each op, two inputs by two outputs by two piece counts, in an irregular order, each
+// output poisoned first: a replay that read another call's input, wrote another call's output or ran
+// another layout's pieces would leave wrong or poisoned elements.
+int repeated_layouts(RankContext& ctx) {
+  BothOps t(ctx);
+  auto& comm = t.comm;
+  auto& st = t.st;
+  auto& ag = t.ag;
+  auto& rs = t.rs;
+  const int ws = t.ws, r = t.r;
+  InputSets in(ag, rs, 2, r, t.fp32, st.s);
+  Buf ag_out(ag.M * ag.N * 2), rs_out(rs.rows * rs.N * 2);
+  constexpr int kCalls = 48, kLayouts = 8;
+  for (int i = 0; i < kCalls; ++i) {
+    const int layout = (i * 5 + i / 16) % kLayouts;  // each of the 8, in an order that shifts
+    const int v = layout & 1, w = (layout >> 1) & 1, chunks = (layout & 4) ? 2 : 0;
+    void* ag_dst = w ? ag_out.p : in.ag_out[v]->p;
+    void* rs_dst = w ? rs_out.p : in.rs_out[v]->p;
+    reference::poison(ag_dst, ag.M * ag.N * 2, st.s);
+    reference::poison(rs_dst, rs.rows * rs.N * 2, st.s);
+    all_gather_matmul(*comm, ag.a_ref(in.ag_a[v]->p), {ag.b_ref()}, 0, {ag.out_ref(ag_dst)}, TensorRef{}, st.s,
+                      pipelined(chunks));
+    matmul_reduce_scatter(*comm, rs.a_ref(in.rs_a[v]->p), rs.b_ref(), 0, ReduceOp::kSum, rs.out_ref(rs_dst), st.s,
+                          pipelined(chunks));
+    const std::string what = detail::cat(" call ", i, " (input ", v, ", output ", w, ", chunks ", chunks, ")");
+    ag.check(ag_dst, in.ag_ref[v]->f(), ("all_gather_matmul" + what).c_str(), st.s);
+    rs.check(rs_dst, in.rs_ref[v]->f(), r, ws, ("matmul_reduce_scatter" + what).c_str(), st.s);
+  }
+  // Each layout's first call is enqueued directly; every later one is a replay.
+  const uint64_t replayed = comm->impl().overlap->replayed_calls();
+  RANK_CHECK(replayed == 2 * (kCalls - kLayouts), "replayed calls: ", replayed, ", expected ", 2 * (kCalls - kLayouts));
+
+  std::printf("rank %d: %d calls of each op correct, %llu replayed\n", r, kCalls,
+              static_cast<unsigned long long>(replayed));
+  return 0;
+}
+
+TEST(PipelinedOps, RepeatedLayoutsRunAsGraphReplays) {
+  RUN_EVERY_WORLD_SIZE(repeated_layouts);
+}
+
+// ASYNCTP_PIPELINED_EAGER=1 (read as a communicator's first overlapped call sets up; the ranks are
+// forked after it is set) enqueues every call directly.
+TEST(PipelinedOps, EagerCallsWhereAskedAreNeverReplayed) {
+  struct EagerCalls {
+    EagerCalls() { setenv("ASYNCTP_PIPELINED_EAGER", "1", 1); }
+    ~EagerCalls() { unsetenv("ASYNCTP_PIPELINED_EAGER"); }
+  } eager;
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) {
+    BothOps t(ctx);
+    InputSets in(t.ag, t.rs, 1, t.r, t.fp32, t.st.s);
+    for (int i = 0; i < 3; ++i) {
+      reference::poison(in.ag_out[0]->p, t.ag.M * t.ag.N * 2, t.st.s);
+      all_gather_matmul(*t.comm, t.ag.a_ref(in.ag_a[0]->p), {t.ag.b_ref()}, 0, {t.ag.out_ref(in.ag_out[0]->p)},
+                        TensorRef{}, t.st.s, pipelined());
+      t.ag.check(in.ag_out[0]->p, in.ag_ref[0]->f(), detail::cat("all_gather_matmul call ", i).c_str(), t.st.s);
+    }
+    const uint64_t replayed = t.comm->impl().overlap->replayed_calls();
+    RANK_CHECK(replayed == 0, "ASYNCTP_PIPELINED_EAGER=1, yet ", replayed, " calls were replayed");
+    return 0;
+  });
 }
 
 TEST(PipelinedOps, APeerThatNeverComesEndsWithTheTimeoutReport) {
