@@ -270,21 +270,29 @@ std::string shape_name(const ProblemKey& k) {
   return std::to_string(k.M) + "x" + std::to_string(k.N) + "x" + std::to_string(k.K);
 }
 
-// Of the candidates timed at every one of `near`, the one whose worst ratio to the fastest overlapped
-// candidate of a shape is least (ties: the earlier in the nearest shape's record). False where the
-// entries recorded no candidate common to all of them.
-bool least_regret(const std::vector<const TuningCache::Entry*>& near, bool fused_applies, TuningCache::Measured& pick,
+// Of the overlapped algorithms timed at every one of `near`, the one whose worst ratio to the fastest
+// there is least, each algorithm taken at its fastest piece count at each shape (ties: the one the
+// nearest shape's record names first). False where no overlapped algorithm was timed at all of them.
+// An algorithm is judged at its best count because pieces_for chooses the count on its own: judged
+// at one count across shapes, an algorithm whose best count moves with the rows (the reduce-scatter's
+// pipelined: 4 pieces at 4096 rows per rank, 1 at 2048) lost to one that is slower everywhere but at
+// a steady count (session 18's rs 6144x5120x5120: fused, 1.15x pipelined there).
+bool least_regret(const std::vector<const TuningCache::Entry*>& near, bool fused_applies, Algorithm& pick,
                   double& worst_ratio) {
   bool found = false;
-  for (const TuningCache::Measured& candidate : near.front()->measured) {
-    if (candidate.algorithm == Algorithm::kFused && !fused_applies) continue;
+  std::vector<Algorithm> judged;
+  for (const TuningCache::Measured& first : near.front()->measured) {
+    const Algorithm candidate = first.algorithm;
+    if (candidate == Algorithm::kSequential || (candidate == Algorithm::kFused && !fused_applies)) continue;
+    if (std::find(judged.begin(), judged.end(), candidate) != judged.end()) continue;
+    judged.push_back(candidate);
     double worst = 0;
     bool everywhere = true;
     for (const TuningCache::Entry* e : near) {
       double fastest = 0, mine = 0;
       for (const TuningCache::Measured& m : e->measured) {
         if (fastest == 0 || m.us < fastest) fastest = m.us;
-        if (m.algorithm == candidate.algorithm && m.chunks_per_rank == candidate.chunks_per_rank) mine = m.us;
+        if (m.algorithm == candidate && (mine == 0 || m.us < mine)) mine = m.us;
       }
       if (mine == 0) {
         everywhere = false;
@@ -332,11 +340,11 @@ Choice choose(const ProblemKey& key, const TuningCache& cache, bool fused_applie
   // algorithm of the candidate that loses least at the worst of them, and the pieces from pieces_for.
   const std::vector<const TuningCache::Entry*> near = cache.nearest_overlapped(key, kNearestTunedShapes);
   if (near.empty()) return c;
-  TuningCache::Measured pick;
+  Algorithm pick = Algorithm::kPipelined;
   double worst = 0;
   std::string how;
   if (least_regret(near, fused_applies, pick, worst)) {
-    c.algorithm = pick.algorithm;
+    c.algorithm = pick;
     std::string shapes;
     for (const TuningCache::Entry* e : near) shapes += (shapes.empty() ? "" : ", ") + shape_name(e->key);
     how = ": at most " + fmt(worst, 3) + "x the fastest at the nearest tuned shapes (" + shapes + ")";

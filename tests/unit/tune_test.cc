@@ -223,9 +223,9 @@ TEST(Model, AnUntunedShapeTakesTheCandidateThatLosesLeastAtTheNearestTunedShapes
   EXPECT_EQ(got.algorithm, Algorithm::kPipelined);
   EXPECT_EQ(got.chunks_per_rank, 0);
   // With a tuned shape of the same M among the nearest (6144x3584x8192 for 6144x4096x8192), the
-  // algorithm is still the least-regret candidate's (pipelined/4: at most 1.064x, against fused/2's
-  // 1.072x and pipelined/0's 1.1x), and the pieces those that measured fastest for it there (2, a
-  // count the other shapes never timed).
+  // algorithm is still the least-regret one's (pipelined, at its best count the fastest at all three,
+  // against fused's 1.072x), and the pieces those that measured fastest for it there (2, a count the
+  // other shapes never timed).
   TuningCache same_m = c;
   same_m.add_text(with_measured(choice("rs", 6144, "pipelined", 2),
                                 "sequential=400 pipelined/0=240 pipelined/2=235 pipelined/4=250 fused/2=252") +
@@ -237,14 +237,33 @@ TEST(Model, AnUntunedShapeTakesTheCandidateThatLosesLeastAtTheNearestTunedShapes
   EXPECT_EQ(got.algorithm, Algorithm::kPipelined);
   EXPECT_EQ(got.chunks_per_rank, 2);
   EXPECT_NE(got.why.find("with 2 pieces as at 6144x3584x8192"), std::string::npos) << got.why;
-  // A candidate not timed at every one of them is not taken.
+  // An algorithm not timed at every one of them is not taken.
   TuningCache partial;
-  partial.add_text(with_measured(choice("rs", 8192, "pipelined", 4), "pipelined/4=300 fused/4=301") + "\n" +
-                       with_measured(choice("rs", 2048, "fused", 2), "pipelined/4=150 fused/2=100") + "\n",
+  partial.add_text(with_measured(choice("rs", 8192, "fused", 4), "pipelined/4=302 fused/4=300") + "\n" +
+                       with_measured(choice("rs", 2048, "pipelined", 4), "sequential=160 pipelined/4=150") + "\n",
                    "t");
   got = choose(k, partial, true);
   EXPECT_EQ(got.algorithm, Algorithm::kPipelined);
   EXPECT_EQ(got.chunks_per_rank, 0);
+}
+
+// Each algorithm is judged at its fastest piece count at each nearest shape: the count is chosen on its
+// own (pieces_for). Session 18's 2xH200 cache at rs 6144x5120x5120: pipelined was the fastest at all
+// three nearest shapes, at 4 pieces at two of them and 1 at the third, and fused never; judged at one
+// count across them, fused/2 lost least (1.07x) and was taken, and measured 1.15x pipelined.
+TEST(Model, AnAlgorithmIsJudgedAtItsFastestPieceCountAtEachShape) {
+  TuningCache c;
+  c.add_text(with_measured(choice("rs", 8192, "pipelined", 4), "sequential=350 pipelined/0=236 pipelined/4=235 fused/2=252") +
+                 "\n" +
+                 with_measured(choice("rs", 16384, "pipelined", 4), "sequential=1030 pipelined/0=880 pipelined/4=775 fused/2=822") +
+                 "\n" +
+                 with_measured(choice("rs", 4096, "pipelined", 0), "sequential=252 pipelined/0=192 pipelined/4=212 fused/2=200") +
+                 "\n",
+             "t");
+  const Choice got = choose(key(Op::kMatmulReduceScatter, 6144, 3584, 8192), c, true);
+  EXPECT_EQ(got.algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(got.chunks_per_rank, 0);  // no nearest shape has 6144 rows
+  EXPECT_NE(got.why.find("at most 1.000x the fastest"), std::string::npos) << got.why;
 }
 
 TEST(Model, TheNearestTunedShapesAreReadFromTheLineThatWins) {
