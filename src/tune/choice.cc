@@ -270,6 +270,16 @@ std::string shape_name(const ProblemKey& k) {
   return std::to_string(k.M) + "x" + std::to_string(k.N) + "x" + std::to_string(k.K);
 }
 
+// What `algorithm` measured fastest at a tuned shape, over the piece counts timed there; null where the
+// entry recorded no time for it.
+const TuningCache::Measured* fastest_of(const TuningCache::Entry& e, Algorithm algorithm) {
+  const TuningCache::Measured* best = nullptr;
+  for (const TuningCache::Measured& m : e.measured) {
+    if (m.algorithm == algorithm && (best == nullptr || m.us < best->us)) best = &m;
+  }
+  return best;
+}
+
 // Of the overlapped algorithms timed at every one of `near`, the one whose worst ratio to the fastest
 // there is least, each algorithm taken at its fastest piece count at each shape (ties: the one the
 // nearest shape's record names first). False where no overlapped algorithm was timed at all of them.
@@ -289,16 +299,14 @@ bool least_regret(const std::vector<const TuningCache::Entry*>& near, bool fused
     double worst = 0;
     bool everywhere = true;
     for (const TuningCache::Entry* e : near) {
-      double fastest = 0, mine = 0;
-      for (const TuningCache::Measured& m : e->measured) {
-        if (fastest == 0 || m.us < fastest) fastest = m.us;
-        if (m.algorithm == candidate && (mine == 0 || m.us < mine)) mine = m.us;
-      }
-      if (mine == 0) {
+      const TuningCache::Measured* mine = fastest_of(*e, candidate);
+      if (mine == nullptr) {
         everywhere = false;
         break;
       }
-      worst = std::max(worst, mine / fastest);
+      double fastest = mine->us;
+      for (const TuningCache::Measured& m : e->measured) fastest = std::min(fastest, m.us);
+      worst = std::max(worst, mine->us / fastest);
     }
     if (everywhere && (!found || worst < worst_ratio)) pick = candidate, worst_ratio = worst, found = true;
   }
@@ -316,10 +324,7 @@ int pieces_for(const std::vector<const TuningCache::Entry*>& near, const Problem
                std::string& from) {
   for (const TuningCache::Entry* e : near) {
     if (e->key.M != key.M) continue;
-    const TuningCache::Measured* best = nullptr;
-    for (const TuningCache::Measured& m : e->measured) {
-      if (m.algorithm == algorithm && (best == nullptr || m.us < best->us)) best = &m;
-    }
+    const TuningCache::Measured* best = fastest_of(*e, algorithm);
     if (best == nullptr && e->choice.algorithm != algorithm) continue;
     from = shape_name(e->key);
     return best != nullptr ? best->chunks_per_rank : e->choice.chunks_per_rank;
