@@ -17,6 +17,7 @@
 #include "comm/communicator_impl.h"
 #include "common/check.h"
 #include "kernels/fused/ag_gemm.h"
+#include "kernels/fused/staged_layout.h"
 #include "kernels/fused/tail_split.h"
 
 namespace asynctp::algo {
@@ -46,23 +47,6 @@ bool reduce_in_epilogue(int world_size, int64_t tiles) {
   if (forced != 0) return forced == 1;
   return world_size == 2 && tiles >= kEpilogueFromRounds * kernels::fused::sm_count();
 }
-
-// Where rows of one rank sit in the staging buffer and in the inbox, from the start of that rank's
-// slot: through the epilogue the partial sums are row-major like the product; through fixup() each
-// 128 x kRsTileN tile is a slot of its own (reduce_scatter_tiles.h).
-struct StagedLayout {
-  bool epilogue = false;
-  int64_t N = 0, tiles_n = 0;
-  size_t bytes_before(int64_t row) const {
-    if (epilogue) return static_cast<size_t>(row * N) * sizeof(uint16_t);  // bf16 or fp16
-    return static_cast<size_t>(row / kernels::fused::kTileRows * tiles_n) * kernels::fused::kRsTileBytes;
-  }
-  // What the kernel's staged counter of a piece of rows [r0, r1) reaches once all its tiles are staged.
-  uint32_t count(int64_t r0, int64_t r1) const {
-    return static_cast<uint32_t>((r1 - r0) / kernels::fused::kTileRows * tiles_n) *
-           kernels::fused::staged_count_per_tile(epilogue);
-  }
-};
 
 }  // namespace
 
@@ -119,14 +103,13 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
   OverlapResources& pr = OverlapResources::of(comm, stream);
   kernels::fused::load_ag_gemm_kernels();
   const int64_t tiles_n = (plan.N + kernels::fused::kRsTileN - 1) / kernels::fused::kRsTileN;
-  const StagedLayout layout{reduce_in_epilogue(ws, plan.M / kernels::fused::kTileRows * tiles_n), plan.N, tiles_n};
+  const kernels::fused::StagedLayout layout(reduce_in_epilogue(ws, plan.M / kernels::fused::kTileRows * tiles_n), plan.N);
   const size_t rank_bytes = layout.bytes_before(rows);  // one rank's rows, staged
   char* staging = static_cast<char*>(m.scratch_for(ws * rank_bytes));  // slot d: this rank's tiles of d's rows
   SymmetricBuffer& inbox = pr.inbox(ws * rank_bytes, stream);         // slot q: rank q's tiles of this rank's rows
-  const int pieces = resolve_fused_rs_pieces(chunks_per_rank, rows);
-  const int64_t piece_rows = (rows / pieces + kernels::fused::kClusterRows - 1) / kernels::fused::kClusterRows *
-                             kernels::fused::kClusterRows;
-  const int used_pieces = static_cast<int>((rows + piece_rows - 1) / piece_rows);
+  const kernels::fused::RowPieces pieces(rows, resolve_fused_rs_pieces(chunks_per_rank, rows));
+  const int64_t piece_rows = pieces.rows;
+  const int used_pieces = pieces.used;
 
   // Each piece of each peer's rows, once the kernel has staged all its tiles, to that peer's inbox;
   // rank me+1 first, as the kernel computes them. One stream per destination, forked from `origin`.
@@ -136,7 +119,7 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
       const int d = (me + i) % ws;
       cudaStream_t push = pushes.use(pr.peer_stream(d));
       for (int j = 0; j < used_pieces; ++j) {
-        const int64_t r0 = j * piece_rows, r1 = std::min<int64_t>(rows, r0 + piece_rows);
+        const int64_t r0 = pieces.begin(j), r1 = pieces.end(j, rows);
         pr.wait_staged(push, d, j, layout.count(r0, r1));
         const size_t offset = layout.bytes_before(r0);
         ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(bytes(inbox.peer(d)) + me * rank_bytes + offset,

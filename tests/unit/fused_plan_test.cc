@@ -1,8 +1,10 @@
-// The fused algorithm's host-side choices: the tile width per shape and the pieces per rank.
+// The fused algorithm's host-side choices: the tile width per shape, the pieces per rank, and where the
+// reduce-scatter stages its tiles.
 #include <gtest/gtest.h>
 
 #include "algo/fused.h"
 #include "kernels/fused/ag_gemm.h"
+#include "kernels/fused/staged_layout.h"
 #include "kernels/fused/tail_split.h"
 #include "kernels/fused/tile_order.h"
 
@@ -119,6 +121,54 @@ TEST(FusedPlan, ReduceScatterBandsNeverSpanTwoRanksOrPieces) {
       EXPECT_LE(band, 8);
     }
   }
+}
+
+TEST(FusedPlan, ReduceScatterPiecesCoverTheRowsInWholeClusters) {
+  using kernels::fused::RowPieces;
+  const RowPieces even(2048, 4);  // 4096x3584x8192 on two ranks
+  EXPECT_EQ(even.rows, 512);
+  EXPECT_EQ(even.used, 4);
+  EXPECT_EQ(even.begin(3), 1536);
+  EXPECT_EQ(even.end(3, 2048), 2048);
+  // 1280 rows in two pieces: 640 rounded up to whole 256-row clusters, so the second is shorter.
+  const RowPieces uneven(1280, 2);
+  EXPECT_EQ(uneven.rows, 768);
+  EXPECT_EQ(uneven.used, 2);
+  EXPECT_EQ(uneven.end(0, 1280), 768);
+  EXPECT_EQ(uneven.end(1, 1280), 1280);
+  // More pieces asked for than the rounding leaves: fewer are used, and none is empty.
+  const RowPieces fewer(1280, 4);
+  EXPECT_EQ(fewer.rows, 512);
+  EXPECT_EQ(fewer.used, 3);
+  EXPECT_LT(fewer.begin(2), fewer.end(2, 1280));
+  for (int64_t rows = 256; rows <= 256 * 40; rows += 256) {
+    for (int asked = 1; asked <= 4; ++asked) {
+      const RowPieces p(rows, algo::resolve_fused_rs_pieces(asked, rows));
+      EXPECT_EQ(p.rows % kernels::fused::kClusterRows, 0);
+      EXPECT_EQ(p.end(p.used - 1, rows), rows);
+      EXPECT_LT(p.begin(p.used - 1), rows);
+    }
+  }
+}
+
+TEST(FusedPlan, ReduceScatterStagedLayoutAndCounts) {
+  using kernels::fused::StagedLayout;
+  // Through the epilogue: row-major like the product, and a tile counts once. 512 rows of 3584 columns
+  // are 4 x 14 tiles (56: what the kernel's counter of such a piece reached on one H200).
+  const StagedLayout epilogue(true, 3584);
+  EXPECT_EQ(epilogue.tiles_n, 14);
+  EXPECT_EQ(epilogue.bytes_before(512), size_t{512} * 3584 * 2);
+  EXPECT_EQ(epilogue.count(0, 512), 56u);
+  EXPECT_EQ(epilogue.count(512, 1024), 56u);
+  // Through fixup(): a 64 KiB slot per 128 x 256 tile, counted by each of the 8 consumer warps; a
+  // partial last tile along N takes a whole slot.
+  const StagedLayout fixup(false, 3584);
+  EXPECT_EQ(fixup.bytes_before(512), size_t{4} * 14 * 65536);
+  EXPECT_EQ(fixup.count(0, 512), 56u * 8);
+  const StagedLayout narrow(false, 1000);
+  EXPECT_EQ(narrow.tiles_n, 4);
+  EXPECT_EQ(narrow.bytes_before(256), size_t{2} * 4 * 65536);
+  EXPECT_EQ(StagedLayout(true, 1000).bytes_before(256), size_t{256} * 1000 * 2);
 }
 
 }  // namespace

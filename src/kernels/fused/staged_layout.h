@@ -1,0 +1,48 @@
+// Internal: where the fused reduce-scatter's staged tiles lie, and how a rank's rows are cut into the
+// pieces the copy engine pushes. Host code only; shared by the op (algo/fused_matmul_reduce_scatter.cc)
+// and asynctp-rs-lab (tools/rs_lab.cu), which must stage and push exactly as the op does.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/fused/ag_gemm.h"
+
+namespace asynctp::kernels::fused {
+
+// Where rows of one rank sit in the staging buffer and in the inbox, from the start of that rank's
+// slot: through the epilogue the partial sums are row-major like the product; through fixup() each
+// 128 x kRsTileN tile is a slot of its own (reduce_scatter_tiles.h).
+struct StagedLayout {
+  bool epilogue = false;
+  int64_t N = 0, tiles_n = 0;
+
+  StagedLayout(bool reduce_in_epilogue, int64_t n)
+      : epilogue(reduce_in_epilogue), N(n), tiles_n((n + kRsTileN - 1) / kRsTileN) {}
+
+  size_t bytes_before(int64_t row) const {
+    if (epilogue) return static_cast<size_t>(row * N) * sizeof(uint16_t);  // bf16 or fp16
+    return static_cast<size_t>(row / kTileRows * tiles_n) * kRsTileBytes;
+  }
+  // What the kernel's staged counter of a piece of rows [r0, r1) reaches once all its tiles are staged.
+  uint32_t count(int64_t r0, int64_t r1) const {
+    return static_cast<uint32_t>((r1 - r0) / kTileRows * tiles_n) * staged_count_per_tile(epilogue);
+  }
+};
+
+// A rank's rows cut into `pieces` bands of whole clusters (a band of tiles stays within a piece):
+// `used` pieces of `rows` rows each, the last one shorter where they do not divide.
+struct RowPieces {
+  int64_t rows = 0;
+  int used = 0;
+
+  RowPieces(int64_t rows_per_rank, int pieces)
+      : rows((rows_per_rank / pieces + kClusterRows - 1) / kClusterRows * kClusterRows),
+        used(static_cast<int>((rows_per_rank + rows - 1) / rows)) {}
+
+  int64_t begin(int j) const { return j * rows; }
+  int64_t end(int j, int64_t rows_per_rank) const { return std::min<int64_t>(rows_per_rank, (j + 1) * rows); }
+};
+
+}  // namespace asynctp::kernels::fused

@@ -1,0 +1,410 @@
+// asynctp-rs-lab: the fused reduce-scatter's kernel on one GPU, as rank 0 of two, beside the same
+// kernel as a plain GEMM and cuBLASLt, so that what the kernel itself costs inside the op can be
+// measured, and changed, on a machine of one GPU (docs/fused_reduce_scatter.md, "On one GPU").
+//
+// The peer is this GPU itself, and its pieces are already in the inbox: before the timed calls, the
+// staged tiles of rank 1's rows are copied into the inbox slot where rank 1's copy of this rank's rows
+// would land, so that own row r ends as P[r] + P[m + r] (P the partial product, m = M / 2), which is
+// checked against an fp32 GEMM. Then each call either finds the peer's arrived flags up at its
+// launch (preset: no own tile waits) or has them raised, piece by piece, by stream memory operations
+// that wait for the piece's staged count as the op's pushes do (signalled), but copy nothing: a copy
+// within one GPU runs as a kernel, which could not start beside the persistent GEMM that waits for it
+// (the op's copies go to another GPU, on a copy engine). So what the lab shows is the kernel's own
+// cost of staging and reducing, and of its own tiles waiting for pieces as soon as they are staged;
+// not the copy engine's traffic, nor the time a piece takes to cross NVLink.
+//
+// Built with the tools; `asynctp-rs-lab --help` says how to run it.
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "asynctp/error.h"
+#include "asynctp/ops.h"
+#include "common/check.h"
+#include "common/device_fault.h"
+#include "common/driver_api.h"
+#include "gemm/cublaslt_gemm.h"
+#include "kernels/fused/ag_gemm.h"
+#include "kernels/fused/staged_layout.h"
+#include "kernels/fused/tail_split.h"
+#include "kernels/fused/tile_trace.h"
+#include "reference/reference.h"
+
+namespace {
+
+using namespace asynctp;
+using kernels::fused::AgGemmArgs;
+using kernels::fused::RowPieces;
+using kernels::fused::StagedLayout;
+
+// Exit status where no GPU is visible: what CTest's SKIP_RETURN_CODE takes (tests/CMakeLists.txt).
+constexpr int kNoGpu = 77;
+constexpr int kPeer = 1;  // this GPU plays rank 0; rank 1's rows are the ones it stages
+// The kernel's staged counters (one per rank and piece) and the done count after them.
+constexpr size_t kCounterBytes = (2 * kMaxChunksPerRank + 1) * sizeof(uint32_t);
+// A wait in the kernel that has not ended by then will not.
+constexpr uint64_t kWaitNs = 2'000'000'000ull;
+
+struct Options {
+  std::vector<std::array<int64_t, 3>> shapes = {
+      {4096, 3584, 4096}, {2048, 3584, 4096}, {4096, 6656, 8192}, {16384, 8192, 4096}, {12288, 7168, 2048}};
+  int iters = 30;
+  int warmup = 5;
+  int pieces = 0;  // 0: as the op chooses
+  std::string trace;
+};
+
+const char* kUsage =
+    "usage: asynctp-rs-lab [--shapes MxNxK,...] [--iters N] [--warmup N] [--pieces N] [--trace DIR]\n"
+    "\n"
+    "The fused reduce-scatter's partial GEMM (M rows of both ranks, K per rank) on the current GPU as\n"
+    "rank 0 of two, bf16, B row-major, timed beside the same kernel as a plain GEMM and cuBLASLt. Both\n"
+    "ways of reducing (epilogue, fixup), each with the peer's arrived flags up before the launch\n"
+    "(preset) or raised as each piece's staged count completes (signalled); nothing is copied (see\n"
+    "tools/rs_lab.cu). Results are checked first. Each call starts on an idle GPU; one call of each\n"
+    "per round, rounds in shuffled order; medians, µs.\n"
+    "  --shapes   partial GEMMs (default: the seed shapes' on two ranks and 12288x7168x2048)\n"
+    "  --pieces   pieces per rank (default 0: the op's choice)\n"
+    "  --trace    write each kernel's tile trace (ASYNCTP_TRACE_TILES) to DIR, once per mode\n"
+    "Exit status: 0 every result correct, 1 a wrong result, 2 bad arguments or a CUDA failure,\n"
+    "77 no GPU visible.\n";
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+    ASYNCTP_CHECK(i + 1 < argc, a, " needs a value");
+    const std::string v = argv[++i];
+    if (a == "--shapes") {
+      o.shapes.clear();
+      size_t at = 0;
+      while (at <= v.size()) {
+        const size_t comma = std::min(v.find(',', at), v.size());
+        long long m = 0, n = 0, k = 0;
+        ASYNCTP_CHECK(std::sscanf(v.substr(at, comma - at).c_str(), "%lldx%lldx%lld", &m, &n, &k) == 3 && m > 0 &&
+                          n > 0 && k > 0,
+                      "--shapes: '", v.substr(at, comma - at), "' is not MxNxK");
+        ASYNCTP_CHECK(m % (2 * kernels::fused::kClusterRows) == 0 && n % 8 == 0 && k % 8 == 0,
+                      "--shapes: M must be a multiple of ", 2 * kernels::fused::kClusterRows,
+                      " (two ranks of whole clusters), N and K of 8");
+        o.shapes.push_back({m, n, k});
+        at = comma + 1;
+      }
+    } else if (a == "--iters") {
+      o.iters = std::max(1, std::atoi(v.c_str()));
+    } else if (a == "--warmup") {
+      o.warmup = std::max(0, std::atoi(v.c_str()));
+    } else if (a == "--pieces") {
+      o.pieces = std::atoi(v.c_str());
+      ASYNCTP_CHECK(o.pieces >= 0 && o.pieces <= kMaxChunksPerRank, "--pieces: 0 to ", kMaxChunksPerRank);
+    } else if (a == "--trace") {
+      o.trace = v;
+    } else {
+      detail::raise(detail::cat("unknown option ", a, "\n", kUsage));
+    }
+  }
+  return o;
+}
+
+struct DeviceMemory {
+  void* p = nullptr;
+  explicit DeviceMemory(size_t bytes) { ASYNCTP_CUDA_CHECK(cudaMalloc(&p, bytes)); }
+  ~DeviceMemory() { cudaFree(p); }
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+  template <class T>
+  T* as() const { return static_cast<T*>(p); }
+};
+
+__global__ void add_second_half(float* r, int64_t half) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < half; i += int64_t(gridDim.x) * blockDim.x) {
+    r[i] += r[half + i];
+  }
+}
+
+CUstream cu(cudaStream_t s) { return reinterpret_cast<CUstream>(s); }
+CUdeviceptr cu(const void* p) { return reinterpret_cast<CUdeviceptr>(p); }
+
+// One partial GEMM's buffers and the calls timed on them.
+class Shape {
+ public:
+  Shape(int64_t M, int64_t N, int64_t K, int pieces, cudaStream_t main, cudaStream_t pushes)
+      : M_(M), N_(N), K_(K), m_(M / 2),
+        pieces_(m_, pieces > 0 ? std::min<int64_t>(pieces, m_ / kernels::fused::kClusterRows)
+                               : std::clamp<int64_t>(m_ / 512, 1, 4)),  // resolve_fused_rs_pieces's rule
+        main_(main), pushes_(pushes),
+        a_(size_t(M) * K * 2), b_(size_t(K) * N * 2), out_(size_t(m_) * N * 2), plain_out_(size_t(M) * N * 2),
+        staging_(staging_bytes()), inbox_(staging_bytes()),
+        counters_(kCounterBytes), flags_(2 * kMaxChunksPerRank * sizeof(uint32_t)),
+        epoch_word_(sizeof(uint32_t)),
+        split_(kernels::fused::tail_split_workspace_bytes(kernels::fused::sm_count())) {
+    reference::fill(a_.p, DType::kBF16, M, K, false, {1, 0, 0}, 0, 0, main_);
+    reference::fill(b_.p, DType::kBF16, K, N, false, {2, 0, 0}, 0, 0, main_);
+    ASYNCTP_CUDA_CHECK(cudaMemsetAsync(flags_.p, 0, 2 * kMaxChunksPerRank * sizeof(uint32_t), main_));
+    ASYNCTP_CUDA_CHECK(cudaMemsetAsync(split_.p, 0, kernels::fused::tail_split_workspace_bytes(kernels::fused::sm_count()), main_));
+    ASYNCTP_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+    ASYNCTP_CUDA_CHECK(cudaEventCreateWithFlags(&joined_, cudaEventDisableTiming));
+  }
+  ~Shape() {
+    cudaEventDestroy(fork_);
+    cudaEventDestroy(joined_);
+  }
+
+  std::string text() const { return std::to_string(M_) + "x" + std::to_string(N_) + "x" + std::to_string(K_); }
+  int pieces() const { return pieces_.used; }
+
+  // The fused kernel as a plain GEMM: all M rows, nothing staged (the bench's "fused GEMM alone").
+  void plain() {
+    AgGemmArgs g = base();
+    g.c = plain_out_.p;
+    launch(g, "plain");
+  }
+
+  // The reduce-scatter's kernel, reducing in the epilogue or in fixup(), the peer's flags preset or
+  // signalled.
+  void reduce_scatter(bool epilogue, bool signalled) {
+    const StagedLayout layout(epilogue, N_);
+    AgGemmArgs g = base();
+    g.c = out_.p;
+    kernels::fused::ReduceScatterTiles& rs = g.rs;
+    rs.rank = 0;
+    rs.world = 2;
+    rs.rows_per_rank = static_cast<int32_t>(m_);
+    rs.rows_per_piece = static_cast<int32_t>(pieces_.rows);
+    rs.tiles_n = static_cast<int32_t>(layout.tiles_n);
+    rs.reduce_in_epilogue = epilogue;
+    rs.staging = staging_.as<uint32_t>();
+    rs.staged = counters_.as<uint32_t>();
+    rs.inbox = inbox_.as<const uint32_t>();
+    rs.arrived = flags_.as<const uint32_t>();
+    rs.epoch = epoch_word_.as<const uint32_t>();
+    rs.begin_epoch = ++epoch_;
+    rs.epoch_out = epoch_word_.as<uint32_t>();
+    rs.flag_stride = kMaxChunksPerRank;
+    rs.wait = kernels::WaitContext{detail::device_fault_record(), kWaitNs, 0};
+    // What the op's pushes leave behind (zeroed counters), and for preset the peer's flags already up.
+    ASYNCTP_CUDA_CHECK(cudaMemsetAsync(counters_.p, 0, kCounterBytes, main_));
+    if (!signalled) {
+      for (int j = 0; j < pieces_.used; ++j) raise_flag(main_, j);
+    }
+    ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(main_));
+    if (timing_) ASYNCTP_CUDA_CHECK(cudaEventRecord(start_, main_));
+    ASYNCTP_CUDA_CHECK(cudaEventRecord(fork_, main_));
+    const char* name = epilogue ? (signalled ? "epilogue-signalled" : "epilogue-preset")
+                                : (signalled ? "fixup-signalled" : "fixup-preset");
+    launch(g, name, [&] {
+      if (!signalled) return;
+      // As the op's pushes, on a stream that follows the fork, not the kernel: each piece's flag once
+      // the piece is staged (without the copy the op makes before it).
+      ASYNCTP_CUDA_CHECK(cudaStreamWaitEvent(pushes_, fork_, 0));
+      for (int j = 0; j < pieces_.used; ++j) {
+        ASYNCTP_CU_CHECK(detail::driver().stream_wait_value32(
+            cu(pushes_), cu(counters_.as<uint32_t>() + kPeer * kMaxChunksPerRank + j),
+            layout.count(pieces_.begin(j), pieces_.end(j, m_)), CU_STREAM_WAIT_VALUE_GEQ));
+        raise_flag(pushes_, j);
+      }
+      ASYNCTP_CUDA_CHECK(cudaEventRecord(joined_, pushes_));
+      ASYNCTP_CUDA_CHECK(cudaStreamWaitEvent(main_, joined_, 0));
+    });
+  }
+
+  // Puts the peer's pieces for `epilogue`'s layout in the inbox: what this GPU stages of rank 1's
+  // rows, copied (by a kernel, on an idle GPU) where rank 1's copy of this rank's rows would land.
+  void fill_inbox(bool epilogue) {
+    reduce_scatter(epilogue, false);
+    const StagedLayout layout(epilogue, N_);
+    const size_t rank_bytes = layout.bytes_before(m_);
+    ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(inbox_.as<char>() + kPeer * rank_bytes, staging_.as<char>() + kPeer * rank_bytes,
+                                       rank_bytes, cudaMemcpyDeviceToDevice, main_));
+    ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(main_));
+  }
+
+  // Checks the last reduce-scatter's output against fp32: own row r = P[r] + P[m + r].
+  bool check(const char* what) {
+    ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(main_));
+    if (reference_ == nullptr) make_reference();
+    const reference::Comparison c = reference::compare(out_.p, DType::kBF16, m_, N_, reference_->as<float>(), N_, 0,
+                                                       0, 1.0f, reference::tolerance(DType::kBF16, 2), main_);
+    if (!c.ok()) std::printf("  %s at %s: WRONG, %lld bad elements (%s)\n", what, text().c_str(), (long long)c.bad,
+                             c.where().c_str());
+    return c.ok();
+  }
+
+  // Times `fn` on an idle GPU: the reduce-scatter records its own start (after its set-up).
+  float time(const std::function<void()>& fn, bool records_start) {
+    ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(main_));
+    timing_ = true;
+    if (!records_start) ASYNCTP_CUDA_CHECK(cudaEventRecord(start_, main_));
+    fn();
+    ASYNCTP_CUDA_CHECK(cudaEventRecord(stop_, main_));
+    ASYNCTP_CUDA_CHECK(cudaEventSynchronize(stop_));
+    timing_ = false;
+    float ms = 0;
+    ASYNCTP_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+    return ms * 1000.0f;
+  }
+
+  void set_events(cudaEvent_t start, cudaEvent_t stop) { start_ = start, stop_ = stop; }
+  void set_tracing(bool on) { tracing_ = on; }
+
+  void cublas(gemm::GemmRunner& runner) {
+    gemm::Problem p;
+    p.M = M_, p.N = N_, p.K = K_;
+    runner.run(p, a_.p, b_.p, plain_out_.p, main_);
+  }
+
+ private:
+  size_t staging_bytes() const {
+    return std::max(StagedLayout(true, N_).bytes_before(M_), StagedLayout(false, N_).bytes_before(M_));
+  }
+
+  AgGemmArgs base() const {
+    AgGemmArgs g;
+    g.M = M_, g.N = N_, g.K = K_;
+    g.a = a_.p, g.b = b_.p;
+    g.tile_n = static_cast<int>(kernels::fused::kRsTileN);
+    g.split_workspace = split_.p;
+    g.split_sms = kernels::fused::sm_count();
+    g.split_wait = kernels::WaitContext{detail::device_fault_record(), kWaitNs, 0};
+    return g;
+  }
+
+  void raise_flag(cudaStream_t s, int piece) {
+    ASYNCTP_CU_CHECK(detail::driver().stream_write_value32(
+        cu(s), cu(flags_.as<uint32_t>() + kPeer * kMaxChunksPerRank + piece), epoch_, CU_STREAM_WRITE_VALUE_DEFAULT));
+  }
+
+  // Launches the kernel, then `after` (what follows the fork recorded before it); where tracing, waits
+  // and writes the tile trace as <name>_<M>x<N>x<K>_rank0.csv.
+  void launch(AgGemmArgs& g, const char* name, const std::function<void()>& after = [] {}) {
+    if (tracing_) g.trace = kernels::fused::tile_trace_buffer(g, main_);
+    kernels::fused::run_ag_gemm(g, main_);
+    after();
+    if (g.trace != nullptr) {
+      ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(main_));
+      kernels::fused::write_tile_trace(name, g, 0);
+    }
+  }
+
+  void make_reference() {
+    DeviceMemory a32(size_t(M_) * K_ * 4), b32(size_t(K_) * N_ * 4);
+    reference_ = std::make_unique<DeviceMemory>(size_t(M_) * N_ * 4);
+    reference::fill_fp32(a32.as<float>(), M_, K_, {1, 0, 0}, 0, 0, main_);
+    reference::fill_fp32(b32.as<float>(), K_, N_, {2, 0, 0}, 0, 0, main_);
+    reference::Fp32Gemm gemm;
+    gemm.run(a32.as<float>(), b32.as<float>(), reference_->as<float>(), M_, N_, K_, main_);
+    add_second_half<<<1024, 256, 0, main_>>>(reference_->as<float>(), m_ * N_);
+    ASYNCTP_CUDA_CHECK(cudaGetLastError());
+    ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(main_));
+  }
+
+  int64_t M_, N_, K_, m_;
+  RowPieces pieces_;
+  cudaStream_t main_, pushes_;
+  DeviceMemory a_, b_, out_, plain_out_, staging_, inbox_, counters_, flags_, epoch_word_, split_;
+  std::unique_ptr<DeviceMemory> reference_;
+  uint32_t epoch_ = 0;
+  cudaEvent_t fork_ = nullptr, joined_ = nullptr, start_ = nullptr, stop_ = nullptr;
+  bool timing_ = false, tracing_ = false;
+};
+
+int run(const Options& o) {
+  int gpus = 0;
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0) {
+    std::printf("asynctp-rs-lab: no GPU visible; nothing run\n");
+    return kNoGpu;
+  }
+  if (!o.trace.empty()) setenv("ASYNCTP_TRACE_TILES", o.trace.c_str(), 1);
+  kernels::fused::load_ag_gemm_kernels();
+  cudaStream_t main = nullptr, pushes = nullptr;
+  int lowest = 0, highest = 0;
+  ASYNCTP_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lowest, &highest));
+  ASYNCTP_CUDA_CHECK(cudaStreamCreateWithFlags(&main, cudaStreamNonBlocking));
+  ASYNCTP_CUDA_CHECK(cudaStreamCreateWithPriority(&pushes, cudaStreamNonBlocking, highest));  // as the op's
+  cudaEvent_t start = nullptr, stop = nullptr;
+  ASYNCTP_CUDA_CHECK(cudaEventCreate(&start));
+  ASYNCTP_CUDA_CHECK(cudaEventCreate(&stop));
+  cublasLtHandle_t handle = nullptr;
+  ASYNCTP_CHECK(cublasLtCreate(&handle) == CUBLAS_STATUS_SUCCESS, "cublasLtCreate failed");
+  bool all_ok = true;
+  {
+    gemm::GemmRunner runner;
+    runner.init(handle);
+    std::printf("partial M x N x K | pieces | cuBLASLt | plain | epilogue preset | epilogue signalled | "
+                "fixup preset | fixup signalled (µs, medians of %d)\n",
+                o.iters);
+    for (const auto& s : o.shapes) {
+      Shape shape(s[0], s[1], s[2], o.pieces, main, pushes);
+      shape.set_events(start, stop);
+      const std::vector<std::pair<std::function<void()>, bool>> fns = {
+          {[&] { shape.cublas(runner); }, false},
+          {[&] { shape.plain(); }, false},
+          {[&] { shape.reduce_scatter(true, false); }, true},
+          {[&] { shape.reduce_scatter(true, true); }, true},
+          {[&] { shape.reduce_scatter(false, false); }, true},
+          {[&] { shape.reduce_scatter(false, true); }, true},
+      };
+      // Correct first, each way on its own pieces in the inbox (timed calls of the other way then
+      // read the wrong layout there: their results are not checked, and cost the same).
+      bool ok = true;
+      for (const bool epilogue : {true, false}) {
+        shape.fill_inbox(epilogue);
+        shape.reduce_scatter(epilogue, true);
+        ok = shape.check(epilogue ? "epilogue" : "fixup") && ok;
+      }
+      all_ok = all_ok && ok;
+      if (!o.trace.empty()) {
+        shape.set_tracing(true);
+        for (const auto& f : fns) f.first();
+        ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(main));
+        shape.set_tracing(false);
+      }
+      for (int i = 0; i < o.warmup; ++i) {
+        for (const auto& f : fns) shape.time(f.first, f.second);
+      }
+      std::vector<std::vector<float>> us(fns.size());
+      std::vector<size_t> order(fns.size());
+      std::iota(order.begin(), order.end(), size_t{0});
+      std::mt19937 rng(20261123);
+      for (int i = 0; i < o.iters; ++i) {
+        std::shuffle(order.begin(), order.end(), rng);
+        for (const size_t f : order) us[f].push_back(shape.time(fns[f].first, fns[f].second));
+      }
+      std::printf("%s | %d |", shape.text().c_str(), shape.pieces());
+      for (auto& u : us) {
+        std::sort(u.begin(), u.end());
+        std::printf(" %.1f |", u[u.size() / 2]);
+      }
+      std::printf("%s\n", ok ? "" : " (WRONG results above)");
+      std::fflush(stdout);
+    }
+  }
+  cublasLtDestroy(handle);
+  return all_ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parse(argc, argv));
+  } catch (const asynctp::Error& e) {
+    std::fprintf(stderr, "asynctp-rs-lab: %s\n", e.what());
+    return 2;
+  }
+}
