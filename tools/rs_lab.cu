@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "asynctp/error.h"
+#include "bench/device_buffer.h"
 #include "asynctp/ops.h"
 #include "common/check.h"
 #include "common/device_fault.h"
@@ -44,6 +45,7 @@
 namespace {
 
 using namespace asynctp;
+using bench::DeviceBuffer;
 using kernels::fused::AgGemmArgs;
 using kernels::fused::RowPieces;
 using kernels::fused::StagedLayout;
@@ -80,6 +82,14 @@ const char* kUsage =
     "Exit status: 0 every result correct, 1 a wrong result, 2 bad arguments or a CUDA failure,\n"
     "77 no GPU visible.\n";
 
+int parse_int(const std::string& flag, const std::string& text, int lo, int hi) {
+  char* end = nullptr;
+  const long v = std::strtol(text.c_str(), &end, 10);
+  ASYNCTP_CHECK(!text.empty() && *end == '\0' && v >= lo && v <= hi, flag, " expects an integer from ", lo, " to ", hi,
+                ", got '", text, "'");
+  return static_cast<int>(v);
+}
+
 Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
@@ -106,12 +116,11 @@ Options parse(int argc, char** argv) {
         at = comma + 1;
       }
     } else if (a == "--iters") {
-      o.iters = std::max(1, std::atoi(v.c_str()));
+      o.iters = parse_int(a, v, 1, 100000);
     } else if (a == "--warmup") {
-      o.warmup = std::max(0, std::atoi(v.c_str()));
+      o.warmup = parse_int(a, v, 0, 100000);
     } else if (a == "--pieces") {
-      o.pieces = std::atoi(v.c_str());
-      ASYNCTP_CHECK(o.pieces >= 0 && o.pieces <= kMaxChunksPerRank, "--pieces: 0 to ", kMaxChunksPerRank);
+      o.pieces = parse_int(a, v, 0, kMaxChunksPerRank);
     } else if (a == "--trace") {
       o.trace = v;
     } else {
@@ -120,16 +129,6 @@ Options parse(int argc, char** argv) {
   }
   return o;
 }
-
-struct DeviceMemory {
-  void* p = nullptr;
-  explicit DeviceMemory(size_t bytes) { ASYNCTP_CUDA_CHECK(cudaMalloc(&p, bytes)); }
-  ~DeviceMemory() { cudaFree(p); }
-  DeviceMemory(const DeviceMemory&) = delete;
-  DeviceMemory& operator=(const DeviceMemory&) = delete;
-  template <class T>
-  T* as() const { return static_cast<T*>(p); }
-};
 
 __global__ void add_second_half(float* r, int64_t half) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < half; i += int64_t(gridDim.x) * blockDim.x) {
@@ -302,8 +301,8 @@ class Shape {
   }
 
   void make_reference() {
-    DeviceMemory a32(size_t(M_) * K_ * 4), b32(size_t(K_) * N_ * 4);
-    reference_ = std::make_unique<DeviceMemory>(size_t(M_) * N_ * 4);
+    DeviceBuffer a32(size_t(M_) * K_ * 4), b32(size_t(K_) * N_ * 4);
+    reference_ = std::make_unique<DeviceBuffer>(size_t(M_) * N_ * 4);
     reference::fill_fp32(a32.as<float>(), M_, K_, {1, 0, 0}, 0, 0, main_);
     reference::fill_fp32(b32.as<float>(), K_, N_, {2, 0, 0}, 0, 0, main_);
     reference::Fp32Gemm gemm;
@@ -316,8 +315,8 @@ class Shape {
   int64_t M_, N_, K_, m_;
   RowPieces pieces_;
   cudaStream_t main_, pushes_;
-  DeviceMemory a_, b_, out_, plain_out_, staging_, inbox_, counters_, flags_, epoch_word_, split_;
-  std::unique_ptr<DeviceMemory> reference_;
+  DeviceBuffer a_, b_, out_, plain_out_, staging_, inbox_, counters_, flags_, epoch_word_, split_;
+  std::unique_ptr<DeviceBuffer> reference_;
   uint32_t epoch_ = 0;
   cudaEvent_t fork_ = nullptr, joined_ = nullptr, start_ = nullptr, stop_ = nullptr;
   bool timing_ = false, tracing_ = false;

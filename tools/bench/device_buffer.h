@@ -16,6 +16,8 @@ struct DeviceBuffer {
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   float* f() const { return static_cast<float*>(p); }
+  template <class T>
+  T* as() const { return static_cast<T*>(p); }
 };
 
 }  // namespace asynctp::bench
