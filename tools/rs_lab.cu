@@ -21,7 +21,6 @@
 #include <array>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <memory>
 #include <numeric>
@@ -29,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "algo/fused.h"
 #include "asynctp/error.h"
 #include "bench/device_buffer.h"
 #include "asynctp/ops.h"
@@ -144,8 +144,7 @@ class Shape {
  public:
   Shape(int64_t M, int64_t N, int64_t K, int pieces, cudaStream_t main, cudaStream_t pushes)
       : M_(M), N_(N), K_(K), m_(M / 2),
-        pieces_(m_, pieces > 0 ? std::min<int64_t>(pieces, m_ / kernels::fused::kClusterRows)
-                               : std::clamp<int64_t>(m_ / 512, 1, 4)),  // resolve_fused_rs_pieces's rule
+        pieces_(m_, algo::resolve_fused_rs_pieces(pieces, m_)),
         main_(main), pushes_(pushes),
         a_(size_t(M) * K * 2), b_(size_t(K) * N * 2), out_(size_t(m_) * N * 2), plain_out_(size_t(M) * N * 2),
         staging_(staging_bytes()), inbox_(staging_bytes()),
