@@ -139,6 +139,12 @@ __global__ void add_second_half(float* r, int64_t half) {
 CUstream cu(cudaStream_t s) { return reinterpret_cast<CUstream>(s); }
 CUdeviceptr cu(const void* p) { return reinterpret_cast<CUdeviceptr>(p); }
 
+// One call of a function under test: its set-up (untimed, on an idle GPU), then the call itself.
+struct Call {
+  std::function<void()> prepare;
+  std::function<void()> run;
+};
+
 // One partial GEMM's buffers and the calls timed on them.
 class Shape {
  public:
@@ -166,16 +172,84 @@ class Shape {
   std::string text() const { return std::to_string(M_) + "x" + std::to_string(N_) + "x" + std::to_string(K_); }
   int pieces() const { return pieces_.used; }
 
+  Call cublas(gemm::GemmRunner& runner) {
+    return {[] {}, [this, &runner] {
+              gemm::Problem p;
+              p.M = M_, p.N = N_, p.K = K_;
+              runner.run(p, a_.p, b_.p, plain_out_.p, main_);
+            }};
+  }
+
   // The fused kernel as a plain GEMM: all M rows, nothing staged (the bench's "fused GEMM alone").
-  void plain() {
-    AgGemmArgs g = base();
-    g.c = plain_out_.p;
-    launch(g, "plain");
+  Call plain() {
+    return {[] {}, [this] {
+              AgGemmArgs g = base();
+              g.c = plain_out_.p;
+              launch(g, "plain");
+            }};
   }
 
   // The reduce-scatter's kernel, reducing in the epilogue or in fixup(), the peer's flags preset or
-  // signalled.
-  void reduce_scatter(bool epilogue, bool signalled) {
+  // signalled. Its set-up is what the op's pushes leave behind (zeroed counters) and a new epoch, and
+  // for preset the peer's flags already up.
+  Call reduce_scatter(bool epilogue, bool signalled) {
+    return {[this, signalled] {
+              ++epoch_;
+              ASYNCTP_CUDA_CHECK(cudaMemsetAsync(counters_.p, 0, kCounterBytes, main_));
+              if (!signalled) {
+                for (int j = 0; j < pieces_.used; ++j) raise_flag(main_, j);
+              }
+            },
+            [this, epilogue, signalled] { launch_reduce_scatter(epilogue, signalled); }};
+  }
+
+  // Runs `call` once, untimed.
+  void once(const Call& call) {
+    call.prepare();
+    call.run();
+  }
+
+  // Puts the peer's pieces for `epilogue`'s layout in the inbox: what this GPU stages of rank 1's
+  // rows, copied (by a kernel, on an idle GPU) where rank 1's copy of this rank's rows would land.
+  void fill_inbox(bool epilogue) {
+    once(reduce_scatter(epilogue, false));
+    const StagedLayout layout(epilogue, N_);
+    const size_t rank_bytes = layout.bytes_before(m_);
+    ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(inbox_.as<char>() + kPeer * rank_bytes, staging_.as<char>() + kPeer * rank_bytes,
+                                       rank_bytes, cudaMemcpyDeviceToDevice, main_));
+    ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(main_));
+  }
+
+  // Checks the last reduce-scatter's output against fp32: own row r = P[r] + P[m + r].
+  bool check(const char* what) {
+    ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(main_));
+    if (reference_ == nullptr) make_reference();
+    const reference::Comparison c = reference::compare(out_.p, DType::kBF16, m_, N_, reference_->as<float>(), N_, 0,
+                                                       0, 1.0f, reference::tolerance(DType::kBF16, 2), main_);
+    if (!c.ok()) std::printf("  %s at %s: WRONG, %lld bad elements (%s)\n", what, text().c_str(), (long long)c.bad,
+                             c.where().c_str());
+    return c.ok();
+  }
+
+  // Times `call` on an idle GPU, from after its set-up to its end.
+  float time(const Call& call) {
+    ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(main_));
+    call.prepare();
+    ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(main_));
+    ASYNCTP_CUDA_CHECK(cudaEventRecord(start_, main_));
+    call.run();
+    ASYNCTP_CUDA_CHECK(cudaEventRecord(stop_, main_));
+    ASYNCTP_CUDA_CHECK(cudaEventSynchronize(stop_));
+    float ms = 0;
+    ASYNCTP_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+    return ms * 1000.0f;
+  }
+
+  void set_events(cudaEvent_t start, cudaEvent_t stop) { start_ = start, stop_ = stop; }
+  void set_tracing(bool on) { tracing_ = on; }
+
+ private:
+  void launch_reduce_scatter(bool epilogue, bool signalled) {
     const StagedLayout layout(epilogue, N_);
     AgGemmArgs g = base();
     g.c = out_.p;
@@ -191,17 +265,10 @@ class Shape {
     rs.inbox = inbox_.as<const uint32_t>();
     rs.arrived = flags_.as<const uint32_t>();
     rs.epoch = epoch_word_.as<const uint32_t>();
-    rs.begin_epoch = ++epoch_;
+    rs.begin_epoch = epoch_;
     rs.epoch_out = epoch_word_.as<uint32_t>();
     rs.flag_stride = kMaxChunksPerRank;
     rs.wait = kernels::WaitContext{detail::device_fault_record(), kWaitNs, 0};
-    // What the op's pushes leave behind (zeroed counters), and for preset the peer's flags already up.
-    ASYNCTP_CUDA_CHECK(cudaMemsetAsync(counters_.p, 0, kCounterBytes, main_));
-    if (!signalled) {
-      for (int j = 0; j < pieces_.used; ++j) raise_flag(main_, j);
-    }
-    ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(main_));
-    if (timing_) ASYNCTP_CUDA_CHECK(cudaEventRecord(start_, main_));
     ASYNCTP_CUDA_CHECK(cudaEventRecord(fork_, main_));
     const char* name = epilogue ? (signalled ? "epilogue-signalled" : "epilogue-preset")
                                 : (signalled ? "fixup-signalled" : "fixup-preset");
@@ -221,52 +288,6 @@ class Shape {
     });
   }
 
-  // Puts the peer's pieces for `epilogue`'s layout in the inbox: what this GPU stages of rank 1's
-  // rows, copied (by a kernel, on an idle GPU) where rank 1's copy of this rank's rows would land.
-  void fill_inbox(bool epilogue) {
-    reduce_scatter(epilogue, false);
-    const StagedLayout layout(epilogue, N_);
-    const size_t rank_bytes = layout.bytes_before(m_);
-    ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(inbox_.as<char>() + kPeer * rank_bytes, staging_.as<char>() + kPeer * rank_bytes,
-                                       rank_bytes, cudaMemcpyDeviceToDevice, main_));
-    ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(main_));
-  }
-
-  // Checks the last reduce-scatter's output against fp32: own row r = P[r] + P[m + r].
-  bool check(const char* what) {
-    ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(main_));
-    if (reference_ == nullptr) make_reference();
-    const reference::Comparison c = reference::compare(out_.p, DType::kBF16, m_, N_, reference_->as<float>(), N_, 0,
-                                                       0, 1.0f, reference::tolerance(DType::kBF16, 2), main_);
-    if (!c.ok()) std::printf("  %s at %s: WRONG, %lld bad elements (%s)\n", what, text().c_str(), (long long)c.bad,
-                             c.where().c_str());
-    return c.ok();
-  }
-
-  // Times `fn` on an idle GPU: the reduce-scatter records its own start (after its set-up).
-  float time(const std::function<void()>& fn, bool records_start) {
-    ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(main_));
-    timing_ = true;
-    if (!records_start) ASYNCTP_CUDA_CHECK(cudaEventRecord(start_, main_));
-    fn();
-    ASYNCTP_CUDA_CHECK(cudaEventRecord(stop_, main_));
-    ASYNCTP_CUDA_CHECK(cudaEventSynchronize(stop_));
-    timing_ = false;
-    float ms = 0;
-    ASYNCTP_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
-    return ms * 1000.0f;
-  }
-
-  void set_events(cudaEvent_t start, cudaEvent_t stop) { start_ = start, stop_ = stop; }
-  void set_tracing(bool on) { tracing_ = on; }
-
-  void cublas(gemm::GemmRunner& runner) {
-    gemm::Problem p;
-    p.M = M_, p.N = N_, p.K = K_;
-    runner.run(p, a_.p, b_.p, plain_out_.p, main_);
-  }
-
- private:
   size_t staging_bytes() const {
     return std::max(StagedLayout(true, N_).bytes_before(M_), StagedLayout(false, N_).bytes_before(M_));
   }
@@ -318,7 +339,7 @@ class Shape {
   std::unique_ptr<DeviceBuffer> reference_;
   uint32_t epoch_ = 0;
   cudaEvent_t fork_ = nullptr, joined_ = nullptr, start_ = nullptr, stop_ = nullptr;
-  bool timing_ = false, tracing_ = false;
+  bool tracing_ = false;
 };
 
 int run(const Options& o) {
@@ -349,39 +370,39 @@ int run(const Options& o) {
     for (const auto& s : o.shapes) {
       Shape shape(s[0], s[1], s[2], o.pieces, main, pushes);
       shape.set_events(start, stop);
-      const std::vector<std::pair<std::function<void()>, bool>> fns = {
-          {[&] { shape.cublas(runner); }, false},
-          {[&] { shape.plain(); }, false},
-          {[&] { shape.reduce_scatter(true, false); }, true},
-          {[&] { shape.reduce_scatter(true, true); }, true},
-          {[&] { shape.reduce_scatter(false, false); }, true},
-          {[&] { shape.reduce_scatter(false, true); }, true},
+      const std::vector<Call> calls = {
+          shape.cublas(runner),
+          shape.plain(),
+          shape.reduce_scatter(true, false),
+          shape.reduce_scatter(true, true),
+          shape.reduce_scatter(false, false),
+          shape.reduce_scatter(false, true),
       };
       // Correct first, each way on its own pieces in the inbox (timed calls of the other way then
       // read the wrong layout there: their results are not checked, and cost the same).
       bool ok = true;
       for (const bool epilogue : {true, false}) {
         shape.fill_inbox(epilogue);
-        shape.reduce_scatter(epilogue, true);
+        shape.once(shape.reduce_scatter(epilogue, true));
         ok = shape.check(epilogue ? "epilogue" : "fixup") && ok;
       }
       all_ok = all_ok && ok;
       if (!o.trace.empty()) {
         shape.set_tracing(true);
-        for (const auto& f : fns) f.first();
+        for (const Call& c : calls) shape.once(c);
         ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(main));
         shape.set_tracing(false);
       }
       for (int i = 0; i < o.warmup; ++i) {
-        for (const auto& f : fns) shape.time(f.first, f.second);
+        for (const Call& c : calls) shape.time(c);
       }
-      std::vector<std::vector<float>> us(fns.size());
-      std::vector<size_t> order(fns.size());
+      std::vector<std::vector<float>> us(calls.size());
+      std::vector<size_t> order(calls.size());
       std::iota(order.begin(), order.end(), size_t{0});
       std::mt19937 rng(20261123);
       for (int i = 0; i < o.iters; ++i) {
         std::shuffle(order.begin(), order.end(), rng);
-        for (const size_t f : order) us[f].push_back(shape.time(fns[f].first, fns[f].second));
+        for (const size_t c : order) us[c].push_back(shape.time(calls[c]));
       }
       std::printf("%s | %d |", shape.text().c_str(), shape.pieces());
       for (auto& u : us) {
