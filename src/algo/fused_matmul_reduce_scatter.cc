@@ -102,7 +102,7 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
 
   OverlapResources& pr = OverlapResources::of(comm, stream);
   kernels::fused::load_ag_gemm_kernels();
-  const int64_t tiles_n = (plan.N + kernels::fused::kRsTileN - 1) / kernels::fused::kRsTileN;
+  const int64_t tiles_n = kernels::fused::StagedLayout::tiles_along(plan.N);
   const kernels::fused::StagedLayout layout(reduce_in_epilogue(ws, plan.M / kernels::fused::kTileRows * tiles_n), plan.N);
   const size_t rank_bytes = layout.bytes_before(rows);  // one rank's rows, staged
   char* staging = static_cast<char*>(m.scratch_for(ws * rank_bytes));  // slot d: this rank's tiles of d's rows

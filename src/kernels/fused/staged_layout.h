@@ -18,8 +18,10 @@ struct StagedLayout {
   bool epilogue = false;
   int64_t N = 0, tiles_n = 0;
 
-  StagedLayout(bool reduce_in_epilogue, int64_t n)
-      : epilogue(reduce_in_epilogue), N(n), tiles_n((n + kRsTileN - 1) / kRsTileN) {}
+  StagedLayout(bool reduce_in_epilogue, int64_t n) : epilogue(reduce_in_epilogue), N(n), tiles_n(tiles_along(n)) {}
+
+  // A reduce-scatter's tiles along N (kRsTileN wide, the last one partial where they do not divide).
+  static int64_t tiles_along(int64_t n) { return (n + kRsTileN - 1) / kRsTileN; }
 
   size_t bytes_before(int64_t row) const {
     if (epilogue) return static_cast<size_t>(row * N) * sizeof(uint16_t);  // bf16 or fp16
