@@ -71,11 +71,11 @@ const char* kUsage =
     "usage: asynctp-rs-lab [--shapes MxNxK,...] [--iters N] [--warmup N] [--pieces N] [--trace DIR]\n"
     "\n"
     "The fused reduce-scatter's partial GEMM (M rows of both ranks, K per rank) on the current GPU as\n"
-    "rank 0 of two, bf16, B row-major, timed beside the same kernel as a plain GEMM and cuBLASLt. Both\n"
-    "ways of reducing (epilogue, fixup), each with the peer's arrived flags up before the launch\n"
-    "(preset) or raised as each piece's staged count completes (signalled); nothing is copied (see\n"
-    "tools/rs_lab.cu). Results are checked first. Each call starts on an idle GPU; one call of each\n"
-    "per round, rounds in shuffled order; medians, µs.\n"
+    "rank 0 of two, bf16, B row-major, timed beside the same kernel as a plain GEMM and cuBLASLt\n"
+    "(without and with a source C of all M rows). Both ways of reducing (epilogue, fixup), each with\n"
+    "the peer's arrived flags up before the launch (preset) or raised as each piece's staged count\n"
+    "completes (signalled); nothing is copied (see tools/rs_lab.cu). Results are checked first. Each\n"
+    "call starts on an idle GPU; one call of each per round, rounds in shuffled order; medians, µs.\n"
     "  --shapes   partial GEMMs (default: the seed shapes' on two ranks and 12288x7168x2048)\n"
     "  --pieces   pieces per rank (default 0: the op's choice)\n"
     "  --trace    write each kernel's tile trace (ASYNCTP_TRACE_TILES) to DIR, once per mode\n"
@@ -172,11 +172,14 @@ class Shape {
   std::string text() const { return std::to_string(M_) + "x" + std::to_string(N_) + "x" + std::to_string(K_); }
   int pieces() const { return pieces_.used; }
 
-  Call cublas(gemm::GemmRunner& runner) {
-    return {[] {}, [this, &runner] {
+  // cuBLASLt's GEMM of all M rows; with `source`, D = A @ B + C, C being the inbox read as [M, N]: what
+  // an epilogue that reads a source costs cuBLAS, beside what it costs the fused kernel's own tiles.
+  Call cublas(gemm::GemmRunner& runner, bool source) {
+    return {[] {}, [this, &runner, source] {
               gemm::Problem p;
               p.M = M_, p.N = N_, p.K = K_;
-              runner.run(p, a_.p, b_.p, plain_out_.p, main_);
+              p.beta = source ? 1.0f : 0.0f;
+              runner.run(p, a_.p, b_.p, plain_out_.p, main_, 0, source ? inbox_.p : nullptr);
             }};
   }
 
@@ -364,14 +367,15 @@ int run(const Options& o) {
   {
     gemm::GemmRunner runner;
     runner.init(handle);
-    std::printf("partial M x N x K | pieces | cuBLASLt | plain | epilogue preset | epilogue signalled | "
+    std::printf("partial M x N x K | pieces | cuBLASLt | cuBLASLt + C | plain | epilogue preset | epilogue signalled | "
                 "fixup preset | fixup signalled (µs, medians of %d)\n",
                 o.iters);
     for (const auto& s : o.shapes) {
       Shape shape(s[0], s[1], s[2], o.pieces, main, pushes);
       shape.set_events(start, stop);
       const std::vector<Call> calls = {
-          shape.cublas(runner),
+          shape.cublas(runner, false),
+          shape.cublas(runner, true),
           shape.plain(),
           shape.reduce_scatter(true, false),
           shape.reduce_scatter(true, true),
