@@ -66,7 +66,7 @@ struct AgGemmKernel {
       ElementC, cutlass::layout::RowMajor, kAlign,
       Element, cutlass::layout::RowMajor, kAlign,
       cutlass::epilogue::TmaWarpSpecializedCooperative>::CollectiveOp;
-  using Epilogue = std::conditional_t<kReduceInEpilogue, ReduceScatterEpilogue<BuiltEpilogue<Element>>,
+  using Epilogue = std::conditional_t<kReduceInEpilogue, ReduceScatterEpilogue<BuiltEpilogue<Element>, BuiltEpilogue<void>>,
                                       RowWindowEpilogue<BuiltEpilogue<void>>>;
 
   using BaseMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
@@ -214,8 +214,7 @@ typename AgGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>::Gemm::Argume
     auto& staged = args.epilogue.staged;
     staged.thread.alpha = 1.0f;
     staged.thread.beta = 0.0f;
-    staged.ptr_C = reinterpret_cast<const Element*>(rs.staging);  // never read: beta = 0
-    staged.dC = packed_stride<typename Kernel::StrideC>(a.M, a.N);
+    staged.ptr_C = nullptr;
     staged.ptr_D = reinterpret_cast<Element*>(rs.staging);
     staged.dD = packed_stride<typename Kernel::StrideD>(a.M, a.N);
     args.epilogue.rs = rs;

@@ -1,32 +1,33 @@
 // The epilogue of the fused reduce-scatter's partial GEMM on two ranks: the reduction happens in it
 // (docs/fused_reduce_scatter.md, "Two ranks: the reduction in the epilogue").
 //
-// ReduceScatterEpilogue<Base> wraps a CUTLASS Hopper TMA epilogue that reads a source C (Base, as
-// CUTLASS's CollectiveBuilder makes it, with C's shared memory reused for D) and runs it with one of
-// two sets of parameters per tile:
-//  - a staged tile (the peer's rows): D is this GPU's staging buffer, row-major like the product, and
-//    no source; once the tile's TMA stores are complete, consumer warp 0 counts it for its piece, and
-//    the copy engine pushes the piece to the peer when the count is whole;
-//  - an own tile: D is the caller's output and C is the peer's copy of the same rows in this rank's
-//    inbox (both addressed as this rank's rows alone: row_window_epilogue.cuh), so D = scale *
-//    accumulators + scale * C in fp32; the producer warp that loads C first waits for the peer's
-//    arrived flag of the tile's piece.
+// ReduceScatterEpilogue<Base, Plain> runs one of two CUTLASS Hopper TMA epilogues per tile:
+//  - a staged tile (the peer's rows): Plain, CUTLASS's epilogue without a source, as a plain GEMM's
+//    tile has it (its TMA stores delayed by a subtile, two store stages), stores the tile into this
+//    GPU's staging buffer, row-major like the product; once the tile's stores are complete, consumer
+//    warp 0 counts it for its piece, and the copy engine pushes the piece to the peer when the count
+//    is whole;
+//  - an own tile: Base, which reads a source C (C's shared memory reused for D), stores D = scale *
+//    accumulators + scale * C in fp32 into the caller's output, C being the peer's copy of the same
+//    rows in this rank's inbox (both addressed as this rank's rows alone: row_window_epilogue.cuh); the
+//    producer warp that loads C first waits for the peer's arrived flag of the tile's piece.
 // So neither kind of tile costs the consumer warps more than an ordinary epilogue (with a source, for
 // an own tile): no per-thread stores or loads in fixup(), and C is loaded by the producer warp while
 // the consumers still run the tile's mainloop.
 //
-// The two parameter sets share the epilogue's shared memory and its load and store pipelines, which
-// is sound because of the order a CTA meets its tiles in (every staged tile before every own tile,
-// async_input_scheduler.cuh) and because a tile's stores advance the store pipeline by a whole number
-// of turns (static_assert below):
-//  - staged tiles load nothing, so the load pipeline's state is left where it was;
-//  - before the producer warp loads the first own tile's C into buffers the staged tiles stored from,
-//    it waits (a named barrier) until consumer warp 0 has seen the last staged tile's stores complete.
+// The two share the epilogue's shared memory (Plain's D buffers lie in the first of Base's), which is
+// sound because of the order a CTA meets its tiles in (every staged tile before every own tile,
+// async_input_scheduler.cuh): staged tiles use a store pipeline of their own and load nothing, so
+// Base's pipelines stand where they were, and before the producer warp loads the first own tile's C
+// into buffers the staged tiles stored from, it waits (a named barrier) until consumer warp 0 has seen
+// the last staged tile's stores complete.
 #pragma once
 
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/cutlass.h>
+
+#include <type_traits>
 
 #include "asynctp/ops.h"
 #include "kernels/fused/ag_gemm.h"
@@ -36,7 +37,7 @@
 
 namespace asynctp::kernels::fused {
 
-template <class Base>
+template <class Base, class Plain>
 class ReduceScatterEpilogue {
  public:
   using ElementC = typename Base::ElementC;
@@ -60,14 +61,14 @@ class ReduceScatterEpilogue {
   // product's M rows.
   using Own = RowWindowEpilogue<Base>;
   struct Arguments {
-    typename Own::Arguments own;      // D: the output; C: the peer's copy of this rank's rows; beta != 0
-    typename Base::Arguments staged;  // D: the staging buffer; beta = 0
+    typename Own::Arguments own;       // D: the output; C: the peer's copy of this rank's rows; beta != 0
+    typename Plain::Arguments staged;  // D: the staging buffer; no source
     ReduceScatterTiles rs{};
   };
 
   struct Params {
     typename Own::Params own;
-    typename Base::Params staged;
+    typename Plain::Params staged;
     ReduceScatterTiles rs{};
     uint32_t tma_transaction_bytes = 0;  // read by the kernel for the load pipeline
   };
@@ -76,7 +77,7 @@ class ReduceScatterEpilogue {
   static Params to_underlying_arguments(ProblemShape const& problem_shape, Arguments const& args, void* workspace) {
     Params p;
     p.own = Own::to_underlying_arguments(problem_shape, args.own, workspace);
-    p.staged = Base::to_underlying_arguments(problem_shape, args.staged, workspace);
+    p.staged = Plain::to_underlying_arguments(problem_shape, args.staged, workspace);
     p.rs = args.rs;
     p.tma_transaction_bytes = p.own.tma_transaction_bytes;
     return p;
@@ -85,13 +86,13 @@ class ReduceScatterEpilogue {
   template <class ProblemShape>
   static bool can_implement(ProblemShape const& problem_shape, Arguments const& args) {
     return args.rs.rank >= 0 && args.rs.world == 2 && args.rs.reduce_in_epilogue &&
-           Own::can_implement(problem_shape, args.own) && Base::can_implement(problem_shape, args.staged);
+           Own::can_implement(problem_shape, args.own) && Plain::can_implement(problem_shape, args.staged);
   }
 
-  // The linear-combination epilogue needs no workspace; Base says so for both parameter sets.
+  // The linear-combination epilogues need no workspace; Base and Plain say so.
   template <class ProblemShape>
   static size_t get_workspace_size(ProblemShape const& problem_shape, Arguments const& args) {
-    return Base::get_workspace_size(problem_shape, args.own) + Base::get_workspace_size(problem_shape, args.staged);
+    return Base::get_workspace_size(problem_shape, args.own) + Plain::get_workspace_size(problem_shape, args.staged);
   }
 
   template <class ProblemShape>
@@ -112,11 +113,11 @@ class ReduceScatterEpilogue {
 
   CUTLASS_DEVICE static void prefetch_tma_descriptors(Params const& params) {
     Base::prefetch_tma_descriptors(params.own);
-    Base::prefetch_tma_descriptors(params.staged);
+    Plain::prefetch_tma_descriptors(params.staged);
   }
 
   CUTLASS_DEVICE ReduceScatterEpilogue(Params const& params, TensorStorage& shared_tensors)
-      : params_(params), own_(params.own, shared_tensors), staged_(params.staged, shared_tensors) {}
+      : params_(params), own_(params.own, shared_tensors), staged_(params.staged, plain_storage(shared_tensors)) {}
 
   CUTLASS_DEVICE bool is_producer_load_needed() const { return own_.is_producer_load_needed(); }
 
@@ -146,37 +147,36 @@ class ReduceScatterEpilogue {
 
   // The consumer warpgroups, for each tile with an epilogue. `release` is the scheduler's
   // reduction_subtile_idx(): for a staged tile, (tiles to count << 1) | (the next tile is an own one).
+  // A staged tile hands back the kernel's (Base's) pipeline states as they came.
   template <class ProblemShapeMNKL, class TileShapeMNK, class TileCoordMNKL, class AccEngine, class AccLayout,
             class TiledMma>
   CUTLASS_DEVICE auto store(LoadPipeline load_pipeline, LoadPipelineState load_state, StorePipeline store_pipeline,
                             StorePipelineState store_state, ProblemShapeMNKL problem_shape, TileShapeMNK tile_shape,
                             TileCoordMNKL tile_coord, cute::Tensor<AccEngine, AccLayout> accumulators,
                             TiledMma tiled_mma, int thread_idx, TensorStorage& shared_tensors, int release = -1) {
-    static_assert(decltype(cute::size<1>(cute::zipped_divide(cute::make_layout(cute::take<0, 2>(TileShapeMNK{})),
-                                                             typename Base::EpilogueTile{})))::value %
-                          (2 * LoadPipelineState::Stages) ==
-                      0,
-                  "a staged tile's stores must bring the shared store/load pipeline state back to where it was");
     const int32_t row0 = static_cast<int32_t>(cute::get<0>(tile_coord)) * kTileM;
     if (!is_staged(row0)) {
       stored_own_ = true;
       return own_.store(load_pipeline, load_state, store_pipeline, store_state, problem_shape, tile_shape, tile_coord,
                         accumulators, tiled_mma, thread_idx, shared_tensors, -1);
     }
-    auto [unused_load_state, next_store_state] =
-        staged_.store(load_pipeline, load_state, store_pipeline, store_state, problem_shape, tile_shape, tile_coord,
-                      accumulators, tiled_mma, thread_idx, shared_tensors, -1);
-    (void)unused_load_state;  // nothing was loaded for a staged tile
+    // Plain loads nothing (no source), so it leaves the load pipeline and its state alone.
+    auto [unused_load_state, next_plain_state] =
+        staged_.store(load_pipeline, load_state, plain_store_pipeline(), plain_store_state_, problem_shape, tile_shape,
+                      tile_coord, accumulators, tiled_mma, thread_idx, plain_storage(shared_tensors), -1);
+    (void)unused_load_state;
+    plain_store_state_ = next_plain_state;
     if (release > 0 && thread_idx < cutlass::NumThreadsPerWarp) count_staged(row0, release);
-    return cute::make_tuple(load_state, next_store_state);
+    return cute::make_tuple(load_state, store_state);
   }
 
   CUTLASS_DEVICE auto store_tail(LoadPipeline load_pipeline, LoadPipelineState load_state, StorePipeline store_pipeline,
                                  StorePipelineState store_state) {
     // Base's tail hands back the load stages an own tile still holds; after staged tiles only there are
-    // none, and handing any back would run ahead of the producer warp.
+    // none, and handing any back would run ahead of the producer warp: only Plain's stores are waited for.
     if (stored_own_) return own_.store_tail(load_pipeline, load_state, store_pipeline, store_state);
-    return staged_.store_tail(load_pipeline, load_state, store_pipeline, store_state);
+    staged_.store_tail(load_pipeline, load_state, plain_store_pipeline(), plain_store_state_);
+    return cute::make_tuple(load_state, store_state);
   }
 
  private:
@@ -185,6 +185,25 @@ class ReduceScatterEpilogue {
   static constexpr uint32_t kGateBarrier = 0;  // the first named barrier CUTLASS leaves to its users
 
   CUTLASS_DEVICE bool is_staged(int32_t row0) const { return params_.rs.is_staged(row0); }
+
+  // Plain's shared memory: the start of Base's, which staged and own tiles use in turn (above).
+  CUTLASS_DEVICE static typename Plain::TensorStorage& plain_storage(TensorStorage& shared_tensors) {
+    static_assert(sizeof(typename Plain::TensorStorage) <= sizeof(TensorStorage) &&
+                      alignof(TensorStorage) % alignof(typename Plain::TensorStorage) == 0,
+                  "Plain's shared memory must fit in Base's");
+    static_assert(std::is_same_v<typename Plain::LoadPipeline, LoadPipeline> &&
+                      std::is_same_v<typename Plain::LoadPipelineState, LoadPipelineState>,
+                  "Plain is handed Base's load pipeline, which it does not use");
+    return *reinterpret_cast<typename Plain::TensorStorage*>(&shared_tensors);
+  }
+
+  // Plain's store pipeline holds no state but its parameters (the bulk-copy groups are the issuing
+  // warp's); its position is plain_store_state_. Every acquire waits, as the kernel has it for Base's.
+  CUTLASS_DEVICE static typename Plain::StorePipeline plain_store_pipeline() {
+    typename Plain::StorePipeline::Params params;
+    params.always_wait = true;
+    return typename Plain::StorePipeline(params);
+  }
 
 
   // Every lane waits and fences, as the mainloop's producer does (async_input_mainloop.cuh), so the lane
@@ -214,7 +233,8 @@ class ReduceScatterEpilogue {
 
   Params const& params_;
   Own own_;
-  Base staged_;
+  Plain staged_;
+  typename Plain::StorePipelineState plain_store_state_{};  // consumers: where the staged tiles' stores are
   bool after_staged_ = false;  // producer warp: a staged tile has gone by since the gate
   bool stored_own_ = false;    // consumers: an own tile has been stored
 };
