@@ -108,9 +108,9 @@ class AsyncInputTileScheduler {
     int32_t tail_slot = 0;             // the tile's row in the workspace, where split
     bool staged = false;               // a reduce-scatter tile of another rank's rows
     int32_t unit = 0;                  // the scheduler's work unit (for the tile trace)
-    // A staged tile stored by the epilogue (ReduceScatterTiles::reduce_in_epilogue), in its last split:
-    // (staged tiles its count covers, 0 to leave the count to a later tile) << 1 | (the CTA's next
-    // tile with an epilogue is an own one); -1 for every other tile.
+    // A staged tile's last split, as the consumers get it (visit()): (staged tiles its count covers, 0
+    // to leave the count to a later tile) << 1 | (the CTA's next tile with an epilogue is an own one,
+    // where the epilogue stores staged tiles); -1 for every other tile.
     int32_t staged_release = -1;
     CUTLASS_HOST_DEVICE bool is_valid() const { return is_valid_tile; }
     CUTLASS_HOST_DEVICE static WorkTileInfo invalid_work_tile() { return {-1, -1, -1, false}; }
@@ -367,19 +367,6 @@ class AsyncInputTileScheduler {
     return other.is_valid() && other.staged && other.splits == 1 && piece_index(params, other) == piece_index(params, work);
   }
 
-  // How many staged tiles the count after the staged tile `work` covers. A release waits until the
-  // stores before it have reached L2, and every CTA stages at the same moment of a round, so it costs
-  // microseconds; where this CTA's next tile is staged for the same piece, the count waits for it (0:
-  // the piece is not complete before that tile anyway) and one release covers the run.
-  CUTLASS_DEVICE static uint32_t staged_count(Params const& params, WorkTileInfo const& work) {
-    if (work.splits != 1) return 1;
-    const int32_t stride = static_cast<int32_t>(gridDim.z);
-    if (same_staged_piece(params, work, tile_of(params, work.unit + stride))) return 0;
-    uint32_t count = 1;
-    for (int32_t u = work.unit - stride; same_staged_piece(params, work, tile_of(params, u)); u -= stride) ++count;
-    return count;
-  }
-
   // Whether the CTA's next tile with an epilogue, from `next` (the unit after a tile) on, is one of this
   // rank's own.
   CUTLASS_DEVICE bool own_tile_from(WorkTileInfo next) const {
@@ -414,7 +401,7 @@ class AsyncInputTileScheduler {
         slot[g * threads] = make_uint4(pack(accumulators(e), accumulators(e + 1)), pack(accumulators(e + 2), accumulators(e + 3)),
                                        pack(accumulators(e + 4), accumulators(e + 5)), pack(accumulators(e + 6), accumulators(e + 7)));
       }
-      const uint32_t count = staged_count(params, work);
+      const uint32_t count = static_cast<uint32_t>(work.staged_release) >> 1;  // visit()
       if (count == 0) return;
       // One count per warp (staged_count_per_tile): __syncwarp orders the lanes' stores before lane 0's
       // release, which the copy engine's wait (a stream memory operation on this GPU) then sees.
@@ -454,11 +441,15 @@ class AsyncInputTileScheduler {
     hi = static_cast<float>(Element::bitcast(static_cast<uint16_t>(word >> 16)));
   }
 
-  // This CTA's unit u, which follows `prev` (invalid for its first), as the kernel's loops get it. For
-  // the consumers, with staged_release where the epilogue stores staged tiles: the count a staged tile
-  // releases is staged_count()'s, found from the run it extends (run_, kept from the tile before) and
-  // the unit after it, so that a staged tile costs the consumer warps, on the way from one tile's
-  // epilogue to the next one's mainloop, two tile_of() instead of one per tile of its run and three.
+  // This CTA's unit u, which follows `prev` (invalid for its first), as the kernel's loops get it; for
+  // the consumers, a staged tile's last split also carries staged_release.
+  //
+  // The count: a release waits until the stores before it have reached L2, and every CTA stages at the
+  // same moment of a round, so each one costs microseconds. Where this CTA's next tile is staged for
+  // the same piece, a whole staged tile leaves the count to it (0: the piece is not complete before
+  // that tile anyway), and the tile that ends such a run counts all of it (run_, kept from the tile
+  // before); a split tile counts itself. Found here, once per tile, rather than by a walk back over the
+  // run: two tile_of() per staged tile, on the consumers' way from one epilogue to the next mainloop.
   CUTLASS_DEVICE WorkTileInfo visit(WorkTileInfo const& prev, int32_t u) {
 #if defined(__CUDA_ARCH__)
     const bool consumer = threadIdx.x >= cutlass::NumThreadsPerWarpGroup;
@@ -466,13 +457,13 @@ class AsyncInputTileScheduler {
     const bool consumer = false;
 #endif
     WorkTileInfo w = tile_of(params_, u);
-    if (!consumer || !params_.rs.reduce_in_epilogue || !w.staged || w.split + 1 != w.splits) return w;
-    // As staged_count(): a split tile counts itself; a whole one covers the run of whole staged tiles of
-    // its piece that it ends, or leaves the count to the next tile where that one continues it.
+    if (!consumer || !w.staged || w.split + 1 != w.splits) return w;
     const WorkTileInfo ahead = tile_of(params_, u + stride_);
     run_ = w.splits == 1 && same_staged_piece(params_, w, prev) ? run_ + 1 : 1;
     const uint32_t count = w.splits != 1 ? 1u : same_staged_piece(params_, w, ahead) ? 0u : run_;
-    w.staged_release = static_cast<int32_t>(count << 1) | (own_tile_from(ahead) ? 1 : 0);
+    // Only the epilogue that stores staged tiles needs to know what comes next (its store pipeline).
+    const bool own_next = params_.rs.reduce_in_epilogue && own_tile_from(ahead);
+    w.staged_release = static_cast<int32_t>(count << 1) | (own_next ? 1 : 0);
     return w;
   }
 
