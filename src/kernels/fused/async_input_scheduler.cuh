@@ -23,8 +23,11 @@
 // all the same.
 #pragma once
 
+#include <algorithm>
+
 #include <cute/arch/cluster_sm90.hpp>
 #include <cute/tensor.hpp>
+#include <cutlass/fast_math.h>
 #include <cutlass/gemm/kernel/tile_scheduler.hpp>
 #include <cutlass/kernel_hardware_info.hpp>
 #include <cutlass/pipeline/pipeline.hpp>
@@ -96,6 +99,12 @@ class AsyncInputTileScheduler {
     ReduceScatterTiles rs{};
     uint64_t* trace = nullptr;
     const DoneSignal* done = nullptr;  // a pointer, not the struct: the scheduler keeps Params in every thread
+    // tile_of()'s divisors, as multiply-and-shift: every consumer thread finds one or two tiles between
+    // one tile's epilogue and the next one's mainloop, and an integer division is a few dozen dependent
+    // instructions. Bands (band_m * clusters_n tiles; band_m rows, last_band_rows in the last band),
+    // the tail's tiles, and the reduce-scatter's rows per rank and per piece.
+    cutlass::FastDivmod band_tiles_div, band_rows_div, last_band_rows_div, tail_div, rank_rows_div, piece_rows_div;
+    int32_t last_band_row0 = 0;
   };
 
   struct WorkTileInfo {
@@ -145,6 +154,13 @@ class AsyncInputTileScheduler {
     p.rs = args.rs;
     p.trace = args.trace;
     p.done = args.done;
+    const int32_t bands = (p.clusters_m + p.band_m - 1) / p.band_m;
+    p.last_band_row0 = bands > 0 ? (bands - 1) * p.band_m : 0;
+    p.band_tiles_div = cutlass::FastDivmod(std::max(1, p.band_m * p.clusters_n));
+    p.band_rows_div = cutlass::FastDivmod(p.band_m);
+    p.last_band_rows_div = cutlass::FastDivmod(std::max(1, p.clusters_m - p.last_band_row0));
+    p.rank_rows_div = cutlass::FastDivmod(std::max(1, p.rs.rows_per_rank));
+    p.piece_rows_div = cutlass::FastDivmod(std::max(1, p.rs.rows_per_piece));
     const TailSplit split = plan_tail_split(p.total, clusters(p, hw_info), p.k_tiles, args.max_splits);
     const int64_t ctas = static_cast<int64_t>(p.cluster_m) * p.cluster_n;
     // Room for the plan's counters and partial sums (a workspace sized for fewer SMs has none).
@@ -154,6 +170,7 @@ class AsyncInputTileScheduler {
       p.tail = static_cast<int32_t>(split.tail);
       p.splits = static_cast<int32_t>(split.splits);
       p.units = static_cast<int32_t>(split.units());
+      p.tail_div = cutlass::FastDivmod(p.tail);
       p.counters = static_cast<uint32_t*>(args.workspace);
       p.partials = reinterpret_cast<float*>(p.counters + static_cast<size_t>(args.workspace_sms) * kConsumerThreads);
     }
@@ -357,9 +374,11 @@ class AsyncInputTileScheduler {
     return p.total < slots ? p.total : slots;
   }
 
-  // The staged counter of the piece a reduce-scatter tile's rows are in.
+  // The staged counter of the piece a reduce-scatter tile's rows are in (ReduceScatterTiles::staged_index).
   CUTLASS_DEVICE static int32_t piece_index(Params const& params, WorkTileInfo const& work) {
-    return params.rs.staged_index(work.M_idx * params.tile_m);
+    const int32_t row0 = work.M_idx * params.tile_m;
+    const int32_t owner = params.rank_rows_div.div(row0);
+    return owner * kMaxChunksPerRank + params.piece_rows_div.div(row0 - owner * params.rs.rows_per_rank);
   }
 
   // Whether `other` is a whole staged tile of the same rank's rows and piece as the staged tile `work`.
@@ -473,18 +492,22 @@ class AsyncInputTileScheduler {
     if (u < 0 || u >= params_.units) return WorkTileInfo::invalid_work_tile();
     int32_t t = u, split = 0, tail_tile = 0;
     if (u >= params_.whole) {
-      const int32_t v = u - params_.whole;
-      tail_tile = v % params_.tail;
-      split = v / params_.tail;
+      params_.tail_div(split, tail_tile, u - params_.whole);
       t = params_.whole + tail_tile;
     }
-    const int32_t band_tiles = params_.band_m * params_.clusters_n;
-    const int32_t band = t / band_tiles;
-    const int32_t in_band = t - band * band_tiles;
+    int32_t band = 0, in_band = 0;
+    params_.band_tiles_div(band, in_band, t);
     const int32_t band_row0 = band * params_.band_m;
-    const int32_t rows = min(params_.band_m, params_.clusters_m - band_row0);
-    const int32_t n_cluster = in_band / rows;
-    int32_t m_cluster = band_row0 + (in_band - n_cluster * rows) + params_.first_m_cluster;
+    // Down the band's rows (fewer in the last band), then along N. A branch, not a reference to the
+    // divisor chosen at run time: that put the scheduler's copy of Params in local memory and made
+    // the kernel 8-15% slower (asynctp-rs-lab, docs/fused_reduce_scatter.md).
+    int32_t n_cluster = 0, row_in_band = 0;
+    if (band_row0 == params_.last_band_row0) {
+      params_.last_band_rows_div(n_cluster, row_in_band, in_band);
+    } else {
+      params_.band_rows_div(n_cluster, row_in_band, in_band);
+    }
+    int32_t m_cluster = band_row0 + row_in_band + params_.first_m_cluster;
     if (m_cluster >= params_.clusters_m) m_cluster -= params_.clusters_m;
     auto [cta_m, cta_n, cta_l] = cute::block_id_in_cluster();
     (void)cta_l;
@@ -504,7 +527,7 @@ class AsyncInputTileScheduler {
     w.tail_slot = tail_tile * params_.cluster_m * params_.cluster_n + static_cast<int32_t>(cta_m) +
                   static_cast<int32_t>(cta_n) * params_.cluster_m;
     w.unit = u;
-    w.staged = params_.rs.is_staged(w.M_idx * params_.tile_m);
+    w.staged = params_.rs.rank >= 0 && params_.rank_rows_div.div(w.M_idx * params_.tile_m) != params_.rs.rank;
     return w;
   }
 
