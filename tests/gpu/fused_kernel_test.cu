@@ -10,9 +10,12 @@
 #include <cstring>
 #include <vector>
 
+#include <cutlass/fast_math.h>
+
 #include "algo/fused.h"
 #include "comm/communicator_impl.h"
 #include "kernels/fused/ag_gemm.h"
+#include "kernels/fused/reduce_scatter_tiles.h"
 #include "kernels/fused/tail_split.h"
 #include "ops_test_cases.h"
 
@@ -180,6 +183,36 @@ TEST(FusedKernel, EveryInstantiationWaitsForItsRowsFlag) {
     cudaStreamDestroy(s);
     return 0;
   });
+}
+
+// The scheduler finds a reduce-scatter tile's rank and piece with cutlass::FastDivmod; the epilogue
+// and fixup() count and wait with plain division. A tile counted into another piece than its own
+// leaves that piece's count short and its push waiting until the timeout. No GPU needed.
+TEST(FusedKernel, TileRowsMapToTheSameRankAndPieceByEitherDivision) {
+  using kernels::fused::ReduceScatterTiles;
+  int checked = 0;
+  for (const int world : {2, 3, 4, 8}) {
+    for (const int m : {256, 1536, 4096, 8192, 12288, 65536}) {
+      for (const int piece_rows : {128, 256, 384, 512, 2048, 4096}) {
+        if (piece_rows > m || (m + piece_rows - 1) / piece_rows > static_cast<int>(kMaxChunksPerRank)) continue;
+        for (int rank = 0; rank < world; ++rank) {
+          ReduceScatterTiles rs;
+          rs.rank = rank, rs.world = world, rs.rows_per_rank = m, rs.rows_per_piece = piece_rows;
+          const cutlass::FastDivmod by_rank(m), by_piece(piece_rows);
+          for (int row0 = 0; row0 < world * m; row0 += static_cast<int>(kernels::fused::kTileRows)) {
+            const int owner = row0 / m, piece = row0 % m / piece_rows;
+            ASSERT_EQ(rs.staged_index(row0), owner * static_cast<int>(kMaxChunksPerRank) + piece) << row0;
+            ASSERT_EQ(rs.staged_index(row0, by_rank, by_piece), rs.staged_index(row0)) << world << " " << m << " " << row0;
+            ASSERT_EQ(rs.piece_of(row0), piece);
+            ASSERT_EQ(rs.is_staged(row0, by_rank), owner != rank);
+            ASSERT_EQ(rs.is_staged(row0), owner != rank);
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 50000);
 }
 
 }  // namespace

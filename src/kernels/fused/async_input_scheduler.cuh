@@ -374,11 +374,9 @@ class AsyncInputTileScheduler {
     return p.total < slots ? p.total : slots;
   }
 
-  // The staged counter of the piece a reduce-scatter tile's rows are in (ReduceScatterTiles::staged_index).
+  // The staged counter of the piece a reduce-scatter tile's rows are in.
   CUTLASS_DEVICE static int32_t piece_index(Params const& params, WorkTileInfo const& work) {
-    const int32_t row0 = work.M_idx * params.tile_m;
-    const int32_t owner = params.rank_rows_div.div(row0);
-    return owner * kMaxChunksPerRank + params.piece_rows_div.div(row0 - owner * params.rs.rows_per_rank);
+    return params.rs.staged_index(work.M_idx * params.tile_m, params.rank_rows_div, params.piece_rows_div);
   }
 
   // Whether `other` is a whole staged tile of the same rank's rows and piece as the staged tile `work`.
@@ -527,7 +525,7 @@ class AsyncInputTileScheduler {
     w.tail_slot = tail_tile * params_.cluster_m * params_.cluster_n + static_cast<int32_t>(cta_m) +
                   static_cast<int32_t>(cta_n) * params_.cluster_m;
     w.unit = u;
-    w.staged = params_.rs.rank >= 0 && params_.rank_rows_div.div(w.M_idx * params_.tile_m) != params_.rs.rank;
+    w.staged = params_.rs.is_staged(w.M_idx * params_.tile_m, params_.rank_rows_div);
     return w;
   }
 

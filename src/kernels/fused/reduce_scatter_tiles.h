@@ -61,16 +61,38 @@ struct ReduceScatterTiles {
   WaitContext wait{};
 
   // Where the tile whose first row is `row0` belongs, for the scheduler and the epilogue alike: the rank
-  // that owns its rows, the piece of that rank's rows it is in, and that piece's staged counter.
-  ASYNCTP_RS_HOST_DEVICE int32_t owner_of(int32_t row0) const { return row0 / rows_per_rank; }
-  ASYNCTP_RS_HOST_DEVICE int32_t piece_of(int32_t row0) const {
-    return (row0 - owner_of(row0) * rows_per_rank) / rows_per_piece;
+  // that owns its rows, the piece of that rank's rows it is in, and that piece's staged counter. Each
+  // takes what divides by rows_per_rank (`by_rank`) and rows_per_piece (`by_piece`): by default a
+  // plain division; the scheduler, which asks for every tile, passes cutlass::FastDivmod.
+  struct Divide {
+    int32_t divisor;
+    ASYNCTP_RS_HOST_DEVICE int32_t div(int32_t x) const { return x / divisor; }
+  };
+  template <class Div>
+  ASYNCTP_RS_HOST_DEVICE int32_t owner_of(int32_t row0, Div const& by_rank) const {
+    return by_rank.div(row0);
   }
-  ASYNCTP_RS_HOST_DEVICE int32_t staged_index(int32_t row0) const {
-    return owner_of(row0) * kMaxChunksPerRank + piece_of(row0);
+  template <class Div>
+  ASYNCTP_RS_HOST_DEVICE int32_t piece_of(int32_t row0, Div const& by_rank, Div const& by_piece) const {
+    return by_piece.div(row0 - owner_of(row0, by_rank) * rows_per_rank);
+  }
+  template <class Div>
+  ASYNCTP_RS_HOST_DEVICE int32_t staged_index(int32_t row0, Div const& by_rank, Div const& by_piece) const {
+    return owner_of(row0, by_rank) * kMaxChunksPerRank + piece_of(row0, by_rank, by_piece);
   }
   // A reduce-scatter's tile of another rank's rows.
-  ASYNCTP_RS_HOST_DEVICE bool is_staged(int32_t row0) const { return rank >= 0 && owner_of(row0) != rank; }
+  template <class Div>
+  ASYNCTP_RS_HOST_DEVICE bool is_staged(int32_t row0, Div const& by_rank) const {
+    return rank >= 0 && owner_of(row0, by_rank) != rank;
+  }
+  ASYNCTP_RS_HOST_DEVICE int32_t owner_of(int32_t row0) const { return owner_of(row0, Divide{rows_per_rank}); }
+  ASYNCTP_RS_HOST_DEVICE int32_t piece_of(int32_t row0) const {
+    return piece_of(row0, Divide{rows_per_rank}, Divide{rows_per_piece});
+  }
+  ASYNCTP_RS_HOST_DEVICE int32_t staged_index(int32_t row0) const {
+    return staged_index(row0, Divide{rows_per_rank}, Divide{rows_per_piece});
+  }
+  ASYNCTP_RS_HOST_DEVICE bool is_staged(int32_t row0) const { return is_staged(row0, Divide{rows_per_rank}); }
 
 #if defined(__CUDACC__)
   // The value the peers' arrived flags reach for this call.
