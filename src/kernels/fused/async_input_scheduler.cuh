@@ -404,10 +404,10 @@ class AsyncInputTileScheduler {
     if (rs.rank < 0 || rs.reduce_in_epilogue) return;
     constexpr int kWords = decltype(cute::size(accumulators))::value / 2;
     const int32_t row0 = work.M_idx * params.tile_m;
-    const int32_t owner = rs.owner_of(row0);
+    const int32_t owner = rs.owner_of(row0, params.rank_rows_div);
     const int32_t tile = (row0 - owner * rs.rows_per_rank) / params.tile_m * rs.tiles_n + work.N_idx;
     const int32_t tiles_per_rank = rs.rows_per_rank / params.tile_m * rs.tiles_n;
-    const int32_t piece = rs.piece_of(row0);
+    const int32_t piece = rs.piece_of(row0, params.rank_rows_div, params.piece_rows_div);
     const size_t slot_words = static_cast<size_t>(kWords) * threads;
     static_assert(kWords % 4 == 0, "a thread's words go in 16-byte groups");
     if (work.staged) {
