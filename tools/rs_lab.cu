@@ -64,21 +64,49 @@ struct Options {
   int iters = 30;
   int warmup = 5;
   int pieces = 0;  // 0: as the op chooses
+  bool queued = false;
   std::string trace;
+  std::vector<std::string> calls;  // empty: all of kCalls
+};
+
+// The calls the lab can time, in the order of its table's columns (and the trace files' names).
+struct CallKind {
+  const char* name;
+  enum { kCublas, kCublasWithC, kPlain, kReduceScatter } what;
+  bool epilogue = false;   // a reduce-scatter's way
+  bool signalled = false;  // and its flags
+};
+constexpr CallKind kCalls[] = {
+    {"cublaslt", CallKind::kCublas},
+    {"cublaslt-c", CallKind::kCublasWithC},
+    {"plain", CallKind::kPlain},
+    {"epilogue-preset", CallKind::kReduceScatter, true, false},
+    {"epilogue-signalled", CallKind::kReduceScatter, true, true},
+    {"fixup-preset", CallKind::kReduceScatter, false, false},
+    {"fixup-signalled", CallKind::kReduceScatter, false, true},
 };
 
 const char* kUsage =
-    "usage: asynctp-rs-lab [--shapes MxNxK,...] [--iters N] [--warmup N] [--pieces N] [--trace DIR]\n"
+    "usage: asynctp-rs-lab [--shapes MxNxK,...] [--iters N] [--warmup N] [--pieces N] [--queued]\n"
+    "                      [--calls NAME,...] [--trace DIR]\n"
     "\n"
     "The fused reduce-scatter's partial GEMM (M rows of both ranks, K per rank) on the current GPU as\n"
     "rank 0 of two, bf16, B row-major, timed beside the same kernel as a plain GEMM and cuBLASLt\n"
     "(without and with a source C of all M rows). Both ways of reducing (epilogue, fixup), each with\n"
     "the peer's arrived flags up before the launch (preset) or raised as each piece's staged count\n"
     "completes (signalled); nothing is copied (see tools/rs_lab.cu). Results are checked first. Each\n"
-    "call starts on an idle GPU; one call of each per round, rounds in shuffled order; medians, µs.\n"
+    "call starts on an idle GPU (unless --queued); one call of each per round, rounds in shuffled\n"
+    "order; medians, µs.\n"
     "  --shapes   partial GEMMs (default: the seed shapes' on two ranks and 12288x7168x2048)\n"
     "  --pieces   pieces per rank (default 0: the op's choice)\n"
-    "  --trace    write each kernel's tile trace (ASYNCTP_TRACE_TILES) to DIR, once per mode\n"
+    "  --calls    which of cublaslt, cublaslt-c, plain, epilogue-preset, epilogue-signalled,\n"
+    "             fixup-preset, fixup-signalled to run (default all; e.g. for ncu, which cannot run\n"
+    "             a signalled call: its kernel waits for flags that a stream raises beside it)\n"
+    "  --queued   time each call behind a kernel that keeps the GPU busy while the host enqueues it:\n"
+    "             the GPU's time alone, without the host's before the launch\n"
+    "  --trace    run each call once between two kernels that stamp the GPU's timer, print where its\n"
+    "             GPU time goes (before the first CTA, tiles, after the last epilogue), and write\n"
+    "             the fused kernel's tile trace (ASYNCTP_TRACE_TILES) to DIR\n"
     "Exit status: 0 every result correct, 1 a wrong result, 2 bad arguments or a CUDA failure,\n"
     "77 no GPU visible.\n";
 
@@ -97,6 +125,10 @@ Options parse(int argc, char** argv) {
     if (a == "-h" || a == "--help") {
       std::fputs(kUsage, stdout);
       std::exit(0);
+    }
+    if (a == "--queued") {
+      o.queued = true;
+      continue;
     }
     ASYNCTP_CHECK(i + 1 < argc, a, " needs a value");
     const std::string v = argv[++i];
@@ -123,6 +155,16 @@ Options parse(int argc, char** argv) {
       o.pieces = parse_int(a, v, 0, kMaxChunksPerRank);
     } else if (a == "--trace") {
       o.trace = v;
+    } else if (a == "--calls") {
+      size_t at = 0;
+      while (at <= v.size()) {
+        const size_t comma = std::min(v.find(',', at), v.size());
+        const std::string name = v.substr(at, comma - at);
+        ASYNCTP_CHECK(std::any_of(std::begin(kCalls), std::end(kCalls), [&](const CallKind& k) { return name == k.name; }),
+                      "--calls: '", name, "' is not one of the calls --help lists");
+        o.calls.push_back(name);
+        at = comma + 1;
+      }
     } else {
       detail::raise(detail::cat("unknown option ", a, "\n", kUsage));
     }
@@ -134,6 +176,27 @@ __global__ void add_second_half(float* r, int64_t half) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < half; i += int64_t(gridDim.x) * blockDim.x) {
     r[i] += r[half + i];
   }
+}
+
+// Keeps one SM busy for `ns`: a call enqueued behind it is on the GPU's queue before the GPU reaches
+// it, so its time excludes what the host spends before the launch (--queued). Where `end` is given,
+// stores the global timer as it ends.
+__global__ void spin_for(uint64_t ns, uint64_t* end) {
+  uint64_t t0 = 0, t = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+  if (end != nullptr && threadIdx.x == 0) *end = t;
+}
+
+__global__ void empty_kernel() {}
+
+// Stores the global timer as the kernel starts: when the GPU was done with what came before it.
+__global__ void stamp_start(uint64_t* at) {
+  uint64_t t = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  *at = t;
 }
 
 CUstream cu(cudaStream_t s) { return reinterpret_cast<CUstream>(s); }
@@ -156,7 +219,8 @@ class Shape {
         staging_(staging_bytes()), inbox_(staging_bytes()),
         counters_(kCounterBytes), flags_(2 * kMaxChunksPerRank * sizeof(uint32_t)),
         epoch_word_(sizeof(uint32_t)),
-        split_(kernels::fused::tail_split_workspace_bytes(kernels::fused::sm_count())) {
+        split_(kernels::fused::tail_split_workspace_bytes(kernels::fused::sm_count())),
+        stamps_(2 * sizeof(uint64_t)) {
     reference::fill(a_.p, DType::kBF16, M, K, false, {1, 0, 0}, 0, 0, main_);
     reference::fill(b_.p, DType::kBF16, K, N, false, {2, 0, 0}, 0, 0, main_);
     ASYNCTP_CUDA_CHECK(cudaMemsetAsync(flags_.p, 0, 2 * kMaxChunksPerRank * sizeof(uint32_t), main_));
@@ -188,7 +252,7 @@ class Shape {
     return {[] {}, [this] {
               AgGemmArgs g = base();
               g.c = plain_out_.p;
-              launch(g, "plain");
+              launch(g);
             }};
   }
 
@@ -204,6 +268,16 @@ class Shape {
               }
             },
             [this, epilogue, signalled] { launch_reduce_scatter(epilogue, signalled); }};
+  }
+
+  Call call(const CallKind& k, gemm::GemmRunner& runner) {
+    switch (k.what) {
+      case CallKind::kCublas: return cublas(runner, false);
+      case CallKind::kCublasWithC: return cublas(runner, true);
+      case CallKind::kPlain: return plain();
+      case CallKind::kReduceScatter: break;
+    }
+    return reduce_scatter(k.epilogue, k.signalled);
   }
 
   // Runs `call` once, untimed.
@@ -234,11 +308,17 @@ class Shape {
     return c.ok();
   }
 
-  // Times `call` on an idle GPU, from after its set-up to its end.
-  float time(const Call& call) {
+  // Times `call` from after its set-up to its end: on an idle GPU, so that the host's time before the
+  // launch counts as in the op's timed calls, or (queued) enqueued behind a kernel that holds the GPU
+  // for longer than the host takes to enqueue it.
+  float time(const Call& call, bool queued) {
     ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(main_));
     call.prepare();
     ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(main_));
+    if (queued) {
+      spin_for<<<1, 32, 0, main_>>>(200'000, nullptr);
+      ASYNCTP_CUDA_CHECK(cudaGetLastError());
+    }
     ASYNCTP_CUDA_CHECK(cudaEventRecord(start_, main_));
     call.run();
     ASYNCTP_CUDA_CHECK(cudaEventRecord(stop_, main_));
@@ -248,8 +328,44 @@ class Shape {
     return ms * 1000.0f;
   }
 
+  // Where one call's GPU time goes, µs: from the end of the kernel before it (which held the GPU while
+  // the host enqueued the call) to the first CTA's start, through the tiles to the last epilogue, and
+  // from there to the start of the kernel after it. Only `total` for a call that is not the fused kernel.
+  struct Span {
+    double before = 0, tiles = 0, after = 0, total = 0;
+    bool fused = false;
+  };
+
+  // Runs `call` once between the two stamping kernels and writes its kernel's tile trace as
+  // <name>_<M>x<N>x<K>_rank0.csv under --trace's folder.
+  Span traced(const Call& call, const char* name) {
+    call.prepare();
+    ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(main_));
+    tracing_ = true;
+    traced_.reset();
+    spin_for<<<1, 32, 0, main_>>>(200'000, stamps_.as<uint64_t>());
+    ASYNCTP_CUDA_CHECK(cudaGetLastError());
+    call.run();
+    stamp_start<<<1, 1, 0, main_>>>(stamps_.as<uint64_t>() + 1);
+    ASYNCTP_CUDA_CHECK(cudaGetLastError());
+    ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(main_));
+    tracing_ = false;
+    uint64_t t[2] = {};
+    ASYNCTP_CUDA_CHECK(cudaMemcpy(t, stamps_.p, sizeof(t), cudaMemcpyDeviceToHost));
+    Span s;
+    s.total = (t[1] - t[0]) / 1e3;
+    if (traced_ != nullptr) {
+      const kernels::fused::TileTraceSpan k = kernels::fused::tile_trace_span(*traced_);
+      kernels::fused::write_tile_trace(name, *traced_, 0);
+      s.fused = true;
+      s.before = (static_cast<int64_t>(k.first_start_ns) - static_cast<int64_t>(t[0])) / 1e3;
+      s.tiles = (k.last_epilogue_ns - k.first_start_ns) / 1e3;
+      s.after = (static_cast<int64_t>(t[1]) - static_cast<int64_t>(k.last_epilogue_ns)) / 1e3;
+    }
+    return s;
+  }
+
   void set_events(cudaEvent_t start, cudaEvent_t stop) { start_ = start, stop_ = stop; }
-  void set_tracing(bool on) { tracing_ = on; }
 
  private:
   void launch_reduce_scatter(bool epilogue, bool signalled) {
@@ -273,9 +389,7 @@ class Shape {
     rs.flag_stride = kMaxChunksPerRank;
     rs.wait = kernels::WaitContext{detail::device_fault_record(), kWaitNs, 0};
     ASYNCTP_CUDA_CHECK(cudaEventRecord(fork_, main_));
-    const char* name = epilogue ? (signalled ? "epilogue-signalled" : "epilogue-preset")
-                                : (signalled ? "fixup-signalled" : "fixup-preset");
-    launch(g, name, [&] {
+    launch(g, [&] {
       if (!signalled) return;
       // As the op's pushes, on a stream that follows the fork, not the kernel: each piece's flag once
       // the piece is staged (without the copy the op makes before it).
@@ -311,16 +425,13 @@ class Shape {
         cu(s), cu(flags_.as<uint32_t>() + kPeer * kMaxChunksPerRank + piece), epoch_, CU_STREAM_WRITE_VALUE_DEFAULT));
   }
 
-  // Launches the kernel, then `after` (what follows the fork recorded before it); where tracing, waits
-  // and writes the tile trace as <name>_<M>x<N>x<K>_rank0.csv.
-  void launch(AgGemmArgs& g, const char* name, const std::function<void()>& after = [] {}) {
+  // Launches the kernel, then `after` (what follows the fork recorded before it); where tracing, with
+  // a trace buffer that traced() reads once the stream is done.
+  void launch(AgGemmArgs& g, const std::function<void()>& after = [] {}) {
     if (tracing_) g.trace = kernels::fused::tile_trace_buffer(g, main_);
     kernels::fused::run_ag_gemm(g, main_);
     after();
-    if (g.trace != nullptr) {
-      ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(main_));
-      kernels::fused::write_tile_trace(name, g, 0);
-    }
+    if (g.trace != nullptr) traced_ = std::make_unique<AgGemmArgs>(g);
   }
 
   void make_reference() {
@@ -338,11 +449,12 @@ class Shape {
   int64_t M_, N_, K_, m_;
   RowPieces pieces_;
   cudaStream_t main_, pushes_;
-  DeviceBuffer a_, b_, out_, plain_out_, staging_, inbox_, counters_, flags_, epoch_word_, split_;
+  DeviceBuffer a_, b_, out_, plain_out_, staging_, inbox_, counters_, flags_, epoch_word_, split_, stamps_;
   std::unique_ptr<DeviceBuffer> reference_;
   uint32_t epoch_ = 0;
   cudaEvent_t fork_ = nullptr, joined_ = nullptr, start_ = nullptr, stop_ = nullptr;
   bool tracing_ = false;
+  std::unique_ptr<AgGemmArgs> traced_;  // the traced call's kernel, until traced() has written it
 };
 
 int run(const Options& o) {
@@ -367,38 +479,47 @@ int run(const Options& o) {
   {
     gemm::GemmRunner runner;
     runner.init(handle);
-    std::printf("partial M x N x K | pieces | cuBLASLt | cuBLASLt + C | plain | epilogue preset | epilogue signalled | "
-                "fixup preset | fixup signalled (µs, medians of %d)\n",
-                o.iters);
+    std::vector<CallKind> chosen;
+    for (const CallKind& k : kCalls) {
+      if (o.calls.empty() || std::find(o.calls.begin(), o.calls.end(), k.name) != o.calls.end()) chosen.push_back(k);
+    }
+    std::printf("partial M x N x K | pieces |");
+    for (const CallKind& k : chosen) std::printf(" %s |", k.name);
+    std::printf(" (µs, medians of %d%s)\n", o.iters, o.queued ? ", queued" : "");
     for (const auto& s : o.shapes) {
       Shape shape(s[0], s[1], s[2], o.pieces, main, pushes);
       shape.set_events(start, stop);
-      const std::vector<Call> calls = {
-          shape.cublas(runner, false),
-          shape.cublas(runner, true),
-          shape.plain(),
-          shape.reduce_scatter(true, false),
-          shape.reduce_scatter(true, true),
-          shape.reduce_scatter(false, false),
-          shape.reduce_scatter(false, true),
-      };
-      // Correct first, each way on its own pieces in the inbox (timed calls of the other way then
-      // read the wrong layout there: their results are not checked, and cost the same).
+      std::vector<Call> calls;
+      for (const CallKind& k : chosen) calls.push_back(shape.call(k, runner));
+      // Correct first: each chosen reduce-scatter call on its own way's pieces in the inbox (timed calls
+      // of the other way then read the wrong layout there: their results are not checked, and cost the
+      // same).
       bool ok = true;
-      for (const bool epilogue : {true, false}) {
-        shape.fill_inbox(epilogue);
-        shape.once(shape.reduce_scatter(epilogue, true));
-        ok = shape.check(epilogue ? "epilogue" : "fixup") && ok;
+      for (size_t i = 0; i < chosen.size(); ++i) {
+        if (chosen[i].what != CallKind::kReduceScatter) continue;
+        shape.fill_inbox(chosen[i].epilogue);
+        shape.once(calls[i]);
+        ok = shape.check(chosen[i].name) && ok;
       }
       all_ok = all_ok && ok;
       if (!o.trace.empty()) {
-        shape.set_tracing(true);
-        for (const Call& c : calls) shape.once(c);
-        ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(main));
-        shape.set_tracing(false);
+        std::printf("  traced (µs): call | kernel before to first CTA | first CTA to last epilogue | last epilogue "
+                    "to kernel after | kernel before to kernel after\n");
+        const Call empty = {[] {}, [main] { empty_kernel<<<1, 32, 0, main>>>(); }};
+        std::printf("  an empty kernel | - | - | - | %.1f\n", shape.traced(empty, "").total);
+        for (size_t i = 0; i < calls.size(); ++i) {
+          const char* name = chosen[i].name;
+          shape.once(calls[i]);  // so that no first-call set-up (cuBLASLt's plan) is in the trace
+          const Shape::Span t = shape.traced(calls[i], name);
+          if (t.fused) {
+            std::printf("  %s | %.1f | %.1f | %.1f | %.1f\n", name, t.before, t.tiles, t.after, t.total);
+          } else {
+            std::printf("  %s | - | - | - | %.1f\n", name, t.total);
+          }
+        }
       }
       for (int i = 0; i < o.warmup; ++i) {
-        for (const Call& c : calls) shape.time(c);
+        for (const Call& c : calls) shape.time(c, o.queued);
       }
       std::vector<std::vector<float>> us(calls.size());
       std::vector<size_t> order(calls.size());
@@ -406,7 +527,7 @@ int run(const Options& o) {
       std::mt19937 rng(20261123);
       for (int i = 0; i < o.iters; ++i) {
         std::shuffle(order.begin(), order.end(), rng);
-        for (const size_t c : order) us[c].push_back(shape.time(calls[c]));
+        for (const size_t c : order) us[c].push_back(shape.time(calls[c], o.queued));
       }
       std::printf("%s | %d |", shape.text().c_str(), shape.pieces());
       for (auto& u : us) {

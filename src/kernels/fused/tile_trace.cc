@@ -73,14 +73,35 @@ uint64_t* tile_trace_buffer(const AgGemmArgs& args, cudaStream_t stream) {
   return b.device;
 }
 
-void write_tile_trace(const char* op, const AgGemmArgs& args, int rank) {
-  if (args.trace == nullptr) return;
+namespace {
+
+std::vector<uint64_t> read_records(const AgGemmArgs& args) {
   std::vector<uint64_t> r(records_for(args) * kTraceWords);
   ASYNCTP_CUDA_CHECK(cudaMemcpy(r.data(), args.trace, r.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost));
-  uint64_t t0 = std::numeric_limits<uint64_t>::max();
+  return r;
+}
+
+TileTraceSpan span_of(const std::vector<uint64_t>& r) {
+  TileTraceSpan span;
+  span.first_start_ns = std::numeric_limits<uint64_t>::max();
   for (size_t i = 0; i < r.size(); i += kTraceWords) {
-    if (r[i + kTraceStart] != 0) t0 = std::min(t0, r[i + kTraceStart]);
+    if (r[i + kTraceStart] == 0) continue;  // a unit this launch did not have
+    span.first_start_ns = std::min(span.first_start_ns, r[i + kTraceStart]);
+    span.last_epilogue_ns = std::max(span.last_epilogue_ns, r[i + kTraceEpilogueDone]);
   }
+  return span;
+}
+
+}  // namespace
+
+TileTraceSpan tile_trace_span(const AgGemmArgs& args) {
+  return args.trace == nullptr ? TileTraceSpan{} : span_of(read_records(args));
+}
+
+void write_tile_trace(const char* op, const AgGemmArgs& args, int rank) {
+  if (args.trace == nullptr) return;
+  const std::vector<uint64_t> r = read_records(args);
+  const uint64_t t0 = span_of(r).first_start_ns;
   const std::string path = trace_path(op, args, rank, ".csv");
   std::ofstream out(path);
   ASYNCTP_CHECK(out.good(), "ASYNCTP_TRACE_TILES: cannot write ", path);

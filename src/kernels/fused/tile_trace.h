@@ -42,6 +42,15 @@ uint64_t* tile_trace_buffer(const AgGemmArgs& args, cudaStream_t stream);
 // $ASYNCTP_TRACE_TILES/<op>_<M>x<N>x<K>_rank<rank>.csv, times in ns from the first CTA's start.
 void write_tile_trace(const char* op, const AgGemmArgs& args, int rank);
 
+// The first CTA's start and the last epilogue's end of the launch of `args` (stream synchronized),
+// in the GPU's global-timer nanoseconds, so that a caller that stamps the timer before and after
+// the launch can see what the kernel spends outside its tiles (asynctp-rs-lab --trace).
+struct TileTraceSpan {
+  uint64_t first_start_ns = 0;
+  uint64_t last_epilogue_ns = 0;
+};
+TileTraceSpan tile_trace_span(const AgGemmArgs& args);
+
 // Where the call's time goes outside the kernel: GPU events (and host clock readings) at named points
 // of a fused call, written beside the tile trace as <op>_<M>x<N>x<K>_rank<r>.calls: for each mark,
 // when the stream reached it and when the host passed it, in µs from the first mark. Inert where
