@@ -107,27 +107,35 @@ class AsyncInputTileScheduler {
     int32_t last_band_row0 = 0;
   };
 
+  // What the consumers hold across a tile's mainloop, beside its 128 accumulators, is compiled into the
+  // registers CUTLASS's configuration leaves (168 a thread): fields a tile's later steps can derive
+  // (its split slot, from the unit) are not kept, the three small ones share a word, and L_idx is a
+  // constant. With a dozen words here the consumers' mainloop spilled its pipeline state and
+  // rebuilt its shared-memory addresses every step (docs/fused_reduce_scatter.md, session 22).
   struct WorkTileInfo {
     int32_t M_idx = 0;
     int32_t N_idx = 0;
-    int32_t L_idx = 0;
-    bool is_valid_tile = false;
+    cute::C<0> L_idx{};  // empty: the batch coordinate is known at compile time
+    int32_t unit = -1;                 // the scheduler's work unit; negative: no tile (the loops end)
     int32_t k_begin = 0, k_count = 0;  // this unit's steps along K
-    int32_t split = 0, splits = 1;     // which of the tile's splits; 1: the tile is whole
-    int32_t tail_slot = 0;             // the tile's row in the workspace, where split
-    bool staged = false;               // a reduce-scatter tile of another rank's rows
-    int32_t unit = 0;                  // the scheduler's work unit (for the tile trace)
+    // split | splits << 8 | staged << 16: which of the tile's splits (splits 1: the tile is whole), and
+    // whether it is a reduce-scatter tile of another rank's rows.
+    uint32_t shape = 1u << 8;
     // A staged tile's last split, as the consumers get it (visit()): (staged tiles its count covers, 0
     // to leave the count to a later tile) << 1 | (the CTA's next tile with an epilogue is an own one,
     // where the epilogue stores staged tiles); -1 for every other tile.
     int32_t staged_release = -1;
-    CUTLASS_HOST_DEVICE bool is_valid() const { return is_valid_tile; }
-    CUTLASS_HOST_DEVICE static WorkTileInfo invalid_work_tile() { return {-1, -1, -1, false}; }
-    CUTLASS_HOST_DEVICE bool is_final_split(uint32_t) const { return split + 1 == splits; }
+    CUTLASS_HOST_DEVICE bool is_valid() const { return unit >= 0; }
+    CUTLASS_HOST_DEVICE int32_t split() const { return static_cast<int32_t>(shape & 0xFFu); }
+    CUTLASS_HOST_DEVICE int32_t splits() const { return static_cast<int32_t>((shape >> 8) & 0xFFu); }
+    CUTLASS_HOST_DEVICE bool staged() const { return (shape >> 16) != 0; }
+    CUTLASS_HOST_DEVICE static WorkTileInfo invalid_work_tile() { return WorkTileInfo{}; }
+    CUTLASS_HOST_DEVICE bool is_final_split(uint32_t) const { return split() + 1 == splits(); }
     // The kernel hands this to the epilogue's load() and store(), where CUTLASS's epilogue would read
     // it as the one subtile to store (-1: all); reduce_scatter_epilogue.cuh reads staged_release.
     CUTLASS_HOST_DEVICE int32_t reduction_subtile_idx() const { return staged_release; }
   };
+  static_assert(kMaxTailSplits < 256, "a split and the split count take a byte each in WorkTileInfo::shape");
 
   // ---- host side ----
 
@@ -208,8 +216,12 @@ class AsyncInputTileScheduler {
   CUTLASS_DEVICE explicit AsyncInputTileScheduler(Params const& params) : params_(params) {
 #if defined(__CUDA_ARCH__)
     current_ = static_cast<int32_t>(blockIdx.z);
-    stride_ = static_cast<int32_t>(gridDim.z);
-    if (params.trace != nullptr) start_ns_ = global_timer_ns();
+    // The CTA's start goes in its first unit's record (tile_trace.h), not in a register of every thread.
+    if (params.trace != nullptr && threadIdx.x == 0 && current_ < params.units) {
+      WorkTileInfo first;
+      first.unit = current_;
+      trace_record(params, first)[kTraceStart] = global_timer_ns();
+    }
 #endif
   }
 
@@ -233,12 +245,11 @@ class AsyncInputTileScheduler {
     if (params_.trace != nullptr && threadIdx.x == cutlass::NumThreadsPerWarpGroup && work.is_valid()) {
       uint64_t* r = trace_record(params_, work);
       r[kTraceTile] = static_cast<uint64_t>(work.M_idx) << 32 | static_cast<uint32_t>(work.N_idx);
-      r[kTraceUnit] = static_cast<uint64_t>(blockIdx.z) << 32 | static_cast<uint64_t>(work.split) << 16 |
-                      static_cast<uint64_t>(work.splits) << 1 | (work.staged ? 1u : 0u);
-      r[kTraceStart] = start_ns_;
+      r[kTraceUnit] = static_cast<uint64_t>(blockIdx.z) << 32 | static_cast<uint64_t>(work.split()) << 16 |
+                      static_cast<uint64_t>(work.splits()) << 1 | (work.staged() ? 1u : 0u);
       r[kTraceEpilogueDone] = global_timer_ns();
     }
-    current_ += stride_;
+    current_ += stride();
     const WorkTileInfo next = visit(work, current_);
     if (params_.done != nullptr && !next.is_valid() && threadIdx.x >= cutlass::NumThreadsPerWarpGroup) signal_done();
     return cute::make_tuple(next, true);
@@ -250,7 +261,7 @@ class AsyncInputTileScheduler {
   }
 
   CUTLASS_DEVICE bool is_last_tile(WorkTileInfo&, uint32_t advance_count = 1) const {
-    return !tile_of(params_, current_ + stride_ * static_cast<int32_t>(advance_count)).is_valid();
+    return !tile_of(params_, current_ + stride() * static_cast<int32_t>(advance_count)).is_valid();
   }
 
   CUTLASS_HOST_DEVICE static bool valid_warpgroup_in_work_tile(WorkTileInfo const&) { return true; }
@@ -259,7 +270,7 @@ class AsyncInputTileScheduler {
   // Only a tile's last split stores it, and a staged reduce-scatter tile goes to the staging buffer
   // in fixup() instead, unless the epilogue stores it (reduce_in_epilogue).
   CUTLASS_HOST_DEVICE static bool compute_epilogue(WorkTileInfo const& work, Params const& params) {
-    return work.split + 1 == work.splits && (!work.staged || params.rs.reduce_in_epilogue);
+    return work.split() + 1 == work.splits() && (!work.staged() || params.rs.reduce_in_epilogue);
   }
 
   // The consumer warpgroups, after a unit's mainloop: a split tile's partial sums meet in its last split.
@@ -321,7 +332,8 @@ class AsyncInputTileScheduler {
   CUTLASS_DEVICE static void fixup_splits(Params const& params, WorkTileInfo const& work, FrgTensorC& accumulators,
                                           uint32_t thread, uint32_t threads) {
 #if defined(__CUDA_ARCH__)
-    if (work.splits <= 1) {
+    const int32_t split = work.split(), splits = work.splits();
+    if (splits <= 1) {
       reduce_scatter_fixup(params, work, accumulators, thread, threads);
       return;
     }
@@ -332,11 +344,12 @@ class AsyncInputTileScheduler {
     // kept four 4-byte loads in flight (the consumers hold ~40 registers beside the accumulators), so it
     // made 32 round trips to L2 where it now makes 8.
     constexpr int kGroups = kElements / 4;
-    uint32_t* counter = params.counters + static_cast<size_t>(work.tail_slot) * kConsumerThreads + thread;
-    float4* slots = reinterpret_cast<float4*>(params.partials + static_cast<size_t>(work.tail_slot) * (work.splits - 1) * kMaxTileElements) + thread;
+    const int32_t tail_slot = tail_slot_of(params, work);
+    uint32_t* counter = params.counters + static_cast<size_t>(tail_slot) * kConsumerThreads + thread;
+    float4* slots = reinterpret_cast<float4*>(params.partials + static_cast<size_t>(tail_slot) * (splits - 1) * kMaxTileElements) + thread;
     constexpr size_t kSlotGroups = kMaxTileElements / 4;
-    if (work.split + 1 < work.splits) {
-      float4* mine = slots + static_cast<size_t>(work.split) * kSlotGroups;
+    if (split + 1 < splits) {
+      float4* mine = slots + static_cast<size_t>(split) * kSlotGroups;
       CUTLASS_PRAGMA_UNROLL
       for (int g = 0; g < kGroups; ++g) {
         mine[g * threads] = make_float4(accumulators(4 * g), accumulators(4 * g + 1), accumulators(4 * g + 2), accumulators(4 * g + 3));
@@ -344,12 +357,12 @@ class AsyncInputTileScheduler {
       asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
       return;
     }
-    const uint32_t others = static_cast<uint32_t>(work.splits - 1);
+    const uint32_t others = static_cast<uint32_t>(splits - 1);
     // Bounded like every wait in asynctp; a timeout here means a split never ran, which is a bug.
-    wait_flag_sys</*kPrint=*/false>(counter, others, params.wait.rank, work.tail_slot, params.wait,
+    wait_flag_sys</*kPrint=*/false>(counter, others, params.wait.rank, tail_slot, params.wait,
                                     asynctp::detail::FaultSite::kSplitReduction);
     trace_mark(params, work, thread, kTraceWaitDone);
-    for (int j = 0; j < work.splits - 1; ++j) {
+    for (int j = 0; j < splits - 1; ++j) {
       const float4* theirs = slots + static_cast<size_t>(j) * kSlotGroups;
       CUTLASS_PRAGMA_UNROLL
       for (int g = 0; g < kGroups; ++g) {
@@ -381,15 +394,15 @@ class AsyncInputTileScheduler {
 
   // Whether `other` is a whole staged tile of the same rank's rows and piece as the staged tile `work`.
   CUTLASS_DEVICE static bool same_staged_piece(Params const& params, WorkTileInfo const& work, WorkTileInfo const& other) {
-    return other.is_valid() && other.staged && other.splits == 1 && piece_index(params, other) == piece_index(params, work);
+    return other.is_valid() && other.staged() && other.splits() == 1 && piece_index(params, other) == piece_index(params, work);
   }
 
   // Whether the CTA's next tile with an epilogue, from `next` (the unit after a tile) on, is one of this
   // rank's own.
   CUTLASS_DEVICE bool own_tile_from(WorkTileInfo next) const {
-    for (;; next = tile_of(params_, next.unit + stride_)) {
+    for (;; next = tile_of(params_, next.unit + stride())) {
       if (!next.is_valid()) return false;
-      if (next.split + 1 == next.splits) return !next.staged;
+      if (next.split() + 1 == next.splits()) return !next.staged();
     }
   }
 
@@ -410,7 +423,7 @@ class AsyncInputTileScheduler {
     const int32_t piece = rs.piece_of(row0, params.rank_rows_div, params.piece_rows_div);
     const size_t slot_words = static_cast<size_t>(kWords) * threads;
     static_assert(kWords % 4 == 0, "a thread's words go in 16-byte groups");
-    if (work.staged) {
+    if (work.staged()) {
       uint4* slot = reinterpret_cast<uint4*>(rs.staging + (static_cast<size_t>(owner) * tiles_per_rank + tile) * slot_words) + thread;
       CUTLASS_PRAGMA_UNROLL
       for (int g = 0; g < kWords / 4; ++g) {
@@ -474,10 +487,10 @@ class AsyncInputTileScheduler {
     const bool consumer = false;
 #endif
     WorkTileInfo w = tile_of(params_, u);
-    if (!consumer || !w.staged || w.split + 1 != w.splits) return w;
-    const WorkTileInfo ahead = tile_of(params_, u + stride_);
-    run_ = w.splits == 1 && same_staged_piece(params_, w, prev) ? run_ + 1 : 1;
-    const uint32_t count = w.splits != 1 ? 1u : same_staged_piece(params_, w, ahead) ? 0u : run_;
+    if (!consumer || !w.staged() || w.split() + 1 != w.splits()) return w;
+    const WorkTileInfo ahead = tile_of(params_, u + stride());
+    run_ = w.splits() == 1 && same_staged_piece(params_, w, prev) ? run_ + 1 : 1;
+    const uint32_t count = w.splits() != 1 ? 1u : same_staged_piece(params_, w, ahead) ? 0u : run_;
     // Only the epilogue that stores staged tiles needs to know what comes next (its store pipeline).
     const bool own_next = params_.rs.reduce_in_epilogue && own_tile_from(ahead);
     w.staged_release = static_cast<int32_t>(count << 1) | (own_next ? 1 : 0);
@@ -512,27 +525,40 @@ class AsyncInputTileScheduler {
     WorkTileInfo w;
     w.M_idx = m_cluster * params_.cluster_m + static_cast<int32_t>(cta_m);
     w.N_idx = n_cluster * params_.cluster_n + static_cast<int32_t>(cta_n);
-    w.L_idx = 0;
-    w.is_valid_tile = true;
-    w.splits = u >= params_.whole ? params_.splits : 1;
-    w.split = split;
+    const int32_t splits = u >= params_.whole ? params_.splits : 1;
     w.k_begin = 0;
     w.k_count = params_.k_tiles;
-    if (w.splits > 1) {  // 64-bit divisions, which a whole tile need not pay for
-      w.k_begin = static_cast<int32_t>(static_cast<int64_t>(split) * params_.k_tiles / w.splits);
-      w.k_count = static_cast<int32_t>(static_cast<int64_t>(split + 1) * params_.k_tiles / w.splits) - w.k_begin;
+    if (splits > 1) {  // 64-bit divisions, which a whole tile need not pay for
+      w.k_begin = static_cast<int32_t>(static_cast<int64_t>(split) * params_.k_tiles / splits);
+      w.k_count = static_cast<int32_t>(static_cast<int64_t>(split + 1) * params_.k_tiles / splits) - w.k_begin;
     }
-    w.tail_slot = tail_tile * params_.cluster_m * params_.cluster_n + static_cast<int32_t>(cta_m) +
-                  static_cast<int32_t>(cta_n) * params_.cluster_m;
     w.unit = u;
-    w.staged = params_.rs.is_staged(w.M_idx * params_.tile_m, params_.rank_rows_div);
+    const bool staged = params_.rs.is_staged(w.M_idx * params_.tile_m, params_.rank_rows_div);
+    w.shape = static_cast<uint32_t>(split) | static_cast<uint32_t>(splits) << 8 | (staged ? 1u << 16 : 0u);
     return w;
   }
 
+  // A split tile's row in the workspace (its tail tile, and this CTA of the cluster).
+  CUTLASS_DEVICE static int32_t tail_slot_of(Params const& params, WorkTileInfo const& work) {
+    int32_t split = 0, tail_tile = 0;
+    params.tail_div(split, tail_tile, work.unit - params.whole);
+    auto [cta_m, cta_n, cta_l] = cute::block_id_in_cluster();
+    (void)cta_l;
+    return tail_tile * params.cluster_m * params.cluster_n + static_cast<int32_t>(cta_m) +
+           static_cast<int32_t>(cta_n) * params.cluster_m;
+  }
+
+  // Units are dealt to the clusters in turn, one per cluster of the grid.
+  CUTLASS_DEVICE static int32_t stride() {
+#if defined(__CUDA_ARCH__)
+    return static_cast<int32_t>(gridDim.z);
+#else
+    return 1;
+#endif
+  }
+
   Params params_;
-  uint64_t start_ns_ = 0;  // this CTA's start, for the tile trace
   int32_t current_ = 0;
-  int32_t stride_ = 1;
   // The consumers' visit(): how many whole staged tiles of its piece the current one ends. (Keeping
   // the unit after it too, to save a tile_of(), made the kernel slower: 1716 against 1601 µs at
   // 16384x8192x4096 in asynctp-rs-lab.)

@@ -81,12 +81,22 @@ std::vector<uint64_t> read_records(const AgGemmArgs& args) {
   return r;
 }
 
+// A record the launch wrote: its unit word always has the split count (at least 1) in it.
+bool written(const uint64_t* w) { return w[kTraceUnit] != 0; }
+
+// The start of the CTA that wrote record `w`: in the record of that CTA's first unit, which is its
+// cluster's index (units are dealt to the clusters in turn).
+uint64_t cta_start(const std::vector<uint64_t>& r, size_t record) {
+  const uint64_t cluster = r[record * kTraceWords + kTraceUnit] >> 32;
+  return r[(cluster * kTraceCtasPerCluster + record % kTraceCtasPerCluster) * kTraceWords + kTraceStart];
+}
+
 TileTraceSpan span_of(const std::vector<uint64_t>& r) {
   TileTraceSpan span;
   span.first_start_ns = std::numeric_limits<uint64_t>::max();
   for (size_t i = 0; i < r.size(); i += kTraceWords) {
-    if (r[i + kTraceStart] == 0) continue;  // a unit this launch did not have
-    span.first_start_ns = std::min(span.first_start_ns, r[i + kTraceStart]);
+    if (!written(&r[i])) continue;  // a unit this launch did not have
+    span.first_start_ns = std::min(span.first_start_ns, cta_start(r, i / kTraceWords));
     span.last_epilogue_ns = std::max(span.last_epilogue_ns, r[i + kTraceEpilogueDone]);
   }
   return span;
@@ -110,11 +120,11 @@ void write_tile_trace(const char* op, const AgGemmArgs& args, int rank) {
   auto rel = [&](uint64_t t) { return t == 0 ? int64_t{-1} : static_cast<int64_t>(t - t0); };
   for (size_t i = 0; i < r.size(); i += kTraceWords) {
     const uint64_t* w = &r[i];
-    if (w[kTraceStart] == 0) continue;  // a unit this launch did not have
+    if (!written(w)) continue;  // a unit this launch did not have
     const size_t record = i / kTraceWords;
     out << record / kTraceCtasPerCluster << ',' << record % kTraceCtasPerCluster << ',' << (w[kTraceUnit] >> 32) << ','
         << (w[kTraceTile] >> 32) << ',' << (w[kTraceTile] & 0xFFFFFFFFu) << ',' << (w[kTraceUnit] & 1) << ','
-        << ((w[kTraceUnit] >> 16) & 0xFFFF) << ',' << ((w[kTraceUnit] >> 1) & 0x7FFF) << ',' << rel(w[kTraceStart])
+        << ((w[kTraceUnit] >> 16) & 0xFFFF) << ',' << ((w[kTraceUnit] >> 1) & 0x7FFF) << ',' << rel(cta_start(r, record))
         << ',' << rel(w[kTraceFixupEnter]) << ',' << rel(w[kTraceWaitDone]) << ',' << rel(w[kTraceFixupExit]) << ','
         << rel(w[kTraceEpilogueDone]) << ',' << rel(w[kTraceProducerStart]) << '\n';
   }

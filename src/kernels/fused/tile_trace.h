@@ -22,7 +22,7 @@ struct AgGemmArgs;
 enum TraceWord : int {
   kTraceTile = 0,         // M_idx << 32 | N_idx (CTA tiles)
   kTraceUnit = 1,         // cluster << 32 | split << 16 | splits << 1 | staged (a reduce-scatter tile of a peer's rows)
-  kTraceStart = 2,        // the CTA's start
+  kTraceStart = 2,        // the CTA's start, in the record of its first unit only (0 in the others)
   kTraceFixupEnter = 3,   // the mainloop's end: accumulators whole
   kTraceWaitDone = 4,     // the last wait in fixup returned (split partials, or the peers' pieces); 0: none
   kTraceFixupExit = 5,    // staging or reduction done
