@@ -1,8 +1,10 @@
 // asynctp-gemm-configs: plain bf16 GEMMs (A [M, K], B [K, N], D [M, N], all row-major) through CUTLASS 3
-// Hopper kernels of a few schedules, tiles and clusters, timed beside cuBLASLt on one GPU. It answers
-// whether another configuration than the fused kernel's (cooperative, 128 x 256 tiles, 2 x 1 cluster)
-// would be faster at the partial GEMMs asynctp runs (docs/fused_reduce_scatter.md, session 15).
-// Diagnostic only: not built by default (`ninja -C build asynctp-gemm-configs`), no arguments.
+// Hopper kernels of a few schedules, tiles and clusters, and through the fused kernel itself, timed
+// beside cuBLASLt on one GPU, each call behind a kernel that holds the GPU (the kernels' own time). It
+// answers whether another configuration than the fused kernel's (cooperative, 128 x 256 tiles, 2 x 1
+// cluster) would be faster at the partial GEMMs asynctp runs, and what the fused kernel's own pieces
+// cost beside CUTLASS's kernel of the same configuration (docs/fused_reduce_scatter.md, sessions 15
+// and 22). Diagnostic only: not built by default (`ninja -C build asynctp-gemm-configs`), no arguments.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <cute/tensor.hpp>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "gemm/cublaslt_gemm.h"
+#include "kernels/fused/ag_gemm.h"
 #include "kernels/fused/packed_stride.h"
 
 using asynctp::kernels::fused::packed_stride;
@@ -43,7 +46,17 @@ struct Cfg {
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
 
-// Median of 50 timed calls (after 10 untimed), each between two events.
+// Holds the GPU for `ns` so that a call enqueued behind it is timed without the host's launch work:
+// what the kernels themselves take, which is what tells configurations apart.
+__global__ void spin_for(unsigned long long ns) {
+  unsigned long long t0 = 0, t = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}
+
+// Median of 50 timed calls (after 10 untimed), each between two events, enqueued behind spin_for.
 template <class C>
 float run(const char* name, int M, int N, int K, Elt* a, Elt* b, Elt* d, cudaStream_t s) {
   using Gemm = typename C::Gemm;
@@ -59,11 +72,33 @@ float run(const char* name, int M, int N, int K, Elt* a, Elt* b, Elt* d, cudaStr
   cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
   std::vector<float> t;
   for (int i = 0; i < 60; ++i) {
+    spin_for<<<1, 32, 0, s>>>(100000);
     cudaEventRecord(e0, s); gemm.run(s); cudaEventRecord(e1, s); cudaEventSynchronize(e1);
     float ms; cudaEventElapsedTime(&ms, e0, e1); if (i >= 10) t.push_back(ms * 1000);
   }
   std::sort(t.begin(), t.end());
   if (w) cudaFree(w);
+  return t[t.size() / 2];
+}
+
+// The fused kernel itself as a plain GEMM (its scheduler, mainloop and epilogue on CUTLASS's
+// cooperative 128 x 256 / 2 x 1 configuration), every tile whole, walking `band_m` cluster rows down
+// before moving along N (0: its default); timed the same way.
+float fused(int M, int N, int K, int band_m, Elt* a, Elt* b, Elt* d, cudaStream_t s) {
+  asynctp::kernels::fused::AgGemmArgs g;
+  g.M = M, g.N = N, g.K = K;
+  g.a = a, g.b = b, g.c = d;
+  g.tile_n = 256;
+  g.band_m = band_m;
+  cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
+  std::vector<float> t;
+  for (int i = 0; i < 60; ++i) {
+    spin_for<<<1, 32, 0, s>>>(100000);
+    cudaEventRecord(e0, s); asynctp::kernels::fused::run_ag_gemm(g, s); cudaEventRecord(e1, s); cudaEventSynchronize(e1);
+    float ms; cudaEventElapsedTime(&ms, e0, e1); if (i >= 10) t.push_back(ms * 1000);
+  }
+  std::sort(t.begin(), t.end());
+  cudaEventDestroy(e0); cudaEventDestroy(e1);
   return t[t.size() / 2];
 }
 
@@ -81,6 +116,7 @@ float cublas(int M, int N, int K, Elt* a, Elt* b, Elt* d, cudaStream_t s) {
     cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
     std::vector<float> t;
     for (int i = 0; i < 60; ++i) {
+      spin_for<<<1, 32, 0, s>>>(100000);
       cudaEventRecord(e0, s); runner.run(p, a, b, d, s); cudaEventRecord(e1, s); cudaEventSynchronize(e1);
       float ms; cudaEventElapsedTime(&ms, e0, e1); if (i >= 10) t.push_back(ms * 1000);
     }
@@ -98,15 +134,15 @@ using Ping = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
 using ECoop = cutlass::epilogue::TmaWarpSpecializedCooperative;
 using EPing = cutlass::epilogue::TmaWarpSpecialized;
 using C1 = Cfg<Shape<_128, _256, _64>, Shape<_2, _1, _1>, Coop, ECoop>;   // the fused kernel's configuration
-using C2 = Cfg<Shape<_256, _128, _64>, Shape<_2, _1, _1>, Coop, ECoop>;
-using C3 = Cfg<Shape<_128, _128, _64>, Shape<_2, _1, _1>, Ping, EPing>;
-using C4 = Cfg<Shape<_64, _256, _64>, Shape<_2, _1, _1>, Ping, EPing>;
+using C2 = Cfg<Shape<_128, _256, _32>, Shape<_2, _1, _1>, Coop, ECoop>;   // the same, twice the stages of half the depth
+using C3 = Cfg<Shape<_128, _256, _64>, Shape<_1, _1, _1>, Coop, ECoop>;   // the same without a cluster (no multicast)
+using C4 = Cfg<Shape<_256, _128, _64>, Shape<_2, _1, _1>, Coop, ECoop>;
 using C5 = Cfg<Shape<_128, _128, _64>, Shape<_1, _2, _1>, Ping, EPing>;
 
 int main(int argc, char** argv) {
   if (argc > 1) {
-    std::printf("usage: asynctp-gemm-configs\n\nTimes bf16 GEMMs at five partial-GEMM shapes through cuBLASLt and five "
-                "CUTLASS Hopper\nconfigurations (schedule, tile, cluster) on the current GPU; medians of 50 calls, µs.\n");
+    std::printf("usage: asynctp-gemm-configs\n\nTimes bf16 GEMMs at five partial-GEMM shapes through cuBLASLt, five "
+                "CUTLASS Hopper\nconfigurations and the fused kernel as a plain GEMM (schedule, tile, cluster) on the current GPU; medians of 50 calls, each\nenqueued behind a kernel that holds the GPU (the kernels' own time, not the host's), µs.\n");
     return std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0 ? 0 : 2;
   }
   int gpus = 0;
@@ -114,18 +150,32 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "asynctp-gemm-configs: no GPU visible\n");
     return 2;
   }
-  const int shapes[][3] = {{4096, 3584, 4096}, {2048, 3584, 4096}, {6144, 8192, 2048}, {6144, 7168, 2048}, {16384, 8192, 4096}};
+  const int shapes[][3] = {{4096, 3584, 4096}, {2048, 3584, 4096}, {12288, 7168, 2048}, {4096, 6656, 8192}, {16384, 8192, 4096}};
+  asynctp::kernels::fused::load_ag_gemm_kernels();  // sets its shared-memory limit
   size_t mx = size_t(16384) * 8192;
   Elt *a, *b, *d;
   cudaMalloc(&a, mx * 2); cudaMalloc(&b, mx * 2); cudaMalloc(&d, mx * 2);
   fill<<<1024, 256>>>(a, mx, 1); fill<<<1024, 256>>>(b, mx, 2); cudaDeviceSynchronize();
   cudaStream_t s; cudaStreamCreate(&s);
-  printf("M N K | cuBLASLt | coop128x256 c2x1 | coop256x128 c2x1 | ping128x128 c2x1 | ping64x256 c2x1 | ping128x128 c1x2 (us)\n");
+  printf("M N K | cuBLASLt | coop128x256x64 c2x1 | coop128x256x32 c2x1 | coop128x256x64 c1x1 | coop256x128x64 c2x1 | "
+         "ping128x128x64 c1x2 | fused kernel, band 8 | band 2 | band 1 (us)\n");
   for (auto& sh : shapes) {
     int M = sh[0], N = sh[1], K = sh[2];
-    printf("%d %d %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f\n", M, N, K, cublas(M, N, K, a, b, d, s),
-           run<C1>("c1", M, N, K, a, b, d, s), run<C2>("c2", M, N, K, a, b, d, s), run<C3>("c3", M, N, K, a, b, d, s),
-           run<C4>("c4", M, N, K, a, b, d, s), run<C5>("c5", M, N, K, a, b, d, s));
+    // One statement each, so that they run in the columns' order (a call's arguments may be evaluated
+    // in any order, and a GEMM's clock depends on what ran before it).
+    float t[9];
+    t[0] = cublas(M, N, K, a, b, d, s);
+    t[1] = run<C1>("c1", M, N, K, a, b, d, s);
+    t[2] = run<C2>("c2", M, N, K, a, b, d, s);
+    t[3] = run<C3>("c3", M, N, K, a, b, d, s);
+    t[4] = run<C4>("c4", M, N, K, a, b, d, s);
+    t[5] = run<C5>("c5", M, N, K, a, b, d, s);
+    t[6] = fused(M, N, K, 8, a, b, d, s);
+    t[7] = fused(M, N, K, 2, a, b, d, s);
+    t[8] = fused(M, N, K, 1, a, b, d, s);
+    printf("%d %d %d", M, N, K);
+    for (float v : t) printf(" | %.1f", v);
+    printf("\n");
   }
   return 0;
 }

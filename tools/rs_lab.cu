@@ -339,9 +339,13 @@ class Shape {
   // Runs `call` once between the two stamping kernels and writes its kernel's tile trace as
   // <name>_<M>x<N>x<K>_rank0.csv under --trace's folder.
   Span traced(const Call& call, const char* name) {
+    tracing_ = true;
+    // Once untimed first, so that no first-call set-up (cuBLASLt's plan, the kernel's parameters for a
+    // traced launch, the trace buffer) is in the bracket.
+    once(call);
+    ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(main_));
     call.prepare();
     ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(main_));
-    tracing_ = true;
     traced_.reset();
     spin_for<<<1, 32, 0, main_>>>(200'000, stamps_.as<uint64_t>());
     ASYNCTP_CUDA_CHECK(cudaGetLastError());
@@ -509,7 +513,6 @@ int run(const Options& o) {
         std::printf("  an empty kernel | - | - | - | %.1f\n", shape.traced(empty, "").total);
         for (size_t i = 0; i < calls.size(); ++i) {
           const char* name = chosen[i].name;
-          shape.once(calls[i]);  // so that no first-call set-up (cuBLASLt's plan) is in the trace
           const Shape::Span t = shape.traced(calls[i], name);
           if (t.fused) {
             std::printf("  %s | %.1f | %.1f | %.1f | %.1f\n", name, t.before, t.tiles, t.after, t.total);
