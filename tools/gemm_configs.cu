@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "gemm/cublaslt_gemm.h"
+#include "gpu_hold.cuh"
 #include "kernels/fused/ag_gemm.h"
 #include "kernels/fused/packed_stride.h"
 
@@ -46,17 +47,24 @@ struct Cfg {
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
 
-// Holds the GPU for `ns` so that a call enqueued behind it is timed without the host's launch work:
-// what the kernels themselves take, which is what tells configurations apart.
-__global__ void spin_for(unsigned long long ns) {
-  unsigned long long t0 = 0, t = 0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  do {
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  } while (t - t0 < ns);
+// Median of 50 timed calls of `launch` (after 10 untimed), each between two events and enqueued behind
+// spin_for, so that it is timed without the host's launch work: what the kernels themselves take,
+// which is what tells configurations apart.
+template <class Launch>
+float median_us(Launch&& launch, cudaStream_t s) {
+  cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
+  std::vector<float> t;
+  for (int i = 0; i < 60; ++i) {
+    spin_for<<<1, 32, 0, s>>>(100000, nullptr);
+    cudaEventRecord(e0, s); launch(); cudaEventRecord(e1, s); cudaEventSynchronize(e1);
+    float ms; cudaEventElapsedTime(&ms, e0, e1); if (i >= 10) t.push_back(ms * 1000);
+  }
+  cudaEventDestroy(e0); cudaEventDestroy(e1);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
 }
 
-// Median of 50 timed calls (after 10 untimed), each between two events, enqueued behind spin_for.
+// CUTLASS's kernel of configuration C, timed by median_us.
 template <class C>
 float run(const char* name, int M, int N, int K, Elt* a, Elt* b, Elt* d, cudaStream_t s) {
   using Gemm = typename C::Gemm;
@@ -69,41 +77,25 @@ float run(const char* name, int M, int N, int K, Elt* a, Elt* b, Elt* d, cudaStr
   void* w = nullptr;
   if (ws) cudaMalloc(&w, ws);
   gemm.initialize(args, w, s);
-  cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
-  std::vector<float> t;
-  for (int i = 0; i < 60; ++i) {
-    spin_for<<<1, 32, 0, s>>>(100000);
-    cudaEventRecord(e0, s); gemm.run(s); cudaEventRecord(e1, s); cudaEventSynchronize(e1);
-    float ms; cudaEventElapsedTime(&ms, e0, e1); if (i >= 10) t.push_back(ms * 1000);
-  }
-  std::sort(t.begin(), t.end());
+  const float median = median_us([&] { gemm.run(s); }, s);
   if (w) cudaFree(w);
-  return t[t.size() / 2];
+  return median;
 }
 
 // The fused kernel itself as a plain GEMM (its scheduler, mainloop and epilogue on CUTLASS's
 // cooperative 128 x 256 / 2 x 1 configuration), every tile whole, walking `band_m` cluster rows down
-// before moving along N (0: its default); timed the same way.
+// before moving along N (0: its default); timed by median_us.
 float fused(int M, int N, int K, int band_m, Elt* a, Elt* b, Elt* d, cudaStream_t s) {
   asynctp::kernels::fused::AgGemmArgs g;
   g.M = M, g.N = N, g.K = K;
   g.a = a, g.b = b, g.c = d;
   g.tile_n = 256;
   g.band_m = band_m;
-  cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
-  std::vector<float> t;
-  for (int i = 0; i < 60; ++i) {
-    spin_for<<<1, 32, 0, s>>>(100000);
-    cudaEventRecord(e0, s); asynctp::kernels::fused::run_ag_gemm(g, s); cudaEventRecord(e1, s); cudaEventSynchronize(e1);
-    float ms; cudaEventElapsedTime(&ms, e0, e1); if (i >= 10) t.push_back(ms * 1000);
-  }
-  std::sort(t.begin(), t.end());
-  cudaEventDestroy(e0); cudaEventDestroy(e1);
-  return t[t.size() / 2];
+  return median_us([&] { asynctp::kernels::fused::run_ag_gemm(g, s); }, s);
 }
 
 // cuBLASLt as the library runs it (gemm::GemmRunner: the heuristic's first choice, its workspace), timed
-// the same way.
+// by median_us.
 float cublas(int M, int N, int K, Elt* a, Elt* b, Elt* d, cudaStream_t s) {
   cublasLtHandle_t h;
   cublasLtCreate(&h);
@@ -113,16 +105,7 @@ float cublas(int M, int N, int K, Elt* a, Elt* b, Elt* d, cudaStream_t s) {
     runner.init(h);
     asynctp::gemm::Problem p;
     p.M = M, p.N = N, p.K = K;
-    cudaEvent_t e0, e1; cudaEventCreate(&e0); cudaEventCreate(&e1);
-    std::vector<float> t;
-    for (int i = 0; i < 60; ++i) {
-      spin_for<<<1, 32, 0, s>>>(100000);
-      cudaEventRecord(e0, s); runner.run(p, a, b, d, s); cudaEventRecord(e1, s); cudaEventSynchronize(e1);
-      float ms; cudaEventElapsedTime(&ms, e0, e1); if (i >= 10) t.push_back(ms * 1000);
-    }
-    std::sort(t.begin(), t.end());
-    median = t[t.size() / 2];
-    cudaEventDestroy(e0); cudaEventDestroy(e1);
+    median = median_us([&] { runner.run(p, a, b, d, s); }, s);
   }  // the runner frees its plans and workspace before the handle goes
   cublasLtDestroy(h);
   return median;

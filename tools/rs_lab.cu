@@ -31,6 +31,7 @@
 #include "algo/fused.h"
 #include "asynctp/error.h"
 #include "bench/device_buffer.h"
+#include "gpu_hold.cuh"
 #include "asynctp/ops.h"
 #include "common/check.h"
 #include "common/device_fault.h"
@@ -118,6 +119,17 @@ int parse_int(const std::string& flag, const std::string& text, int lo, int hi) 
   return static_cast<int>(v);
 }
 
+// "a,b,c" as its items (an empty item stays, for the caller's check to name).
+std::vector<std::string> comma_list(const std::string& v) {
+  std::vector<std::string> items;
+  for (size_t at = 0; at <= v.size();) {
+    const size_t comma = std::min(v.find(',', at), v.size());
+    items.push_back(v.substr(at, comma - at));
+    at = comma + 1;
+  }
+  return items;
+}
+
 Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
@@ -134,18 +146,14 @@ Options parse(int argc, char** argv) {
     const std::string v = argv[++i];
     if (a == "--shapes") {
       o.shapes.clear();
-      size_t at = 0;
-      while (at <= v.size()) {
-        const size_t comma = std::min(v.find(',', at), v.size());
+      for (const std::string& item : comma_list(v)) {
         long long m = 0, n = 0, k = 0;
-        ASYNCTP_CHECK(std::sscanf(v.substr(at, comma - at).c_str(), "%lldx%lldx%lld", &m, &n, &k) == 3 && m > 0 &&
-                          n > 0 && k > 0,
-                      "--shapes: '", v.substr(at, comma - at), "' is not MxNxK");
+        ASYNCTP_CHECK(std::sscanf(item.c_str(), "%lldx%lldx%lld", &m, &n, &k) == 3 && m > 0 && n > 0 && k > 0,
+                      "--shapes: '", item, "' is not MxNxK");
         ASYNCTP_CHECK(m % (2 * kernels::fused::kClusterRows) == 0 && n % 8 == 0 && k % 8 == 0,
                       "--shapes: M must be a multiple of ", 2 * kernels::fused::kClusterRows,
                       " (two ranks of whole clusters), N and K of 8");
         o.shapes.push_back({m, n, k});
-        at = comma + 1;
       }
     } else if (a == "--iters") {
       o.iters = parse_int(a, v, 1, 100000);
@@ -156,14 +164,10 @@ Options parse(int argc, char** argv) {
     } else if (a == "--trace") {
       o.trace = v;
     } else if (a == "--calls") {
-      size_t at = 0;
-      while (at <= v.size()) {
-        const size_t comma = std::min(v.find(',', at), v.size());
-        const std::string name = v.substr(at, comma - at);
+      for (const std::string& name : comma_list(v)) {
         ASYNCTP_CHECK(std::any_of(std::begin(kCalls), std::end(kCalls), [&](const CallKind& k) { return name == k.name; }),
                       "--calls: '", name, "' is not one of the calls --help lists");
         o.calls.push_back(name);
-        at = comma + 1;
       }
     } else {
       detail::raise(detail::cat("unknown option ", a, "\n", kUsage));
@@ -178,26 +182,7 @@ __global__ void add_second_half(float* r, int64_t half) {
   }
 }
 
-// Keeps one SM busy for `ns`: a call enqueued behind it is on the GPU's queue before the GPU reaches
-// it, so its time excludes what the host spends before the launch (--queued). Where `end` is given,
-// stores the global timer as it ends.
-__global__ void spin_for(uint64_t ns, uint64_t* end) {
-  uint64_t t0 = 0, t = 0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  do {
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  } while (t - t0 < ns);
-  if (end != nullptr && threadIdx.x == 0) *end = t;
-}
-
 __global__ void empty_kernel() {}
-
-// Stores the global timer as the kernel starts: when the GPU was done with what came before it.
-__global__ void stamp_start(uint64_t* at) {
-  uint64_t t = 0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  *at = t;
-}
 
 CUstream cu(cudaStream_t s) { return reinterpret_cast<CUstream>(s); }
 CUdeviceptr cu(const void* p) { return reinterpret_cast<CUdeviceptr>(p); }

@@ -185,8 +185,8 @@ TEST(FusedKernel, EveryInstantiationWaitsForItsRowsFlag) {
   });
 }
 
-// The scheduler finds a reduce-scatter tile's rank and piece with cutlass::FastDivmod; the epilogue
-// and fixup() count and wait with plain division. A tile counted into another piece than its own
+// The scheduler and fixup() find a reduce-scatter tile's rank and piece with cutlass::FastDivmod; the
+// epilogue counts and waits with plain division. A tile counted into another piece than its own
 // leaves that piece's count short and its push waiting until the timeout. No GPU needed.
 TEST(FusedKernel, TileRowsMapToTheSameRankAndPieceByEitherDivision) {
   using kernels::fused::ReduceScatterTiles;
