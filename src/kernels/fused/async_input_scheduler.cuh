@@ -108,34 +108,43 @@ class AsyncInputTileScheduler {
   };
 
   // What the consumers hold across a tile's mainloop, beside its 128 accumulators, is compiled into the
-  // registers CUTLASS's configuration leaves (168 a thread): fields a tile's later steps can derive
-  // (its split slot, from the unit) are not kept, the three small ones share a word, and L_idx is a
-  // constant. With a dozen words here the consumers' mainloop spilled its pipeline state and
-  // rebuilt its shared-memory addresses every step (docs/fused_reduce_scatter.md, session 22).
+  // registers CUTLASS's configuration leaves (168 a thread), so every word here costs: fields a tile's
+  // later steps can derive (its split slot, from the unit) are not kept, the small ones share one word,
+  // L_idx is a constant, and the scheduler keeps no copy of the unit or of the staged run. With a dozen
+  // words the consumers' mainloop spilled its pipeline state and rebuilt its shared-memory addresses
+  // every step (docs/fused_reduce_scatter.md, sessions 22 and 23).
   struct WorkTileInfo {
     int32_t M_idx = 0;
     int32_t N_idx = 0;
     cute::C<0> L_idx{};  // empty: the batch coordinate is known at compile time
     int32_t unit = -1;                 // the scheduler's work unit; negative: no tile (the loops end)
     int32_t k_begin = 0, k_count = 0;  // this unit's steps along K
-    // split | splits << 8 | staged << 16: which of the tile's splits (splits 1: the tile is whole), and
-    // whether it is a reduce-scatter tile of another rank's rows.
-    uint32_t shape = 1u << 8;
-    // A staged tile's last split, as the consumers get it (visit()): (staged tiles its count covers, 0
-    // to leave the count to a later tile) << 1 | (the CTA's next tile with an epilogue is an own one,
-    // where the epilogue stores staged tiles); -1 for every other tile.
-    int32_t staged_release = -1;
+    // Bits, low to high: split (4), splits (4; 1: the tile is whole), staged (a reduce-scatter tile of
+    // another rank's rows), and on a staged tile's last split as the consumers get it (visit()):
+    // releases (this tile adds the run to its piece's count), own_next (the CTA's next tile with an
+    // epilogue is an own one, where the epilogue stores staged tiles), run (whole staged tiles of the
+    // piece this one ends, itself included; 0 on every other tile).
+    uint32_t bits = 1u << kSplitsShift;
+    static constexpr uint32_t kSplitsShift = 4, kStaged = 1u << 8, kReleases = 1u << 9, kOwnNext = 1u << 10;
+    static constexpr uint32_t kRunShift = 11, kMaxRun = ~0u >> kRunShift;
     CUTLASS_HOST_DEVICE bool is_valid() const { return unit >= 0; }
-    CUTLASS_HOST_DEVICE int32_t split() const { return static_cast<int32_t>(shape & 0xFFu); }
-    CUTLASS_HOST_DEVICE int32_t splits() const { return static_cast<int32_t>((shape >> 8) & 0xFFu); }
-    CUTLASS_HOST_DEVICE bool staged() const { return (shape >> 16) != 0; }
+    CUTLASS_HOST_DEVICE int32_t split() const { return static_cast<int32_t>(bits & 0xFu); }
+    CUTLASS_HOST_DEVICE int32_t splits() const { return static_cast<int32_t>((bits >> kSplitsShift) & 0xFu); }
+    CUTLASS_HOST_DEVICE bool staged() const { return (bits & kStaged) != 0; }
+    CUTLASS_HOST_DEVICE uint32_t run() const { return bits >> kRunShift; }
+    // The staged tiles this one adds to its piece's count (0: a later tile of the run counts them).
+    CUTLASS_HOST_DEVICE uint32_t staged_count() const { return (bits & kReleases) != 0 ? run() : 0u; }
+    CUTLASS_HOST_DEVICE bool own_next() const { return (bits & kOwnNext) != 0; }
     CUTLASS_HOST_DEVICE static WorkTileInfo invalid_work_tile() { return WorkTileInfo{}; }
     CUTLASS_HOST_DEVICE bool is_final_split(uint32_t) const { return split() + 1 == splits(); }
     // The kernel hands this to the epilogue's load() and store(), where CUTLASS's epilogue would read
-    // it as the one subtile to store (-1: all); reduce_scatter_epilogue.cuh reads staged_release.
-    CUTLASS_HOST_DEVICE int32_t reduction_subtile_idx() const { return staged_release; }
+    // it as the one subtile to store (-1: all; row_window_epilogue.cuh always stores all). For a staged
+    // tile's last split, reduce_scatter_epilogue.cuh reads it as staged_count() << 1 | own_next().
+    CUTLASS_HOST_DEVICE int32_t reduction_subtile_idx() const {
+      return run() != 0 ? static_cast<int32_t>(staged_count() << 1 | (own_next() ? 1u : 0u)) : -1;
+    }
   };
-  static_assert(kMaxTailSplits < 256, "a split and the split count take a byte each in WorkTileInfo::shape");
+  static_assert(kMaxTailSplits < 16, "a split and the split count take four bits each in WorkTileInfo::bits");
 
   // ---- host side ----
 
@@ -215,11 +224,9 @@ class AsyncInputTileScheduler {
 
   CUTLASS_DEVICE explicit AsyncInputTileScheduler(Params const& params) : params_(params) {
 #if defined(__CUDA_ARCH__)
-    current_ = static_cast<int32_t>(blockIdx.z);
     // The CTA's start goes in its first unit's record (tile_trace.h), not in a register of every thread.
-    if (params.trace != nullptr && threadIdx.x == 0 && current_ < params.units) {
-      WorkTileInfo first;
-      first.unit = current_;
+    const int32_t first = static_cast<int32_t>(blockIdx.z);
+    if (params.trace != nullptr && threadIdx.x == 0 && first < params.units) {
       trace_record(params, first)[kTraceStart] = global_timer_ns();
     }
 #endif
@@ -229,28 +236,27 @@ class AsyncInputTileScheduler {
   // the mainloop producer's lane 0 marks the time in the CTA's first record.
   template <class ClusterShape>
   CUTLASS_DEVICE WorkTileInfo initial_work_tile_info(ClusterShape) {
-    const WorkTileInfo work = visit(WorkTileInfo::invalid_work_tile(), current_);
 #if defined(__CUDA_ARCH__)
+    const WorkTileInfo work = visit(WorkTileInfo::invalid_work_tile(), static_cast<int32_t>(blockIdx.z));
     if (params_.trace != nullptr && threadIdx.x == 0 && work.is_valid()) {
-      trace_record(params_, work)[kTraceProducerStart] = global_timer_ns();
+      trace_record(params_, work.unit)[kTraceProducerStart] = global_timer_ns();
     }
-#endif
     return work;
+#else
+    return WorkTileInfo::invalid_work_tile();
+#endif
   }
-
-  CUTLASS_DEVICE WorkTileInfo get_current_work() const { return tile_of(params_, current_); }
 
   CUTLASS_DEVICE auto fetch_next_work(WorkTileInfo work) {
     // Consumer thread 0 (the first thread after the producer warpgroup) comes here after each epilogue.
     if (params_.trace != nullptr && threadIdx.x == cutlass::NumThreadsPerWarpGroup && work.is_valid()) {
-      uint64_t* r = trace_record(params_, work);
+      uint64_t* r = trace_record(params_, work.unit);
       r[kTraceTile] = static_cast<uint64_t>(work.M_idx) << 32 | static_cast<uint32_t>(work.N_idx);
       r[kTraceUnit] = static_cast<uint64_t>(blockIdx.z) << 32 | static_cast<uint64_t>(work.split()) << 16 |
                       static_cast<uint64_t>(work.splits()) << 1 | (work.staged() ? 1u : 0u);
       r[kTraceEpilogueDone] = global_timer_ns();
     }
-    current_ += stride();
-    const WorkTileInfo next = visit(work, current_);
+    const WorkTileInfo next = visit(work, work.unit + stride());
     if (params_.done != nullptr && !next.is_valid() && threadIdx.x >= cutlass::NumThreadsPerWarpGroup) signal_done();
     return cute::make_tuple(next, true);
   }
@@ -260,8 +266,8 @@ class AsyncInputTileScheduler {
     return fetch_next_work(work);
   }
 
-  CUTLASS_DEVICE bool is_last_tile(WorkTileInfo&, uint32_t advance_count = 1) const {
-    return !tile_of(params_, current_ + stride() * static_cast<int32_t>(advance_count)).is_valid();
+  CUTLASS_DEVICE bool is_last_tile(WorkTileInfo& work, uint32_t advance_count = 1) const {
+    return !tile_of(params_, work.unit + stride() * static_cast<int32_t>(advance_count)).is_valid();
   }
 
   CUTLASS_HOST_DEVICE static bool valid_warpgroup_in_work_tile(WorkTileInfo const&) { return true; }
@@ -283,7 +289,12 @@ class AsyncInputTileScheduler {
     const uint32_t threads = mma_warpgroups * cutlass::NumThreadsPerWarpGroup;
     const uint32_t thread = warpgroup * cutlass::NumThreadsPerWarpGroup + threadIdx.x % cutlass::NumThreadsPerWarpGroup;
     trace_mark(params, work, thread, kTraceFixupEnter);
-    fixup_splits(params, work, accumulators, thread, threads);
+    // One call of the reduce-scatter's part for both ways to a whole tile: with a call in each way, the
+    // two inlined copies held the consumers over CUTLASS's register budget, and ptxas spilled the
+    // mainloop's pipeline state (docs/fused_reduce_scatter.md, session 23).
+    if (fixup_splits(params, work, accumulators, thread, threads)) {
+      reduce_scatter_fixup(params, work, accumulators, thread, threads);
+    }
     trace_mark(params, work, thread, kTraceFixupExit);
 #endif
   }
@@ -317,26 +328,24 @@ class AsyncInputTileScheduler {
 #endif
   }
 
-  CUTLASS_DEVICE static uint64_t* trace_record(Params const& params, WorkTileInfo const& work) {
+  CUTLASS_DEVICE static uint64_t* trace_record(Params const& params, int32_t unit) {
     const uint32_t cta = cute::block_rank_in_cluster();
-    return params.trace + (static_cast<size_t>(work.unit) * kTraceCtasPerCluster + cta) * kTraceWords;
+    return params.trace + (static_cast<size_t>(unit) * kTraceCtasPerCluster + cta) * kTraceWords;
   }
 
   CUTLASS_DEVICE static void trace_mark(Params const& params, WorkTileInfo const& work, uint32_t thread, int word) {
 #if defined(__CUDA_ARCH__)
-    if (params.trace != nullptr && thread == 0) trace_record(params, work)[word] = global_timer_ns();
+    if (params.trace != nullptr && thread == 0) trace_record(params, work.unit)[word] = global_timer_ns();
 #endif
   }
 
   template <class FrgTensorC>
-  CUTLASS_DEVICE static void fixup_splits(Params const& params, WorkTileInfo const& work, FrgTensorC& accumulators,
+  // Whether the tile's accumulators are now whole (false: a split that handed its sums over).
+  CUTLASS_DEVICE static bool fixup_splits(Params const& params, WorkTileInfo const& work, FrgTensorC& accumulators,
                                           uint32_t thread, uint32_t threads) {
 #if defined(__CUDA_ARCH__)
     const int32_t split = work.split(), splits = work.splits();
-    if (splits <= 1) {
-      reduce_scatter_fixup(params, work, accumulators, thread, threads);
-      return;
-    }
+    if (splits <= 1) return true;
     constexpr int kElements = decltype(cute::size(accumulators))::value;
     static_assert(kElements * kConsumerThreads <= kMaxTileElements, "a tile's partial sums outgrow their slot");
     static_assert(kElements % 4 == 0, "a thread's partial sums go in 16-byte groups");
@@ -355,7 +364,7 @@ class AsyncInputTileScheduler {
         mine[g * threads] = make_float4(accumulators(4 * g), accumulators(4 * g + 1), accumulators(4 * g + 2), accumulators(4 * g + 3));
       }
       asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
-      return;
+      return false;
     }
     const uint32_t others = static_cast<uint32_t>(splits - 1);
     // Bounded like every wait in asynctp; a timeout here means a split never ran, which is a bug.
@@ -374,7 +383,9 @@ class AsyncInputTileScheduler {
       }
     }
     *counter = 0;  // ready for the next launch, which runs after this one ends
-    reduce_scatter_fixup(params, work, accumulators, thread, threads);
+    return true;
+#else
+    return false;
 #endif
   }
 
@@ -431,7 +442,7 @@ class AsyncInputTileScheduler {
         slot[g * threads] = make_uint4(pack(accumulators(e), accumulators(e + 1)), pack(accumulators(e + 2), accumulators(e + 3)),
                                        pack(accumulators(e + 4), accumulators(e + 5)), pack(accumulators(e + 6), accumulators(e + 7)));
       }
-      const uint32_t count = static_cast<uint32_t>(work.staged_release) >> 1;  // visit()
+      const uint32_t count = work.staged_count();  // visit()
       if (count == 0) return;
       // One count per warp (staged_count_per_tile): __syncwarp orders the lanes' stores before lane 0's
       // release, which the copy engine's wait (a stream memory operation on this GPU) then sees.
@@ -472,15 +483,17 @@ class AsyncInputTileScheduler {
   }
 
   // This CTA's unit u, which follows `prev` (invalid for its first), as the kernel's loops get it; for
-  // the consumers, a staged tile's last split also carries staged_release.
+  // the consumers, a staged tile's last split also carries its run, and whether it releases it.
   //
   // The count: a release waits until the stores before it have reached L2, and every CTA stages at the
   // same moment of a round, so each one costs microseconds. Where this CTA's next tile is staged for
-  // the same piece, a whole staged tile leaves the count to it (0: the piece is not complete before
-  // that tile anyway), and the tile that ends such a run counts all of it (run_, kept from the tile
-  // before); a split tile counts itself. Found here, once per tile, rather than by a walk back over the
-  // run: two tile_of() per staged tile, on the consumers' way from one epilogue to the next mainloop.
-  CUTLASS_DEVICE WorkTileInfo visit(WorkTileInfo const& prev, int32_t u) {
+  // the same piece, a whole staged tile leaves the count to it (the piece is not complete before that
+  // tile anyway), and the tile that ends such a run counts all of it; a split tile counts itself. The
+  // run is carried from the tile before in its bits, found here once per tile rather than by a walk
+  // back over the run: one tile_of() per staged tile, on the consumers' way from one epilogue to the
+  // next mainloop. A run that would outgrow its bits is counted in parts (the copy engine waits for
+  // the piece's sum).
+  CUTLASS_DEVICE WorkTileInfo visit(WorkTileInfo const& prev, int32_t u) const {
 #if defined(__CUDA_ARCH__)
     const bool consumer = threadIdx.x >= cutlass::NumThreadsPerWarpGroup;
 #else
@@ -489,16 +502,17 @@ class AsyncInputTileScheduler {
     WorkTileInfo w = tile_of(params_, u);
     if (!consumer || !w.staged() || w.split() + 1 != w.splits()) return w;
     const WorkTileInfo ahead = tile_of(params_, u + stride());
-    run_ = w.splits() == 1 && same_staged_piece(params_, w, prev) ? run_ + 1 : 1;
-    const uint32_t count = w.splits() != 1 ? 1u : same_staged_piece(params_, w, ahead) ? 0u : run_;
+    // A staged tile that did not release is followed by a whole one of its piece (its visit(), below).
+    const uint32_t run = prev.run() != 0 && (prev.bits & WorkTileInfo::kReleases) == 0 ? prev.run() + 1 : 1u;
+    const bool releases = w.splits() != 1 || run == WorkTileInfo::kMaxRun || !same_staged_piece(params_, w, ahead);
     // Only the epilogue that stores staged tiles needs to know what comes next (its store pipeline).
     const bool own_next = params_.rs.reduce_in_epilogue && own_tile_from(ahead);
-    w.staged_release = static_cast<int32_t>(count << 1) | (own_next ? 1 : 0);
+    w.bits |= (releases ? WorkTileInfo::kReleases : 0u) | (own_next ? WorkTileInfo::kOwnNext : 0u) | run << WorkTileInfo::kRunShift;
     return w;
   }
 
   // Work unit u: a whole cluster tile, or one split of a tail tile (tail tile u % tail, split u / tail,
-  // so a tile's splits go to different clusters of the last round); without staged_release.
+  // so a tile's splits go to different clusters of the last round); without the consumers' run.
   CUTLASS_DEVICE static WorkTileInfo tile_of(Params const& params_, int32_t u) {
     if (u < 0 || u >= params_.units) return WorkTileInfo::invalid_work_tile();
     int32_t t = u, split = 0, tail_tile = 0;
@@ -534,7 +548,8 @@ class AsyncInputTileScheduler {
     }
     w.unit = u;
     const bool staged = params_.rs.is_staged(w.M_idx * params_.tile_m, params_.rank_rows_div);
-    w.shape = static_cast<uint32_t>(split) | static_cast<uint32_t>(splits) << 8 | (staged ? 1u << 16 : 0u);
+    w.bits = static_cast<uint32_t>(split) | static_cast<uint32_t>(splits) << WorkTileInfo::kSplitsShift |
+             (staged ? WorkTileInfo::kStaged : 0u);
     return w;
   }
 
@@ -558,11 +573,6 @@ class AsyncInputTileScheduler {
   }
 
   Params params_;
-  int32_t current_ = 0;
-  // The consumers' visit(): how many whole staged tiles of its piece the current one ends. (Keeping
-  // the unit after it too, to save a tile_of(), made the kernel slower: 1716 against 1601 µs at
-  // 16384x8192x4096 in asynctp-rs-lab.)
-  uint32_t run_ = 0;
 };
 
 }  // namespace asynctp::kernels::fused

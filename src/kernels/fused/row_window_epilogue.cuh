@@ -3,9 +3,12 @@
 // all-gather's all of them (row0 = 0).
 //
 // RowWindowEpilogue<Base> builds Base's descriptors for those rows alone and hands Base each tile's
-// row coordinate relative to row0. A descriptor that starts before its buffer, so as to be indexed by
-// the product's rows, is what the kernel used before; the same trick on the reduce-scatter's inbox
-// faulted on TMA loads (docs/fused_reduce_scatter.md), so no descriptor starts outside its buffer.
+// row coordinate relative to row0, and always the whole tile to store: the subtile index the kernel
+// passes (the scheduler's reduction_subtile_idx) is -1 for every tile that reaches this epilogue, and
+// left unread it stays out of the registers the consumers hold across the mainloop. A descriptor that
+// starts before its buffer, so as to be indexed by the product's rows, is what the kernel used before;
+// the same trick on the reduce-scatter's inbox faulted on TMA loads (docs/fused_reduce_scatter.md), so
+// no descriptor starts outside its buffer.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -53,9 +56,9 @@ class RowWindowEpilogue : public Base {
   CUTLASS_DEVICE auto load(typename Base::LoadPipeline load_pipeline, typename Base::LoadPipelineState state,
                            ProblemShapeMNKL problem_shape, TileShapeMNK tile_shape, TileCoordMNKL tile_coord,
                            TiledMma tiled_mma, int thread_idx, typename Base::TensorStorage& shared_tensors,
-                           int subtile_idx = -1) {
+                           int /*subtile_idx*/ = -1) {
     return Base::load(load_pipeline, state, window(problem_shape), tile_shape, window_coord(tile_coord), tiled_mma,
-                      thread_idx, shared_tensors, subtile_idx);
+                      thread_idx, shared_tensors, -1);
   }
 
   template <class ProblemShapeMNKL, class TileShapeMNK, class TileCoordMNKL, class AccEngine, class AccLayout,
@@ -64,9 +67,9 @@ class RowWindowEpilogue : public Base {
                             typename Base::StorePipeline store_pipeline, typename Base::StorePipelineState store_state,
                             ProblemShapeMNKL problem_shape, TileShapeMNK tile_shape, TileCoordMNKL tile_coord,
                             cute::Tensor<AccEngine, AccLayout> accumulators, TiledMma tiled_mma, int thread_idx,
-                            typename Base::TensorStorage& shared_tensors, int subtile_idx = -1) {
+                            typename Base::TensorStorage& shared_tensors, int /*subtile_idx*/ = -1) {
     return Base::store(load_pipeline, load_state, store_pipeline, store_state, window(problem_shape), tile_shape,
-                       window_coord(tile_coord), accumulators, tiled_mma, thread_idx, shared_tensors, subtile_idx);
+                       window_coord(tile_coord), accumulators, tiled_mma, thread_idx, shared_tensors, -1);
   }
 
  private:
