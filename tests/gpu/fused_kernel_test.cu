@@ -15,6 +15,7 @@
 #include "algo/fused.h"
 #include "comm/communicator_impl.h"
 #include "kernels/fused/ag_gemm.h"
+#include "kernels/fused/async_input_scheduler.cuh"
 #include "kernels/fused/reduce_scatter_tiles.h"
 #include "kernels/fused/tail_split.h"
 #include "ops_test_cases.h"
@@ -213,6 +214,46 @@ TEST(FusedKernel, TileRowsMapToTheSameRankAndPieceByEitherDivision) {
     }
   }
   EXPECT_GT(checked, 50000);
+}
+
+// The one word in which the scheduler's tile info keeps a tile's split and staged run (so that the
+// consumers hold one register for them across the mainloop), as fixup() and the reduce-scatter's
+// epilogue read it back: the epilogue takes reduction_subtile_idx() as (tiles to count << 1) | (an own
+// tile comes next), and -1 for every tile it must store whole.
+TEST(FusedKernel, TileInfoBitsCarryTheSplitAndTheStagedRun) {
+  using Info = kernels::fused::AsyncInputTileScheduler<cutlass::bfloat16_t>::WorkTileInfo;
+  Info w;
+  EXPECT_FALSE(w.is_valid());
+  EXPECT_EQ(w.split(), 0);
+  EXPECT_EQ(w.splits(), 1);
+  EXPECT_TRUE(w.is_final_split(0));
+  EXPECT_FALSE(w.staged());
+  EXPECT_EQ(w.reduction_subtile_idx(), -1);
+  for (uint32_t split = 0; split < static_cast<uint32_t>(kernels::fused::kMaxTailSplits); ++split) {
+    w.bits = split | static_cast<uint32_t>(kernels::fused::kMaxTailSplits) << Info::kSplitsShift | Info::kStaged;
+    EXPECT_EQ(w.split(), static_cast<int32_t>(split));
+    EXPECT_EQ(w.splits(), kernels::fused::kMaxTailSplits);
+    EXPECT_TRUE(w.staged());
+    EXPECT_EQ(w.run(), 0u);
+    EXPECT_EQ(w.staged_count(), 0u);
+    EXPECT_EQ(w.reduction_subtile_idx(), -1) << "a staged tile without a run is not one the consumers visited";
+  }
+  const uint32_t staged_whole = 1u << Info::kSplitsShift | Info::kStaged;
+  w.bits = staged_whole | 5u << Info::kRunShift;  // the fifth of a run, which leaves the count to a later tile
+  EXPECT_EQ(w.run(), 5u);
+  EXPECT_EQ(w.staged_count(), 0u);
+  EXPECT_FALSE(w.own_next());
+  EXPECT_EQ(w.reduction_subtile_idx(), 0);
+  w.bits |= Info::kReleases | Info::kOwnNext;  // ... or counts all five, before an own tile
+  EXPECT_EQ(w.staged_count(), 5u);
+  EXPECT_TRUE(w.own_next());
+  EXPECT_EQ(w.reduction_subtile_idx(), 5 << 1 | 1);
+  EXPECT_EQ(w.split(), 0);
+  EXPECT_EQ(w.splits(), 1);
+  w.bits = staged_whole | Info::kReleases | Info::kMaxRun << Info::kRunShift;  // the longest run a word holds
+  EXPECT_EQ(w.staged_count(), Info::kMaxRun);
+  EXPECT_EQ(w.splits(), 1);
+  EXPECT_TRUE(w.staged());
 }
 
 }  // namespace
