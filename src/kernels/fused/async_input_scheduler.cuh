@@ -107,8 +107,9 @@ class AsyncInputTileScheduler {
     int32_t last_band_row0 = 0;
   };
 
-  // What the consumers hold across a tile's mainloop, beside its 128 accumulators, is compiled into the
-  // registers CUTLASS's configuration leaves (168 a thread), so every word here costs: fields a tile's
+  // What the consumers hold across a tile's mainloop, beside its 128 accumulators, shares the 232
+  // registers setmaxnreg gives them with fixup()'s loads, which ptxas keeps in flight up to that limit
+  // (nvdisasm's life ranges: 224-229 live there), so every word here costs: fields a tile's
   // later steps can derive (its split slot, from the unit) are not kept, the small ones share one word,
   // L_idx is a constant, and the scheduler keeps no copy of the unit or of the staged run. With a dozen
   // words the consumers' mainloop spilled its pipeline state and rebuilt its shared-memory addresses
