@@ -291,7 +291,7 @@ class AsyncInputTileScheduler {
     const uint32_t thread = warpgroup * cutlass::NumThreadsPerWarpGroup + threadIdx.x % cutlass::NumThreadsPerWarpGroup;
     trace_mark(params, work, thread, kTraceFixupEnter);
     // One call of the reduce-scatter's part for both ways to a whole tile: with a call in each way, the
-    // two inlined copies held the consumers over CUTLASS's register budget, and ptxas spilled the
+    // two inlined copies held the consumers over their register budget, and ptxas spilled the
     // mainloop's pipeline state (docs/fused_reduce_scatter.md, session 23).
     if (fixup_splits(params, work, accumulators, thread, threads)) {
       reduce_scatter_fixup(params, work, accumulators, thread, threads);
@@ -340,8 +340,8 @@ class AsyncInputTileScheduler {
 #endif
   }
 
-  template <class FrgTensorC>
   // Whether the tile's accumulators are now whole (false: a split that handed its sums over).
+  template <class FrgTensorC>
   CUTLASS_DEVICE static bool fixup_splits(Params const& params, WorkTileInfo const& work, FrgTensorC& accumulators,
                                           uint32_t thread, uint32_t threads) {
 #if defined(__CUDA_ARCH__)
