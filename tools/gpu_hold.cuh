@@ -5,20 +5,18 @@
 
 #include <cstdint>
 
+#include "kernels/signal.cuh"
+
 // Keeps one SM busy for `ns`: a call enqueued behind it is on the GPU's queue before the GPU reaches
 // it. Where `end` is given, stores the global timer as it ends.
 static __global__ void spin_for(uint64_t ns, uint64_t* end) {
-  uint64_t t0 = 0, t = 0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  const uint64_t t0 = asynctp::kernels::global_timer_ns();
+  uint64_t t = t0;
   do {
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    t = asynctp::kernels::global_timer_ns();
   } while (t - t0 < ns);
   if (end != nullptr && threadIdx.x == 0) *end = t;
 }
 
 // Stores the global timer as the kernel starts: when the GPU was done with what came before it.
-static __global__ void stamp_start(uint64_t* at) {
-  uint64_t t = 0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  *at = t;
-}
+static __global__ void stamp_start(uint64_t* at) { *at = asynctp::kernels::global_timer_ns(); }
