@@ -13,6 +13,12 @@
 // cost of staging and reducing, and of its own tiles waiting for pieces as soon as they are staged;
 // not the copy engine's traffic, nor the time a piece takes to cross NVLink.
 //
+// The pushed call is the epilogue's way pushed from the kernel (reduce_scatter_tiles.h, push_inbox):
+// the kernel stores rank 1's rows into a buffer of their own (the peer's inbox, checked against the
+// staged tiles) and counts them into the very counts its own tiles wait for, as if the peer pushed
+// its pieces at the same moments; it waits for, and raises, a done flag of its own. That is the
+// memory traffic of the op on two GPUs (each GPU's inbox written once, by the peer), less NVLink.
+//
 // Built with the tools; `asynctp-rs-lab --help` says how to run it.
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -76,6 +82,7 @@ struct CallKind {
   enum { kCublas, kCublasWithC, kPlain, kReduceScatter } what;
   bool epilogue = false;   // a reduce-scatter's way
   bool signalled = false;  // and its flags
+  bool pushed = false;     // the epilogue's way, pushed from the kernel
 };
 constexpr CallKind kCalls[] = {
     {"cublaslt", CallKind::kCublas},
@@ -85,6 +92,7 @@ constexpr CallKind kCalls[] = {
     {"epilogue-signalled", CallKind::kReduceScatter, true, true},
     {"fixup-preset", CallKind::kReduceScatter, false, false},
     {"fixup-signalled", CallKind::kReduceScatter, false, true},
+    {"epilogue-pushed", CallKind::kReduceScatter, true, true, true},
 };
 
 const char* kUsage =
@@ -95,14 +103,16 @@ const char* kUsage =
     "rank 0 of two, bf16, B row-major, timed beside the same kernel as a plain GEMM and cuBLASLt\n"
     "(without and with a source C of all M rows). Both ways of reducing (epilogue, fixup), each with\n"
     "the peer's arrived flags up before the launch (preset) or raised as each piece's staged count\n"
-    "completes (signalled); nothing is copied (see tools/rs_lab.cu). Results are checked first. Each\n"
+    "completes (signalled); nothing is copied; or the epilogue's way pushed from the kernel (pushed;\n"
+    "see tools/rs_lab.cu). Results are checked first. Each\n"
     "call starts on an idle GPU (unless --queued); one call of each per round, rounds in shuffled\n"
     "order; medians, µs.\n"
     "  --shapes   partial GEMMs (default: the seed shapes' on two ranks and 12288x7168x2048)\n"
     "  --pieces   pieces per rank (default 0: the op's choice)\n"
     "  --calls    which of cublaslt, cublaslt-c, plain, epilogue-preset, epilogue-signalled,\n"
-    "             fixup-preset, fixup-signalled to run (default all; e.g. for ncu, which cannot run\n"
-    "             a signalled call: its kernel waits for flags that a stream raises beside it)\n"
+    "             fixup-preset, fixup-signalled, epilogue-pushed to run (default all; e.g. for ncu,\n"
+    "             which cannot run a signalled call: its kernel waits for flags that a stream raises\n"
+    "             beside it)\n"
     "  --queued   time each call behind a kernel that keeps the GPU busy while the host enqueues it:\n"
     "             the GPU's time alone, without the host's before the launch\n"
     "  --trace    run each call once between two kernels that stamp the GPU's timer, print where its\n"
@@ -201,14 +211,26 @@ class Shape {
         pieces_(m_, algo::resolve_fused_rs_pieces(pieces, m_)),
         main_(main), pushes_(pushes),
         a_(size_t(M) * K * 2), b_(size_t(K) * N * 2), out_(size_t(m_) * N * 2), plain_out_(size_t(M) * N * 2),
-        staging_(staging_bytes()), inbox_(staging_bytes()),
+        staging_(staging_bytes()), inbox_(staging_bytes()), peer_inbox_(size_t(m_) * N * 2),
         counters_(kCounterBytes), flags_(2 * kMaxChunksPerRank * sizeof(uint32_t)),
-        epoch_word_(sizeof(uint32_t)),
+        epoch_word_(sizeof(uint32_t)), pushed_(kMaxChunksPerRank * sizeof(uint32_t)), done_word_(sizeof(uint32_t)),
+        done_(sizeof(kernels::fused::DoneSignal)),
         split_(kernels::fused::tail_split_workspace_bytes(kernels::fused::sm_count())),
         stamps_(2 * sizeof(uint64_t)) {
     reference::fill(a_.p, DType::kBF16, M, K, false, {1, 0, 0}, 0, 0, main_);
     reference::fill(b_.p, DType::kBF16, K, N, false, {2, 0, 0}, 0, 0, main_);
     ASYNCTP_CUDA_CHECK(cudaMemsetAsync(flags_.p, 0, 2 * kMaxChunksPerRank * sizeof(uint32_t), main_));
+    ASYNCTP_CUDA_CHECK(cudaMemsetAsync(pushed_.p, 0, kMaxChunksPerRank * sizeof(uint32_t), main_));
+    ASYNCTP_CUDA_CHECK(cudaMemsetAsync(done_word_.p, 0, sizeof(uint32_t), main_));
+    // The reduce-scatter's done signal, which the op's kernel raises on two ranks: its one peer is
+    // itself (the pushed call waits for it).
+    kernels::fused::DoneSignal done;
+    done.peers = 1;
+    done.finished = counters_.as<uint32_t>() + 2 * kMaxChunksPerRank;
+    done.epoch = epoch_word_.as<uint32_t>();
+    done.flag[0] = done_word_.as<uint32_t>();
+    ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(done_.p, &done, sizeof(done), cudaMemcpyHostToDevice, main_));
+    ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(main_));
     ASYNCTP_CUDA_CHECK(cudaMemsetAsync(split_.p, 0, kernels::fused::tail_split_workspace_bytes(kernels::fused::sm_count()), main_));
     ASYNCTP_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
     ASYNCTP_CUDA_CHECK(cudaEventCreateWithFlags(&joined_, cudaEventDisableTiming));
@@ -242,17 +264,23 @@ class Shape {
   }
 
   // The reduce-scatter's kernel, reducing in the epilogue or in fixup(), the peer's flags preset or
-  // signalled. Its set-up is what the op's pushes leave behind (zeroed counters) and a new epoch, and
-  // for preset the peer's flags already up.
-  Call reduce_scatter(bool epilogue, bool signalled) {
-    return {[this, signalled] {
+  // signalled, or pushed from the kernel. Its set-up is what the op's pushes leave behind (zeroed
+  // counters) and a new epoch, and for preset the peer's flags already up.
+  Call reduce_scatter(bool epilogue, bool signalled, bool pushed = false) {
+    return {[this, signalled, pushed] {
               ++epoch_;
               ASYNCTP_CUDA_CHECK(cudaMemsetAsync(counters_.p, 0, kCounterBytes, main_));
+              // The peer is done with the call before this one (other calls have run since this
+              // one's last pushed call raised the flag itself).
+              if (pushed) {
+                ASYNCTP_CU_CHECK(detail::driver().stream_write_value32(cu(main_), cu(done_word_.p), epoch_ - 1,
+                                                                       CU_STREAM_WRITE_VALUE_DEFAULT));
+              }
               if (!signalled) {
                 for (int j = 0; j < pieces_.used; ++j) raise_flag(main_, j);
               }
             },
-            [this, epilogue, signalled] { launch_reduce_scatter(epilogue, signalled); }};
+            [this, epilogue, signalled, pushed] { launch_reduce_scatter(epilogue, signalled, pushed); }};
   }
 
   Call call(const CallKind& k, gemm::GemmRunner& runner) {
@@ -262,7 +290,7 @@ class Shape {
       case CallKind::kPlain: return plain();
       case CallKind::kReduceScatter: break;
     }
-    return reduce_scatter(k.epilogue, k.signalled);
+    return reduce_scatter(k.epilogue, k.signalled, k.pushed);
   }
 
   // Runs `call` once, untimed.
@@ -280,6 +308,17 @@ class Shape {
     ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(inbox_.as<char>() + kPeer * rank_bytes, staging_.as<char>() + kPeer * rank_bytes,
                                        rank_bytes, cudaMemcpyDeviceToDevice, main_));
     ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(main_));
+  }
+
+  // Whether the pushed call's peer inbox holds what the preset call before it staged of rank 1's rows.
+  bool check_pushed() {
+    const size_t bytes = size_t(m_) * N_ * 2;
+    std::vector<char> pushed(bytes), staged(bytes);
+    ASYNCTP_CUDA_CHECK(cudaMemcpy(pushed.data(), peer_inbox_.p, bytes, cudaMemcpyDeviceToHost));
+    ASYNCTP_CUDA_CHECK(cudaMemcpy(staged.data(), staging_.as<char>() + kPeer * bytes, bytes, cudaMemcpyDeviceToHost));
+    const bool same = pushed == staged;
+    if (!same) std::printf("  epilogue-pushed at %s: WRONG, the peer's inbox differs from the staged tiles\n", text().c_str());
+    return same;
   }
 
   // Checks the last reduce-scatter's output against fp32: own row r = P[r] + P[m + r].
@@ -357,7 +396,7 @@ class Shape {
   void set_events(cudaEvent_t start, cudaEvent_t stop) { start_ = start, stop_ = stop; }
 
  private:
-  void launch_reduce_scatter(bool epilogue, bool signalled) {
+  void launch_reduce_scatter(bool epilogue, bool signalled, bool pushed) {
     const StagedLayout layout(epilogue, N_);
     AgGemmArgs g = base();
     g.c = out_.p;
@@ -377,6 +416,15 @@ class Shape {
     rs.epoch_out = epoch_word_.as<uint32_t>();
     rs.flag_stride = kMaxChunksPerRank;
     rs.wait = kernels::WaitContext{detail::device_fault_record(), kWaitNs, 0};
+    g.done = done_.as<const kernels::fused::DoneSignal>();  // as the op's calls on two ranks
+    if (pushed) {
+      rs.push_inbox = peer_inbox_.as<uint32_t>();
+      rs.push_count = pushed_.as<uint32_t>();  // the peer's counts are this rank's own
+      rs.pushed = pushed_.as<uint32_t>();
+      rs.peer_done = done_word_.as<const uint32_t>();
+      launch(g);
+      return;
+    }
     ASYNCTP_CUDA_CHECK(cudaEventRecord(fork_, main_));
     launch(g, [&] {
       if (!signalled) return;
@@ -438,7 +486,8 @@ class Shape {
   int64_t M_, N_, K_, m_;
   RowPieces pieces_;
   cudaStream_t main_, pushes_;
-  DeviceBuffer a_, b_, out_, plain_out_, staging_, inbox_, counters_, flags_, epoch_word_, split_, stamps_;
+  DeviceBuffer a_, b_, out_, plain_out_, staging_, inbox_, peer_inbox_, counters_, flags_, epoch_word_, pushed_,
+      done_word_, done_, split_, stamps_;
   std::unique_ptr<DeviceBuffer> reference_;
   uint32_t epoch_ = 0;
   cudaEvent_t fork_ = nullptr, joined_ = nullptr, start_ = nullptr, stop_ = nullptr;
@@ -489,6 +538,7 @@ int run(const Options& o) {
         shape.fill_inbox(chosen[i].epilogue);
         shape.once(calls[i]);
         ok = shape.check(chosen[i].name) && ok;
+        if (chosen[i].pushed) ok = shape.check_pushed() && ok;
       }
       all_ok = all_ok && ok;
       if (!o.trace.empty()) {

@@ -1,9 +1,10 @@
 // Fused matmul_reduce_scatter: one persistent GEMM computes the partial product destination by
 // destination (rank me+1's rows first, this rank's own last). Tiles of a peer's rows are staged in
 // this GPU's memory and counted; the copy engine pushes each piece to its destination's inbox as soon
-// as its count is complete; this rank's own tiles wait for the peers' pieces of the same rows and add
-// them in fp32 as the output is written (docs/fused_reduce_scatter.md): on two ranks and large
-// problems in the epilogue, otherwise in the kernel's fixup().
+// as its count is complete (or, on request, the kernel stores them into the peer's inbox itself); this
+// rank's own tiles wait for the peers' pieces of the same rows and add them in fp32 as the output is
+// written (docs/fused_reduce_scatter.md): on two ranks and large problems in the epilogue, otherwise in
+// the kernel's fixup().
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -46,6 +47,49 @@ bool reduce_in_epilogue(int world_size, int64_t tiles) {
   }
   if (forced != 0) return forced == 1;
   return world_size == 2 && tiles >= kEpilogueFromRounds * kernels::fused::sm_count();
+}
+
+// Whether a reduction in the epilogue pushes the staged tiles from the kernel, straight into the
+// peer's inbox over NVLink (kernels/fused/reduce_scatter_tiles.h, push_inbox), instead of through the
+// staging buffer and the copy engine. ASYNCTP_FUSED_RS_PUSH=kernel|copy-engine, set alike on every
+// rank; copy-engine by default, because the kernel's way has not yet run on two GPUs
+// (docs/fused_reduce_scatter.md, "Pushed from the kernel").
+bool push_from_kernel() {
+  static const bool kernel = [] {
+    const char* v = std::getenv("ASYNCTP_FUSED_RS_PUSH");
+    if (v == nullptr || *v == '\0' || std::strcmp(v, "copy-engine") == 0) return false;
+    if (std::strcmp(v, "kernel") == 0) return true;
+    detail::raise(detail::cat("ASYNCTP_FUSED_RS_PUSH is '", v, "'; expected kernel or copy-engine"));
+  }();
+  return kernel;
+}
+
+// The two-rank reduction in the epilogue, pushed from the kernel: nothing but the kernel, which waits
+// for the peer's done itself before it stores into the peer's inbox. Under capture (where the host
+// does not know the epoch) the epoch kernel runs before it, as for the copy engine's way, and waits too.
+void run_pushed_from_kernel(Communicator& comm, OverlapResources& pr, SymmetricBuffer& inbox, size_t rank_bytes,
+                            kernels::fused::AgGemmArgs& g, kernels::fused::CallTimeline& timeline,
+                            cudaStream_t stream) {
+  kernels::fused::ReduceScatterTiles& rs = g.rs;
+  const int me = rs.rank, peer = 1 - rs.rank;
+  rs.push_inbox = reinterpret_cast<uint32_t*>(bytes(inbox.peer(peer)) + me * rank_bytes);
+  rs.push_count = pr.pad_of(peer) + pr.pushed_count(me, 0);
+  rs.pushed = pr.pad() + pr.pushed_count(peer, 0);
+  rs.peer_done = pr.pad() + OverlapResources::done_flag(peer);
+  rs.push_pad_index = pr.pushed_count(peer, 0);
+  rs.epoch = pr.epoch();
+  rs.epoch_out = pr.epoch_word();
+  timeline.mark("resources");
+  pr.begin_call();
+  const bool captured = OverlapResources::capturing(stream);
+  rs.begin_epoch = pr.begin_epoch_in_kernel(captured);
+  if (rs.begin_epoch == 0) pr.begin_fused_epoch(stream, captured);
+  attach_tile_trace(g, stream);
+  timeline.mark("kernel");
+  kernels::fused::run_ag_gemm(g, stream);
+  timeline.mark("kernel_launched");
+  timeline.mark("end");
+  finish_tile_trace(comm, "rs", g, timeline, stream);
 }
 
 }  // namespace
@@ -104,12 +148,34 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
   kernels::fused::load_ag_gemm_kernels();
   const int64_t tiles_n = kernels::fused::StagedLayout::tiles_along(plan.N);
   const kernels::fused::StagedLayout layout(reduce_in_epilogue(ws, plan.M / kernels::fused::kTileRows * tiles_n), plan.N);
+  // The kernel's last warp zeroes the counts it pushes into before it says done (done_signal), which
+  // the peer waits for before it pushes again.
+  const bool push = layout.epilogue && push_from_kernel() && pr.done_signal() != nullptr;
   const size_t rank_bytes = layout.bytes_before(rows);  // one rank's rows, staged
-  char* staging = static_cast<char*>(m.scratch_for(ws * rank_bytes));  // slot d: this rank's tiles of d's rows
-  SymmetricBuffer& inbox = pr.inbox(ws * rank_bytes, stream);         // slot q: rank q's tiles of this rank's rows
+  // Slot d: this rank's tiles of d's rows (none where the kernel pushes).
+  char* staging = push ? nullptr : static_cast<char*>(m.scratch_for(ws * rank_bytes));
+  SymmetricBuffer& inbox = pr.inbox(ws * rank_bytes, stream);  // slot q: rank q's tiles of this rank's rows
   const kernels::fused::RowPieces pieces(rows, resolve_fused_rs_pieces(chunks_per_rank, rows));
   const int64_t piece_rows = pieces.rows;
   const int used_pieces = pieces.used;
+
+  kernels::fused::ReduceScatterTiles& rs = g.rs;
+  rs.rank = me;
+  rs.world = ws;
+  rs.rows_per_rank = static_cast<int32_t>(rows);
+  rs.rows_per_piece = static_cast<int32_t>(piece_rows);
+  rs.tiles_n = static_cast<int32_t>(tiles_n);
+  rs.reduce_in_epilogue = layout.epilogue;
+  rs.inbox = reinterpret_cast<const uint32_t*>(inbox.local());
+  rs.wait = pr.wait_context();
+  g.c_row0 = me * rows;
+  g.done = pr.done_signal();
+  pr.count_fused_reduction(layout.epilogue, push);
+
+  if (push) {
+    run_pushed_from_kernel(comm, pr, inbox, rank_bytes, g, timeline, stream);
+    return;
+  }
 
   // Each piece of each peer's rows, once the kernel has staged all its tiles, to that peer's inbox;
   // rank me+1 first, as the kernel computes them. One stream per destination, forked from `origin`.
@@ -163,26 +229,14 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
 
   // The kernel first: the pushes below wait for what it stages, and enqueuing them would otherwise delay
   // its start. The side streams follow the fork recorded above, not the kernel.
-  kernels::fused::ReduceScatterTiles& rs = g.rs;
-  rs.rank = me;
-  rs.world = ws;
-  rs.rows_per_rank = static_cast<int32_t>(rows);
-  rs.rows_per_piece = static_cast<int32_t>(piece_rows);
-  rs.tiles_n = static_cast<int32_t>(tiles_n);
-  rs.reduce_in_epilogue = layout.epilogue;
-  pr.count_fused_reduction(layout.epilogue);
   rs.staging = reinterpret_cast<uint32_t*>(staging);
   rs.staged = pr.staged();
-  rs.inbox = reinterpret_cast<const uint32_t*>(inbox.local());
   rs.arrived = pr.pad() + pr.arrived_flag(0, 0);
   rs.epoch = pr.epoch();
   rs.begin_epoch = begin_epoch;
   rs.epoch_out = pr.epoch_word();
   rs.flag_stride = kMaxChunksPerRank;
   rs.pad_index = pr.arrived_flag(0, 0);
-  rs.wait = pr.wait_context();
-  g.c_row0 = me * rows;
-  g.done = pr.done_signal();
   attach_tile_trace(g, stream);
   timeline.mark("kernel");
   kernels::fused::run_ag_gemm(g, stream);

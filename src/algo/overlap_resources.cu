@@ -58,7 +58,7 @@ OverlapResources& OverlapResources::of(Communicator& comm, cudaStream_t stream) 
 OverlapResources::OverlapResources(Communicator& comm) : comm_(comm) {
   Communicator::Impl& m = comm.impl();
   lsa_size_ = m.lsa.size;
-  pad_ = SignalPad::create(comm, lsa_size_ * (1 + 2 * kMaxChunksPerRank));
+  pad_ = SignalPad::create(comm, lsa_size_ * kPadWordsPerPeer);
   ASYNCTP_CUDA_CHECK(cudaMalloc(&epoch_, sizeof(uint32_t)));
   ASYNCTP_CUDA_CHECK(cudaMemsetAsync(epoch_, 0, sizeof(uint32_t), m.setup_stream));
   ASYNCTP_CUDA_CHECK(cudaMalloc(&staged_, staged_bytes()));
@@ -97,7 +97,9 @@ kernels::WaitContext OverlapResources::wait_context() const {
   return kernels::WaitContext{comm_.impl().fault, timeout_ns(comm_), comm_.rank()};
 }
 
-const uint32_t* OverlapResources::pad() const { return pad_->local(); }
+uint32_t* OverlapResources::pad() const { return pad_->local(); }
+
+uint32_t* OverlapResources::pad_of(int peer) const { return pad_->peer(peer); }
 
 SymmetricBuffer& OverlapResources::inbox(size_t bytes, cudaStream_t stream) {
   if (!inbox_ || inbox_->size() < bytes) {

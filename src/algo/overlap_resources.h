@@ -15,7 +15,10 @@
 //                  rank's buffers, nor reads its own buffers that this rank writes into;
 //   ready(p, j)    piece j of what peer p offers this rank is in place (pipelined: peers pull);
 //   arrived(p, j)  piece j from peer p has landed in this rank's inbox (fused: peers push; the fused
-//                  GEMM waits on these flags itself).
+//                  GEMM waits on these flags itself);
+//   pushed(p, j)   not a flag but a count: tiles of piece j that peer p's fused reduce-scatter kernel
+//                  has stored into this rank's inbox itself (kernels/fused/reduce_scatter_tiles.h,
+//                  push_inbox); zero between calls.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -46,8 +49,12 @@ class OverlapResources {
   static int done_flag(int peer) { return peer; }
   int ready_flag(int peer, int piece) const { return lsa_size_ + peer * kMaxChunksPerRank + piece; }
   int arrived_flag(int peer, int piece) const { return lsa_size_ * (1 + kMaxChunksPerRank) + peer * kMaxChunksPerRank + piece; }
-  // This rank's pad and epoch, for kernels that wait on flags themselves.
-  const uint32_t* pad() const;
+  int pushed_count(int peer, int piece) const { return lsa_size_ * (1 + 2 * kMaxChunksPerRank) + peer * kMaxChunksPerRank + piece; }
+  static constexpr int kPadWordsPerPeer = 1 + 3 * kMaxChunksPerRank;
+  // This rank's pad and epoch, for kernels that wait on flags themselves; `peer`'s pad, for kernels
+  // that raise its flags or counts themselves.
+  uint32_t* pad() const;
+  uint32_t* pad_of(int peer) const;
   const uint32_t* epoch() const { return epoch_; }
   kernels::WaitContext wait_context() const;
 
@@ -88,8 +95,13 @@ class OverlapResources {
   uint64_t replayed_calls() const { return replayed_calls_; }
   // Fused reduce-scatter calls on two or more ranks so far that reduced in the epilogue, or in
   // fixup() (reduce_scatter_tiles.h): what the tests that force one way check it took.
-  void count_fused_reduction(bool in_epilogue) { ++fused_reductions_[in_epilogue ? 1 : 0]; }
+  // Of those in the epilogue, how many the kernel pushed itself (reduce_scatter_tiles.h, push_inbox).
+  void count_fused_reduction(bool in_epilogue, bool pushed_from_kernel) {
+    ++fused_reductions_[in_epilogue ? 1 : 0];
+    if (pushed_from_kernel) ++kernel_pushes_;
+  }
   uint64_t fused_reductions(bool in_epilogue) const { return fused_reductions_[in_epilogue ? 1 : 0]; }
+  uint64_t kernel_pushes() const { return kernel_pushes_; }
   // Whether `stream` is being captured into a CUDA graph now.
   static bool capturing(cudaStream_t stream);
 
@@ -188,6 +200,7 @@ class OverlapResources {
   bool recording_ = false;
   uint64_t replayed_calls_ = 0;
   uint64_t fused_reductions_[2] = {};
+  uint64_t kernel_pushes_ = 0;
 };
 
 // Fans a call out from the caller's stream onto side streams and joins them back: a side stream waits

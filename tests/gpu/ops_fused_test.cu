@@ -204,27 +204,76 @@ TEST(FusedOps, CapturedGraphReplaysReducingInTheEpilogue_2Ranks) {
   });
 }
 
-// By default a small problem reduces in fixup() and a large one in the epilogue, which stage different
-// layouts and count differently (reduce_scatter_tiles.h): the two in turn on one communicator each find
-// the counts, the staging buffer and the peer's inbox as they need them.
-TEST(FusedOps, ReduceScatterBothWaysInTurn_2Ranks) {
+// The epilogue's way pushed from the kernel (ASYNCTP_FUSED_RS_PUSH=kernel; reduce_scatter_tiles.h,
+// push_inbox): the staged tiles stored by TMA into the peer's inbox and counted in its pad, the counts
+// zeroed by the kernel before it says done. Set, like ForcedReduction, before the ranks are forked.
+struct ForcedPushFromKernel {
+  ForcedPushFromKernel() { setenv("ASYNCTP_FUSED_RS_PUSH", "kernel", 1); }
+  ~ForcedPushFromKernel() { unsetenv("ASYNCTP_FUSED_RS_PUSH"); }
+};
+
+// Every fused call on two ranks pushed from the kernel (all reduce in the epilogue).
+int check_pushed_from_kernel(Communicator& comm) {
+  const algo::OverlapResources& pr = *comm.impl().overlap;
+  RANK_CHECK(pr.kernel_pushes() > 0 && pr.kernel_pushes() == pr.fused_reductions(true), "fused calls pushed from the kernel ",
+             pr.kernel_pushes(), " of ", pr.fused_reductions(true), " reduced in the epilogue; all were to be");
+  return 0;
+}
+
+TEST(FusedOps, ReduceScatterCasesPushedFromTheKernel_2Ranks) {
   REQUIRE_GPUS(2);
+  ForcedReduction forced("epilogue");
+  ForcedPushFromKernel push;
   RUN_RANKS(2, [](RankContext& ctx) {
     auto comm = make_comm(ctx);
-    Stream st;
-    reference::Fp32Gemm fp32;
-    for (int i = 0; i < 3; ++i) {
-      run_rs_case(*comm, RsCase{1024, 768, 512, false, false, ReduceOp::kSum, DType::kBF16, false}, st.s, fp32,
-                  with(Algorithm::kFused));
-      // 64 x 12 = 768 tiles of 128 x 256: at least five rounds on 132 SMs, so the epilogue's way.
-      run_rs_case(*comm, RsCase{8192, 3072, 256, false, false, ReduceOp::kAvg, DType::kFP16, false}, st.s, fp32,
-                  with(Algorithm::kFused, 3));
-    }
-    const algo::OverlapResources& pr = *comm->impl().overlap;
-    RANK_CHECK(pr.fused_reductions(true) == 3 && pr.fused_reductions(false) == 3, "fused reductions in the epilogue ",
-               pr.fused_reductions(true), ", in fixup() ", pr.fused_reductions(false), "; expected 3 and 3");
-    return 0;
+    if (const int failed = reduce_scatter_cases_on(ctx, *comm)) return failed;
+    return check_pushed_from_kernel(*comm);
   });
+}
+
+// Under capture the epoch comes from the device and the epoch kernel runs first; replays with changing
+// inputs would read a stale inbox, or hang on a count left over, if the kernel did not zero its counts.
+TEST(FusedOps, CapturedGraphReplaysPushedFromTheKernel_2Ranks) {
+  REQUIRE_GPUS(2);
+  ForcedReduction forced("epilogue");
+  ForcedPushFromKernel push;
+  RUN_RANKS(2, [](RankContext& ctx) {
+    return graph_replays(ctx, with(Algorithm::kFused), with(Algorithm::kFused, 2), 200);
+  });
+}
+
+// By default a small problem reduces in fixup() and a large one in the epilogue, which stage different
+// layouts and count differently (reduce_scatter_tiles.h): the two in turn on one communicator each find
+// the counts, the staging buffer and the peer's inbox as they need them; so do the copy engine's arrived
+// flags and the kernel's pushed counts, where the epilogue's way pushes from the kernel.
+int both_ways_in_turn(RankContext& ctx, bool pushed_from_kernel) {
+  auto comm = make_comm(ctx);
+  Stream st;
+  reference::Fp32Gemm fp32;
+  for (int i = 0; i < 3; ++i) {
+    run_rs_case(*comm, RsCase{1024, 768, 512, false, false, ReduceOp::kSum, DType::kBF16, false}, st.s, fp32,
+                with(Algorithm::kFused));
+    // 64 x 12 = 768 tiles of 128 x 256: at least five rounds on 132 SMs, so the epilogue's way.
+    run_rs_case(*comm, RsCase{8192, 3072, 256, false, false, ReduceOp::kAvg, DType::kFP16, false}, st.s, fp32,
+                with(Algorithm::kFused, 3));
+  }
+  const algo::OverlapResources& pr = *comm->impl().overlap;
+  RANK_CHECK(pr.fused_reductions(true) == 3 && pr.fused_reductions(false) == 3, "fused reductions in the epilogue ",
+             pr.fused_reductions(true), ", in fixup() ", pr.fused_reductions(false), "; expected 3 and 3");
+  RANK_CHECK(pr.kernel_pushes() == (pushed_from_kernel ? 3u : 0u), "fused calls pushed from the kernel ",
+             pr.kernel_pushes(), "; expected ", pushed_from_kernel ? 3 : 0);
+  return 0;
+}
+
+TEST(FusedOps, ReduceScatterBothWaysInTurn_2Ranks) {
+  REQUIRE_GPUS(2);
+  RUN_RANKS(2, [](RankContext& ctx) { return both_ways_in_turn(ctx, false); });
+}
+
+TEST(FusedOps, ReduceScatterBothWaysInTurnPushedFromTheKernel_2Ranks) {
+  REQUIRE_GPUS(2);
+  ForcedPushFromKernel push;
+  RUN_RANKS(2, [](RankContext& ctx) { return both_ways_in_turn(ctx, true); });
 }
 
 // The pushes of each layout are a CUDA graph the communicator keeps (algo/stream_replay.h), at most

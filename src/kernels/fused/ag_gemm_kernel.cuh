@@ -91,6 +91,8 @@ inline bool same_rs(const ReduceScatterTiles& x, const ReduceScatterTiles& y) {
          x.reduce_in_epilogue == y.reduce_in_epilogue && x.staging == y.staging &&
          x.staged == y.staged && x.inbox == y.inbox && x.arrived == y.arrived && x.epoch == y.epoch &&
          x.epoch_out == y.epoch_out && x.flag_stride == y.flag_stride && x.pad_index == y.pad_index &&
+         x.push_inbox == y.push_inbox && x.push_count == y.push_count && x.pushed == y.pushed &&
+         x.peer_done == y.peer_done && x.push_pad_index == y.push_pad_index &&
          x.wait.fault == y.wait.fault &&
          x.wait.timeout_ns == y.wait.timeout_ns && x.wait.rank == y.wait.rank;
 }
@@ -198,8 +200,9 @@ typename AgGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>::Gemm::Argume
 
   if constexpr (kReduceInEpilogue) {
     // Own tiles: D = alpha * (A @ B + the peer's copy), both addressed as this rank's m rows alone.
-    // Staged tiles: the partial product as it is, into the staging buffer, laid out like the product.
-    // (reduce_scatter_epilogue.cuh)
+    // Staged tiles: the partial product as it is, addressed as the peer's m rows alone, into the
+    // staging buffer's slot of the peer (laid out like the product), or pushed from the kernel, into
+    // the peer's inbox at this rank's slot. (reduce_scatter_epilogue.cuh)
     const ReduceScatterTiles& rs = a.rs;
     const int64_t m = rs.rows_per_rank;
     auto& own = args.epilogue.own;
@@ -215,8 +218,12 @@ typename AgGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>::Gemm::Argume
     staged.thread.alpha = 1.0f;
     staged.thread.beta = 0.0f;
     staged.ptr_C = nullptr;
-    staged.ptr_D = reinterpret_cast<Element*>(rs.staging);
-    staged.dD = packed_stride<typename Kernel::StrideD>(a.M, a.N);
+    const int64_t peer = 1 - rs.rank;
+    staged.ptr_D = rs.push_inbox != nullptr ? reinterpret_cast<Element*>(rs.push_inbox)
+                                            : reinterpret_cast<Element*>(rs.staging) + peer * m * a.N;
+    staged.dD = packed_stride<typename Kernel::StrideD>(m, a.N);
+    staged.row0 = static_cast<int32_t>(peer * m);
+    staged.rows = static_cast<int32_t>(m);
     args.epilogue.rs = rs;
   } else {
     // c holds rows [c_row0, c_row0 + rows) of the product: a reduce-scatter's rank's rows, or all.

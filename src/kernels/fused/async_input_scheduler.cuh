@@ -321,6 +321,12 @@ class AsyncInputTileScheduler {
     const DoneSignal& done = *params_.done;
     asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(done.finished) : "memory");
     if (before + 1 != warps) return;
+    // Pushed from the kernel: every own tile has seen its piece's count whole, so the peer has added
+    // its last; zeroed before the release below, the counts start from zero in the peer's next call,
+    // which pushes only once it has seen this done.
+    if (params_.rs.pushed != nullptr) {
+      for (int j = 0; j < kMaxChunksPerRank; ++j) params_.rs.pushed[j] = 0;
+    }
     const uint32_t epoch = params_.rs.begin_epoch != 0 ? params_.rs.begin_epoch : *done.epoch;
     for (int p = 0; p < done.peers; ++p) st_release_sys(done.flag[p], epoch);
     // Every warp has counted: zero for the next launch, which may start its epoch without a kernel

@@ -6,7 +6,8 @@
 //    tile has it (its TMA stores delayed by a subtile, two store stages), stores the tile into this
 //    GPU's staging buffer, row-major like the product; once the tile's stores are complete, consumer
 //    warp 0 counts it for its piece, and the copy engine pushes the piece to the peer when the count
-//    is whole;
+//    is whole; or, pushed from the kernel (ReduceScatterTiles::push_inbox), the stores write the tile
+//    into the peer's inbox over NVLink and warp 0 counts it in the peer's pad;
 //  - an own tile: Base, which reads a source C (C's shared memory reused for D), stores D = scale *
 //    accumulators + scale * C in fp32 into the caller's output, C being the peer's copy of the same
 //    rows in this rank's inbox (both addressed as this rank's rows alone: row_window_epilogue.cuh); the
@@ -57,18 +58,19 @@ class ReduceScatterEpilogue {
   static constexpr bool RequiresTransactionBytes = Base::RequiresTransactionBytes;
   static constexpr int kTileM = static_cast<int>(kTileRows);
 
-  // own's descriptors address this rank's m rows alone (row_window_epilogue.cuh); staged's the
-  // product's M rows.
+  // Each addresses one rank's m rows alone (row_window_epilogue.cuh): own's this rank's, staged's the
+  // peer's.
   using Own = RowWindowEpilogue<Base>;
+  using Staged = RowWindowEpilogue<Plain>;
   struct Arguments {
-    typename Own::Arguments own;       // D: the output; C: the peer's copy of this rank's rows; beta != 0
-    typename Plain::Arguments staged;  // D: the staging buffer; no source
+    typename Own::Arguments own;        // D: the output; C: the peer's copy of this rank's rows; beta != 0
+    typename Staged::Arguments staged;  // D: the staging buffer's slot of the peer, or the peer's inbox; no source
     ReduceScatterTiles rs{};
   };
 
   struct Params {
     typename Own::Params own;
-    typename Plain::Params staged;
+    typename Staged::Params staged;
     ReduceScatterTiles rs{};
     uint32_t tma_transaction_bytes = 0;  // read by the kernel for the load pipeline
   };
@@ -77,7 +79,7 @@ class ReduceScatterEpilogue {
   static Params to_underlying_arguments(ProblemShape const& problem_shape, Arguments const& args, void* workspace) {
     Params p;
     p.own = Own::to_underlying_arguments(problem_shape, args.own, workspace);
-    p.staged = Plain::to_underlying_arguments(problem_shape, args.staged, workspace);
+    p.staged = Staged::to_underlying_arguments(problem_shape, args.staged, workspace);
     p.rs = args.rs;
     p.tma_transaction_bytes = p.own.tma_transaction_bytes;
     return p;
@@ -86,7 +88,7 @@ class ReduceScatterEpilogue {
   template <class ProblemShape>
   static bool can_implement(ProblemShape const& problem_shape, Arguments const& args) {
     return args.rs.rank >= 0 && args.rs.world == 2 && args.rs.reduce_in_epilogue &&
-           Own::can_implement(problem_shape, args.own) && Plain::can_implement(problem_shape, args.staged);
+           Own::can_implement(problem_shape, args.own) && Staged::can_implement(problem_shape, args.staged);
   }
 
   // The linear-combination epilogues need no workspace; Base and Plain say so.
@@ -160,6 +162,10 @@ class ReduceScatterEpilogue {
       return own_.store(load_pipeline, load_state, store_pipeline, store_state, problem_shape, tile_shape, tile_coord,
                         accumulators, tiled_mma, thread_idx, shared_tensors, -1);
     }
+    if (!pushing_ && params_.rs.push_inbox != nullptr) {
+      if (thread_idx < cutlass::NumThreadsPerWarp) wait_until_peer_done();
+      pushing_ = true;
+    }
     // Plain loads nothing (no source), so it leaves the load pipeline and its state alone.
     auto [unused_load_state, next_plain_state] =
         staged_.store(load_pipeline, load_state, plain_store_pipeline(), plain_store_state_, problem_shape, tile_shape,
@@ -207,36 +213,64 @@ class ReduceScatterEpilogue {
 
 
   // Every lane waits and fences, as the mainloop's producer does (async_input_mainloop.cuh), so the lane
-  // Base elects to issue the TMA loads has itself acquired the flag.
+  // Base elects to issue the TMA loads has itself acquired the flag. Pushed from the kernel, the piece
+  // is there once the peer's count of it shows all its tiles; else once its arrived flag shows the epoch.
   CUTLASS_DEVICE void wait_for_peer(int32_t row0) const {
     ReduceScatterTiles const& rs = params_.rs;
     const int32_t peer = 1 - rs.rank;
-    const int32_t index = peer * rs.flag_stride + rs.piece_of(row0);
-    wait_flag_sys</*kPrint=*/false>(rs.arrived + index, rs.arrival_epoch(), peer, rs.pad_index + index, rs.wait);
+    const int32_t piece = rs.piece_of(row0);
+    if (rs.push_inbox != nullptr) {
+      const int32_t rows = cute::min(rs.rows_per_piece, rs.rows_per_rank - piece * rs.rows_per_piece);
+      const uint32_t tiles = static_cast<uint32_t>(rows / kTileM * rs.tiles_n);
+      wait_flag_sys</*kPrint=*/false>(rs.pushed + piece, tiles, peer, rs.push_pad_index + piece, rs.wait);
+    } else {
+      const int32_t index = peer * rs.flag_stride + piece;
+      wait_flag_sys</*kPrint=*/false>(rs.arrived + index, rs.arrival_epoch(), peer, rs.pad_index + index, rs.wait);
+    }
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+    __syncwarp();
+  }
+
+  // Consumer warp 0, before this CTA's first store into the peer's inbox: the peer is done with the
+  // call before this one (its done flag carries that call's epoch), so it no longer reads what the
+  // stores overwrite. The fence orders the acquire before the stores, which the async proxy makes.
+  CUTLASS_DEVICE void wait_until_peer_done() const {
+    ReduceScatterTiles const& rs = params_.rs;
+    const int32_t peer = 1 - rs.rank;
+    wait_flag_sys</*kPrint=*/false>(rs.peer_done, rs.arrival_epoch() - 1, peer, peer, rs.wait);
     asm volatile("fence.proxy.async.global;" ::: "memory");
     __syncwarp();
   }
 
   // Consumer warp 0, after a staged tile's stores: once they are complete in memory (not only read
   // out of shared memory), add the tiles to the piece's count with a GPU-scope release, which the copy
-  // engine's wait (a stream memory operation on this GPU) then sees; and where an own tile comes next,
-  // let the producer warp load its C.
+  // engine's wait (a stream memory operation on this GPU) then sees, or, pushed from the kernel, to
+  // the peer's count with a system-scope one; and where an own tile comes next, let the producer warp
+  // load its C.
   CUTLASS_DEVICE void count_staged(int32_t row0, int release) const {
     ReduceScatterTiles const& rs = params_.rs;
     asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
     asm volatile("fence.proxy.async.global;" ::: "memory");
     __syncwarp();
-    if (threadIdx.x % cutlass::NumThreadsPerWarp == 0) rs.add_staged(row0, static_cast<uint32_t>(release >> 1));
+    if (threadIdx.x % cutlass::NumThreadsPerWarp == 0) {
+      const uint32_t tiles = static_cast<uint32_t>(release >> 1);
+      if (rs.push_inbox != nullptr) {
+        rs.add_pushed(row0, tiles);
+      } else {
+        rs.add_staged(row0, tiles);
+      }
+    }
     __syncwarp();
     if (release & 1) cutlass::arch::NamedBarrier::arrive(kGateThreads, kGateBarrier);
   }
 
   Params const& params_;
   Own own_;
-  Plain staged_;
+  Staged staged_;
   typename Plain::StorePipelineState plain_store_state_{};  // consumers: where the staged tiles' stores are
   bool after_staged_ = false;  // producer warp: a staged tile has gone by since the gate
   bool stored_own_ = false;    // consumers: an own tile has been stored
+  bool pushing_ = false;       // consumers: the peer is done with the call before (pushed from the kernel)
 };
 
 }  // namespace asynctp::kernels::fused

@@ -10,6 +10,8 @@
 //    TMA stores, row-major like the product (staging: [M, N], of which the peer's rows are written;
 //    inbox: the peer's [m, N] at its slot), and counted once per tile; an own tile's epilogue reads the
 //    peer's copy as its source C;
+//    Or, pushed from the kernel (`push_inbox`), a staged tile is stored straight into the peer's
+//    inbox over NVLink and counted in the peer's pad, and the copy engine does nothing (below);
 //  - through fixup() (any number of ranks): a staged tile's consumer threads store their fp32
 //    accumulators, rounded to the output type, each thread its own 16-byte groups (a tile is
 //    [group][thread], written and read whole by the copy engine without any layout of its own), and
@@ -59,6 +61,18 @@ struct ReduceScatterTiles {
   int32_t flag_stride = 0;
   int32_t pad_index = 0;  // index of arrived[0] in this rank's pad, for the timeout report
   WaitContext wait{};
+  // Pushed from the kernel (two ranks, through the epilogue; push_inbox non-null): the epilogue's TMA
+  // stores write a staged tile into the peer's inbox itself, and once they are complete its warp adds
+  // the tile to the peer's count of its piece (push_count) with a system-scope release; an own tile
+  // waits until the peer's count of its piece (pushed) shows every tile of the piece. Before its
+  // first store into the peer's inbox a CTA waits for the peer to be done with the call before
+  // (peer_done); the kernel's last warp zeroes `pushed` before it says done, so the peer's next call
+  // counts from zero.
+  uint32_t* push_inbox = nullptr;       // the peer's inbox at this rank's slot: [m, N]
+  uint32_t* push_count = nullptr;       // the peer's pad: pushed(this rank, piece) at [piece]
+  uint32_t* pushed = nullptr;           // this rank's pad: pushed(peer, piece) at [piece], kMaxChunksPerRank
+  const uint32_t* peer_done = nullptr;  // this rank's pad: the peer's done flag
+  int32_t push_pad_index = 0;           // index of pushed[0] in this rank's pad, for the timeout report
 
   // Where the tile whose first row is `row0` belongs, for the scheduler and the epilogue alike: the rank
   // that owns its rows, the piece of that rank's rows it is in, and that piece's staged counter. Each
@@ -103,6 +117,12 @@ struct ReduceScatterTiles {
   __device__ void add_staged(int32_t row0, uint32_t count) const {
     if (begin_epoch != 0) *epoch_out = begin_epoch;
     asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(staged + staged_index(row0)), "r"(count) : "memory");
+  }
+  // Pushed from the kernel: adds `count` tiles, stored into the peer's inbox and complete there, to the
+  // peer's count of the piece `row0` is in, with a system-scope release (the peer's own tiles acquire it).
+  __device__ void add_pushed(int32_t row0, uint32_t count) const {
+    if (begin_epoch != 0) *epoch_out = begin_epoch;  // as add_staged: the device's epoch word follows the call
+    asm volatile("red.release.sys.global.add.u32 [%0], %1;" ::"l"(push_count + piece_of(row0)), "r"(count) : "memory");
   }
 #endif
 };
