@@ -43,7 +43,7 @@ struct ReduceScatterTiles {
   int32_t rank = -1;  // -1: an ordinary GEMM
   int32_t world = 1;
   int32_t rows_per_rank = 0;   // m: a multiple of the cluster's rows, so no cluster spans two ranks
-  int32_t rows_per_piece = 0;  // a multiple of the tile's rows; pieces are what the copy engine moves
+  int32_t rows_per_piece = 0;  // a multiple of the tile's rows; a piece is counted, moved and waited for whole
   int32_t tiles_n = 0;         // tiles along N
   bool reduce_in_epilogue = false;       // see above; two ranks only
   uint32_t* staging = nullptr;           // epilogue: [M, N]; fixup: [rank d][tile of d's rows][word][thread]
