@@ -77,8 +77,6 @@ void run_pushed_from_kernel(Communicator& comm, OverlapResources& pr, SymmetricB
   rs.pushed = pr.pad() + pr.pushed_count(peer, 0);
   rs.peer_done = pr.pad() + OverlapResources::done_flag(peer);
   rs.push_pad_index = pr.pushed_count(peer, 0);
-  rs.epoch = pr.epoch();
-  rs.epoch_out = pr.epoch_word();
   timeline.mark("resources");
   pr.begin_call();
   const bool captured = OverlapResources::capturing(stream);
@@ -167,6 +165,8 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
   rs.tiles_n = static_cast<int32_t>(tiles_n);
   rs.reduce_in_epilogue = layout.epilogue;
   rs.inbox = reinterpret_cast<const uint32_t*>(inbox.local());
+  rs.epoch = pr.epoch();
+  rs.epoch_out = pr.epoch_word();
   rs.wait = pr.wait_context();
   g.c_row0 = me * rows;
   g.done = pr.done_signal();
@@ -232,9 +232,7 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
   rs.staging = reinterpret_cast<uint32_t*>(staging);
   rs.staged = pr.staged();
   rs.arrived = pr.pad() + pr.arrived_flag(0, 0);
-  rs.epoch = pr.epoch();
   rs.begin_epoch = begin_epoch;
-  rs.epoch_out = pr.epoch_word();
   rs.flag_stride = kMaxChunksPerRank;
   rs.pad_index = pr.arrived_flag(0, 0);
   attach_tile_trace(g, stream);

@@ -237,6 +237,8 @@ class ReduceScatterEpilogue {
   CUTLASS_DEVICE void wait_until_peer_done() const {
     ReduceScatterTiles const& rs = params_.rs;
     const int32_t peer = 1 - rs.rank;
+    // The peer's done flag is word `peer` of this rank's pad (OverlapResources::done_flag), as a
+    // timeout report names it.
     wait_flag_sys</*kPrint=*/false>(rs.peer_done, rs.arrival_epoch() - 1, peer, peer, rs.wait);
     asm volatile("fence.proxy.async.global;" ::: "memory");
     __syncwarp();
