@@ -434,7 +434,7 @@ class Shape {
       for (int j = 0; j < pieces_.used; ++j) {
         ASYNCTP_CU_CHECK(detail::driver().stream_wait_value32(
             cu(pushes_), cu(counters_.as<uint32_t>() + kPeer * kMaxChunksPerRank + j),
-            layout.count(pieces_.begin(j), pieces_.end(j, m_)), CU_STREAM_WAIT_VALUE_GEQ));
+            layout.count(rs, j), CU_STREAM_WAIT_VALUE_GEQ));
         raise_flag(pushes_, j);
       }
       ASYNCTP_CUDA_CHECK(cudaEventRecord(joined_, pushes_));

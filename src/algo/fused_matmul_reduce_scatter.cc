@@ -186,7 +186,7 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
       cudaStream_t push = pushes.use(pr.peer_stream(d));
       for (int j = 0; j < used_pieces; ++j) {
         const int64_t r0 = pieces.begin(j), r1 = pieces.end(j, rows);
-        pr.wait_staged(push, d, j, layout.count(r0, r1));
+        pr.wait_staged(push, d, j, layout.count(rs, j));
         const size_t offset = layout.bytes_before(r0);
         ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(bytes(inbox.peer(d)) + me * rank_bytes + offset,
                                            staging + d * rank_bytes + offset, layout.bytes_before(r1) - offset,

@@ -153,22 +153,45 @@ TEST(FusedPlan, ReduceScatterPiecesCoverTheRowsInWholeClusters) {
 
 TEST(FusedPlan, ReduceScatterStagedLayoutAndCounts) {
   using kernels::fused::StagedLayout;
-  // Through the epilogue: row-major like the product, and a tile counts once. 512 rows of 3584 columns
-  // are 4 x 14 tiles (56: what the kernel's counter of such a piece reached on one H200).
+  // A rank's 2048 rows of 3584 columns (4096x3584x8192 on two ranks) in pieces of 512 rows: 4 x 14
+  // tiles each (56: what the kernel's counter of such a piece reached on one H200).
+  kernels::fused::ReduceScatterTiles rs;
+  rs.rows_per_rank = 2048, rs.rows_per_piece = 512, rs.tiles_n = 14;
+  EXPECT_EQ(rs.tiles_in_piece(0), 56u);
+  EXPECT_EQ(rs.tiles_in_piece(3), 56u);
+  // Through the epilogue: row-major like the product, and a tile counts once.
   const StagedLayout epilogue(true, 3584);
   EXPECT_EQ(epilogue.tiles_n, 14);
   EXPECT_EQ(epilogue.bytes_before(512), size_t{512} * 3584 * 2);
-  EXPECT_EQ(epilogue.count(0, 512), 56u);
-  EXPECT_EQ(epilogue.count(512, 1024), 56u);
+  EXPECT_EQ(epilogue.count(rs, 0), 56u);
+  EXPECT_EQ(epilogue.count(rs, 1), 56u);
   // Through fixup(): a 64 KiB slot per 128 x 256 tile, counted by each of the 8 consumer warps; a
   // partial last tile along N takes a whole slot.
   const StagedLayout fixup(false, 3584);
   EXPECT_EQ(fixup.bytes_before(512), size_t{4} * 14 * 65536);
-  EXPECT_EQ(fixup.count(0, 512), 56u * 8);
+  EXPECT_EQ(fixup.count(rs, 0), 56u * 8);
   const StagedLayout narrow(false, 1000);
   EXPECT_EQ(narrow.tiles_n, 4);
   EXPECT_EQ(narrow.bytes_before(256), size_t{2} * 4 * 65536);
   EXPECT_EQ(StagedLayout(true, 1000).bytes_before(256), size_t{256} * 1000 * 2);
+  // 1280 rows in pieces of 768 (RowPieces(1280, 2)): the last piece is 512 rows, 4 tile rows. The
+  // pieces' tiles add up to the rank's, for every piece count the op resolves to.
+  rs.rows_per_rank = 1280, rs.rows_per_piece = 768, rs.tiles_n = 4;
+  EXPECT_EQ(rs.rows_in_piece(1), 512);
+  EXPECT_EQ(rs.tiles_in_piece(0), 6u * 4);
+  EXPECT_EQ(rs.tiles_in_piece(1), 4u * 4);
+  for (int32_t rows = 256; rows <= 256 * 40; rows += 256) {
+    for (int asked = 1; asked <= 4; ++asked) {
+      const kernels::fused::RowPieces p(rows, algo::resolve_fused_rs_pieces(asked, rows));
+      rs.rows_per_rank = rows, rs.rows_per_piece = static_cast<int32_t>(p.rows), rs.tiles_n = 3;
+      uint32_t tiles = 0;
+      for (int j = 0; j < p.used; ++j) {
+        EXPECT_EQ(rs.rows_in_piece(j), p.end(j, rows) - p.begin(j));
+        tiles += rs.tiles_in_piece(j);
+      }
+      EXPECT_EQ(tiles, static_cast<uint32_t>(rows / 128 * 3));
+    }
+  }
 }
 
 }  // namespace

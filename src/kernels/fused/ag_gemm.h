@@ -15,19 +15,9 @@
 #include "kernels/fused/chunk_flags.h"
 #include "kernels/fused/done_signal.h"
 #include "kernels/fused/reduce_scatter_tiles.h"
+#include "kernels/fused/tile_shape.h"
 
 namespace asynctp::kernels::fused {
-
-// Rows of A per output tile: a tile whose rows come from two ranks waits for both.
-constexpr int64_t kTileRows = 128;
-// Rows of A per cluster of CTAs (two tiles along M share B's loads): the scheduler's unit of order.
-constexpr int64_t kClusterRows = 2 * kTileRows;
-// Depth of a tile along K (one step of the mainloop).
-constexpr int64_t kTileK = 64;
-// A reduce-scatter's tiles are always this wide, so that every rank stages the same layout.
-constexpr int64_t kRsTileN = 256;
-// Bytes of one staged reduce-scatter tile (kTileRows x kRsTileN elements of 2 bytes).
-constexpr int64_t kRsTileBytes = kTileRows * kRsTileN * 2;
 
 struct AgGemmArgs {
   DType dtype = DType::kBF16;

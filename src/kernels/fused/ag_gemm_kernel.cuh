@@ -53,7 +53,7 @@ struct AgGemmKernel {
   using TileShape = cute::Shape<cute::_128, cute::Int<kTileN>, cute::Int<static_cast<int>(kTileK)>>;
   using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
   static constexpr int kAlign = 16 / sizeof(Element);  // elements per 16 bytes: what TMA needs
-  static_assert(cute::size<0>(TileShape{}) == kTileRows, "kTileRows (ag_gemm.h) must match the tile's M");
+  static_assert(cute::size<0>(TileShape{}) == kTileRows, "kTileRows (tile_shape.h) must match the tile's M");
   static_assert(!kReduceInEpilogue || kTileN == kRsTileN, "a reduce-scatter's tiles are kRsTileN wide");
 
   // D = alpha * A @ B, or with a source (the reduce-scatter's peer copy) D = alpha * A @ B + beta * C.

@@ -220,9 +220,8 @@ class ReduceScatterEpilogue {
     const int32_t peer = 1 - rs.rank;
     const int32_t piece = rs.piece_of(row0);
     if (rs.push_inbox != nullptr) {
-      const int32_t rows = cute::min(rs.rows_per_piece, rs.rows_per_rank - piece * rs.rows_per_piece);
-      const uint32_t tiles = static_cast<uint32_t>(rows / kTileM * rs.tiles_n);
-      wait_flag_sys</*kPrint=*/false>(rs.pushed + piece, tiles, peer, rs.push_pad_index + piece, rs.wait);
+      wait_flag_sys</*kPrint=*/false>(rs.pushed + piece, rs.tiles_in_piece(piece), peer, rs.push_pad_index + piece,
+                                      rs.wait);
     } else {
       const int32_t index = peer * rs.flag_stride + piece;
       wait_flag_sys</*kPrint=*/false>(rs.arrived + index, rs.arrival_epoch(), peer, rs.pad_index + index, rs.wait);

@@ -23,6 +23,7 @@
 
 #include "asynctp/ops.h"
 #include "kernels/fused/tail_split.h"
+#include "kernels/fused/tile_shape.h"
 #include "kernels/wait_context.h"
 
 #if defined(__CUDACC__)
@@ -107,6 +108,18 @@ struct ReduceScatterTiles {
     return staged_index(row0, Divide{rows_per_rank}, Divide{rows_per_piece});
   }
   ASYNCTP_RS_HOST_DEVICE bool is_staged(int32_t row0) const { return is_staged(row0, Divide{rows_per_rank}); }
+
+  // Rows of piece `piece` of a rank's rows: rows_per_piece, the last piece shorter where it does not
+  // divide rows_per_rank.
+  ASYNCTP_RS_HOST_DEVICE int32_t rows_in_piece(int32_t piece) const {
+    const int32_t left = rows_per_rank - piece * rows_per_piece;
+    return left < rows_per_piece ? left : rows_per_piece;
+  }
+  // Tiles in that piece: the count a piece reaches once all its tiles are in, per tile counted once
+  // (the host's waits for the copy engine, and the epilogue's wait where the kernel pushes, both use it).
+  ASYNCTP_RS_HOST_DEVICE uint32_t tiles_in_piece(int32_t piece) const {
+    return static_cast<uint32_t>(rows_in_piece(piece) / static_cast<int32_t>(kTileRows) * tiles_n);
+  }
 
 #if defined(__CUDACC__)
   // The value the peers' arrived flags reach for this call.

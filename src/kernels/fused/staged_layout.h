@@ -27,9 +27,9 @@ struct StagedLayout {
     if (epilogue) return static_cast<size_t>(row * N) * sizeof(uint16_t);  // bf16 or fp16
     return static_cast<size_t>(row / kTileRows * tiles_n) * kRsTileBytes;
   }
-  // What the kernel's staged counter of a piece of rows [r0, r1) reaches once all its tiles are staged.
-  uint32_t count(int64_t r0, int64_t r1) const {
-    return static_cast<uint32_t>((r1 - r0) / kTileRows * tiles_n) * staged_count_per_tile(epilogue);
+  // What the kernel's staged counter of a piece reaches once all its tiles are staged.
+  uint32_t count(ReduceScatterTiles const& rs, int piece) const {
+    return rs.tiles_in_piece(piece) * staged_count_per_tile(epilogue);
   }
 };
 
