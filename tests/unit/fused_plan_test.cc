@@ -141,12 +141,23 @@ TEST(FusedPlan, ReduceScatterPiecesCoverTheRowsInWholeClusters) {
   EXPECT_EQ(fewer.rows, 512);
   EXPECT_EQ(fewer.used, 3);
   EXPECT_LT(fewer.begin(2), fewer.end(2, 1280));
-  for (int64_t rows = 256; rows <= 256 * 40; rows += 256) {
+  // For every piece count the op resolves to: the kernel's count of each piece's tiles
+  // (ReduceScatterTiles::tiles_in_piece) covers the piece's rows, and the pieces' tiles add up to the rank's.
+  kernels::fused::ReduceScatterTiles rs;
+  rs.tiles_n = 3;
+  for (int32_t rows = 256; rows <= 256 * 40; rows += 256) {
     for (int asked = 1; asked <= 4; ++asked) {
       const RowPieces p(rows, algo::resolve_fused_rs_pieces(asked, rows));
       EXPECT_EQ(p.rows % kernels::fused::kClusterRows, 0);
       EXPECT_EQ(p.end(p.used - 1, rows), rows);
       EXPECT_LT(p.begin(p.used - 1), rows);
+      rs.rows_per_rank = rows, rs.rows_per_piece = static_cast<int32_t>(p.rows);
+      uint32_t tiles = 0;
+      for (int j = 0; j < p.used; ++j) {
+        EXPECT_EQ(rs.rows_in_piece(j), p.end(j, rows) - p.begin(j));
+        tiles += rs.tiles_in_piece(j);
+      }
+      EXPECT_EQ(tiles, static_cast<uint32_t>(rows / 128 * 3));
     }
   }
 }
@@ -174,24 +185,11 @@ TEST(FusedPlan, ReduceScatterStagedLayoutAndCounts) {
   EXPECT_EQ(narrow.tiles_n, 4);
   EXPECT_EQ(narrow.bytes_before(256), size_t{2} * 4 * 65536);
   EXPECT_EQ(StagedLayout(true, 1000).bytes_before(256), size_t{256} * 1000 * 2);
-  // 1280 rows in pieces of 768 (RowPieces(1280, 2)): the last piece is 512 rows, 4 tile rows. The
-  // pieces' tiles add up to the rank's, for every piece count the op resolves to.
+  // 1280 rows in pieces of 768 (RowPieces(1280, 2)): the last piece is 512 rows, 4 tile rows.
   rs.rows_per_rank = 1280, rs.rows_per_piece = 768, rs.tiles_n = 4;
   EXPECT_EQ(rs.rows_in_piece(1), 512);
   EXPECT_EQ(rs.tiles_in_piece(0), 6u * 4);
   EXPECT_EQ(rs.tiles_in_piece(1), 4u * 4);
-  for (int32_t rows = 256; rows <= 256 * 40; rows += 256) {
-    for (int asked = 1; asked <= 4; ++asked) {
-      const kernels::fused::RowPieces p(rows, algo::resolve_fused_rs_pieces(asked, rows));
-      rs.rows_per_rank = rows, rs.rows_per_piece = static_cast<int32_t>(p.rows), rs.tiles_n = 3;
-      uint32_t tiles = 0;
-      for (int j = 0; j < p.used; ++j) {
-        EXPECT_EQ(rs.rows_in_piece(j), p.end(j, rows) - p.begin(j));
-        tiles += rs.tiles_in_piece(j);
-      }
-      EXPECT_EQ(tiles, static_cast<uint32_t>(rows / 128 * 3));
-    }
-  }
 }
 
 }  // namespace
