@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Turns asynctp-bench's --json output (and, optionally, torch_anchor.py's lines from the same run)
-into the Markdown table docs/benchmarks.md uses: per (op, shape), the GEMM alone, every algorithm's
+into the Markdown table docs/performance.md uses: per (op, shape), the GEMM alone, every algorithm's
 median (the fastest in bold), auto's choice, auto against sequential, and PyTorch's two paths.
 
 usage: scripts/bench_table.py BENCH_JSON [ANCHOR_LINES]

@@ -2,7 +2,8 @@
 # Before a build folder is carried to the GPU machine: lists object files whose recorded dependencies
 # are empty, and fails if there are any. An interrupted compile can leave such a record, and ninja then
 # never rebuilds the object however its sources change, so the GPU would run code older than the tree
-# (session 6 found two fused-kernel instantiations hours out of date this way: docs/fused.md).
+# (two fused-kernel instantiations once ran hours out of date this way and looked like a kernel bug:
+# docs/design/fused_all_gather_matmul.md, Limits).
 # Usage: scripts/check_build_deps.sh [BUILD_DIR]   (deletes nothing; remove the listed files and build)
 set -euo pipefail
 build=${1:-build}

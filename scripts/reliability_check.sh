@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the 2-GPU machine: the runs behind docs/reliability.md, from a build carried there.
+# On the 2-GPU machine: the runs behind docs/design/reliability.md, from a build carried there.
 # Usage: scripts/reliability_check.sh BUILD_DIR STAGE...   (logs go to $OUT, or /tmp/asynctp-out)
 #   tests      the fault and edge-input GPU tests (Faults.*, Inputs.*)
 #   soak N     asynctp-soak: N calls per op and algorithm (100000 for the record)

@@ -8,7 +8,7 @@
 #   kernel-epilogue    the same with ASYNCTP_FUSED_RS_REDUCE=epilogue: pushed from the kernel at every
 #                      shape, the small ones included.
 # Prints the fused (and pipelined) medians per way and shape (scripts/ab_table.py); the JSON of every
-# run goes to $OUT (or /tmp/asynctp-out). docs/fused_reduce_scatter.md, "Pushed from the kernel".
+# run goes to $OUT (or /tmp/asynctp-out). docs/design/fused_matmul_reduce_scatter.md, "Pushed from the kernel".
 # Usage: scripts/rs_push_ab.sh [BUILD_DIR] [ROUNDS] [BENCH_ARGS...]
 #   default bench arguments: --gpus 2 --shapes seeds --op rs --algorithms pipelined,fused --iters 40
 set -uo pipefail

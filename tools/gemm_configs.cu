@@ -3,8 +3,7 @@
 // beside cuBLASLt on one GPU, each call behind a kernel that holds the GPU (the kernels' own time). It
 // answers whether another configuration than the fused kernel's (cooperative, 128 x 256 tiles, 2 x 1
 // cluster) would be faster at the partial GEMMs asynctp runs, and what the fused kernel's own pieces
-// cost beside CUTLASS's kernel of the same configuration (docs/fused_reduce_scatter.md, sessions 15
-// and 22). Diagnostic only: not built by default (`ninja -C build asynctp-gemm-configs`), no arguments.
+// cost beside CUTLASS's kernel of the same configuration (docs/experiments.md). Diagnostic only: not built by default (`ninja -C build asynctp-gemm-configs`), no arguments.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <cute/tensor.hpp>

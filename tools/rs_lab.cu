@@ -1,6 +1,6 @@
 // asynctp-rs-lab: the fused reduce-scatter's kernel on one GPU, as rank 0 of two, beside the same
 // kernel as a plain GEMM and cuBLASLt, so that what the kernel itself costs inside the op can be
-// measured, and changed, on a machine of one GPU (docs/fused_reduce_scatter.md, "On one GPU").
+// measured, and changed, on a machine of one GPU (docs/performance.md, "One GPU").
 //
 // The peer is this GPU itself, and its pieces are already in the inbox: before the timed calls, the
 // staged tiles of rank 1's rows are copied into the inbox slot where rank 1's copy of this rank's rows

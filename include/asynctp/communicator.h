@@ -33,7 +33,7 @@ struct CommunicatorOptions {
   int timeout_ms = 0;
   // Flags in the communicator's signal pad (signals()).
   int signal_count = 1024;
-  // Algorithm::kAuto's tuning cache (JSON Lines written by asynctp-tune, docs/auto.md), read on top of
+  // Algorithm::kAuto's tuning cache (JSON Lines written by asynctp-tune, docs/design/auto.md), read on top of
   // the one built into the library. Empty: $ASYNCTP_TUNING_CACHE where set, else the built-in one only.
   std::string tuning_cache;
 };
@@ -85,7 +85,7 @@ class Communicator {
   // sequential algorithm waits on a peer that is gone: NCCL's waits have no bound of their own),
   // throws an Error saying so. Either way the communicator is broken from then on (every op, barrier
   // and workspace call throws, quoting why), and the process should end: an NCCL kernel may still
-  // hold the GPU, so destroying the communicator frees nothing on the device (docs/reliability.md).
+  // hold the GPU, so destroying the communicator frees nothing on the device (docs/design/reliability.md).
   void synchronize(cudaStream_t stream) const;
 
   // Collective, host-synchronous: true on every rank iff `local_ok` is true on every rank. Lets a rank

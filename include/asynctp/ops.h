@@ -10,7 +10,7 @@
 // and Inf and refuses the same way, naming the rank, the tensor and the first such element; the scan
 // waits for the stream, and is skipped while the stream is being captured into a CUDA graph.
 // A peer that fails or never calls ends the op with an Error within the communicator's timeout (see
-// Communicator::synchronize and docs/reliability.md).
+// Communicator::synchronize and docs/design/reliability.md).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -28,7 +28,7 @@ enum class Algorithm {
   kPipelined,   // copy-engine chunks and per-chunk GEMMs on several streams; one node (NVLink/P2P) only
   kFused,       // one persistent CUTLASS Hopper GEMM that waits on per-piece flags (docs/fused*.md)
   kAuto,        // per call: what a tuning cache measured fastest for this exact problem on this GPU model
-                // and world size, else a model's estimate (docs/auto.md); also picks chunks_per_rank
+                // and world size, else a model's estimate (docs/design/auto.md); also picks chunks_per_rank
 };
 
 const char* algorithm_name(Algorithm algorithm);
@@ -51,9 +51,9 @@ struct OpOptions {
   // kPipelined: how many pieces each rank's share of the data is moved and multiplied in (1 to
   // kMaxChunksPerRank). More pieces start the first GEMM sooner but make every GEMM smaller. 0 picks
   // the default: 2 for all_gather_matmul with gather_dim last (where the first piece cannot overlap
-  // anything) and for a two-rank matmul_reduce_scatter that sums in its GEMM (docs/pipelined.md), else
+  // anything) and for a two-rank matmul_reduce_scatter that sums in its GEMM (docs/design/pipelined.md), else
   // 1. kFused: how many pieces each rank's shard (all_gather_matmul; 0: 1, the fastest at the seed
-  // shapes, docs/fused.md) or each rank's rows of the partial product (matmul_reduce_scatter; 0: one
+  // shapes, docs/design/fused_all_gather_matmul.md) or each rank's rows of the partial product (matmul_reduce_scatter; 0: one
   // per 512 rows, 1 to 4) are pushed in, each with its own flag. kSequential ignores it.
   int chunks_per_rank = 0;
 };
@@ -61,10 +61,10 @@ struct OpOptions {
 constexpr int kMaxChunksPerRank = 16;
 
 // kFused, all_gather_matmul: gather_dim 0 runs one persistent GEMM per B that multiplies the gathered
-// rows as they arrive (docs/fused.md); gather_dim last runs kPipelined. One node only, like kPipelined.
+// rows as they arrive (docs/design/fused_all_gather_matmul.md); gather_dim last runs kPipelined. One node only, like kPipelined.
 // kFused, matmul_reduce_scatter: scatter_dim 0 with rows per rank a multiple of 256 runs one persistent
 // GEMM that reduces the peers' tiles of this rank's rows before its epilogue, in fp32 and in a fixed
-// order (docs/fused_reduce_scatter.md); other cases run kPipelined.
+// order (docs/design/fused_matmul_reduce_scatter.md); other cases run kPipelined.
 //
 // kPipelined, all_gather_matmul: where a_shard lies inside a SymmetricBuffer of this communicator (at
 // the same offset on every rank), peers read it there; otherwise it is first copied into the

@@ -6,7 +6,7 @@
 
 The ops are also registered as torch.ops.asynctp.all_gather_matmul and
 torch.ops.asynctp.matmul_reduce_scatter. The C++ library stays free of PyTorch: this package calls its C
-interface (libasynctp_c.so) through ctypes. docs/python.md has the details.
+interface (libasynctp_c.so) through ctypes. docs/reference/python_api.md has the details.
 """
 
 from ._lib import Error, library_path, version

@@ -4,7 +4,7 @@ torch.ops.asynctp.matmul_reduce_scatter.
 Arguments and results mean what they mean for torch.ops.symm_mem.fused_all_gather_matmul and
 fused_matmul_reduce_scatter. Each op runs on the current CUDA stream; a fake implementation (shapes
 and strides only, computed by the same code as the real one) lets torch.compile trace it, and an
-autograd formula makes it differentiable: the backward of each op is the other op (docs/python.md)."""
+autograd formula makes it differentiable: the backward of each op is the other op (docs/reference/python_api.md)."""
 
 import ctypes
 
@@ -283,7 +283,7 @@ def _direct(*tensors):
     """Whether a call may skip PyTorch's dispatcher and run the CUDA implementation itself.
 
     The dispatcher's work for a custom op (autograd, fake tensors, tracing, modes) measured up to
-    ~110 us of host time per call on 2xH200 (docs/python.md), which a GPU waiting on the op sees. It is skipped only where none of it
+    ~110 us of host time per call on 2xH200 (docs/reference/python_api.md), which a GPU waiting on the op sees. It is skipped only where none of it
     applies: plain CUDA tensors, no gradient wanted, not being compiled, no dispatch mode active."""
     if torch.compiler.is_compiling() or _dispatch_mode() is not None:
         return False

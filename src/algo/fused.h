@@ -1,7 +1,7 @@
 // Internal: the fused algorithm. all_gather_matmul (gather_dim 0): every rank pushes its shard into
 // each peer's symmetric inbox with the copy engine, piece by piece, and flags each piece; one
 // persistent CUTLASS kernel per B multiplies the rows as their flags come up, this rank's own rows
-// first, read in place. docs/fused.md explains it. gather_dim last runs `pipelined`.
+// first, read in place. docs/design/fused_all_gather_matmul.md explains it. gather_dim last runs `pipelined`.
 #pragma once
 
 #include <vector>
@@ -20,7 +20,7 @@ void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan&
 // matmul_reduce_scatter (scatter_dim 0, rows per rank a multiple of 256): one persistent GEMM whose
 // tiles of other ranks' rows are staged and pushed by the copy engine piece by piece, and whose own
 // tiles add the peers' pieces before the epilogue. Other cases run `pipelined`.
-// docs/fused_reduce_scatter.md explains it.
+// docs/design/fused_matmul_reduce_scatter.md explains it.
 void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScatterPlan& plan, const TensorRef& a,
                                  const TensorRef& b, const TensorRef& output, cudaStream_t stream,
                                  const AgreeFn& agree, int chunks_per_rank);

@@ -129,7 +129,7 @@ void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan&
   pr.begin_call();
   // This rank pushes into its peers' gathered buffers, so each peer must be done with the last call
   // first. Outside graph capture only the pushes wait for that, on their stream and without an SM, so
-  // the GEMM starts on this rank's own rows at once; under capture the whole call waits (docs/fused.md).
+  // the GEMM starts on this rank's own rows at once; under capture the whole call waits (docs/design/fused_all_gather_matmul.md).
   const bool pushes_wait = pr.begin_fused_epoch(stream, OverlapResources::capturing(stream));
   Fanout fan(pr, stream);
 

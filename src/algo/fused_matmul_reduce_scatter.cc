@@ -3,7 +3,7 @@
 // this GPU's memory and counted; the copy engine pushes each piece to its destination's inbox as soon
 // as its count is complete (or, on request, the kernel stores them into the peer's inbox itself); this
 // rank's own tiles wait for the peers' pieces of the same rows and add them in fp32 as the output is
-// written (docs/fused_reduce_scatter.md): on two ranks and large problems in the epilogue, otherwise in
+// written (docs/design/fused_matmul_reduce_scatter.md): on two ranks and large problems in the epilogue, otherwise in
 // the kernel's fixup().
 #include <algorithm>
 #include <cstdint>
@@ -27,7 +27,7 @@ namespace {
 // Rounds of tiles from which the two-rank reduction runs in the epilogue: there an own tile's
 // reduction is cheaper than in fixup(), but a staged tile dearer and the kernel's first round slower,
 // and on 2xH200 it measured faster at 6.3 and 31 rounds and slower at 1.7 and 3.4
-// (docs/fused_reduce_scatter.md, "Two ranks: the reduction in the epilogue").
+// (docs/design/fused_matmul_reduce_scatter.md, "Two ways of reducing").
 constexpr int64_t kEpilogueFromRounds = 5;
 
 // Whether the reduction runs in the epilogue (two ranks, tiles of at least kEpilogueFromRounds
@@ -53,7 +53,7 @@ bool reduce_in_epilogue(int world_size, int64_t tiles) {
 // peer's inbox over NVLink (kernels/fused/reduce_scatter_tiles.h, push_inbox), instead of through the
 // staging buffer and the copy engine. ASYNCTP_FUSED_RS_PUSH=kernel|copy-engine, set alike on every
 // rank; copy-engine by default, because the kernel's way has not yet run on two GPUs
-// (docs/fused_reduce_scatter.md, "Pushed from the kernel").
+// (docs/design/fused_matmul_reduce_scatter.md, "Pushed from the kernel").
 bool push_from_kernel() {
   static const bool kernel = [] {
     const char* v = std::getenv("ASYNCTP_FUSED_RS_PUSH");
@@ -219,7 +219,7 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
     replay = pr.replays().prepare(key, stream, enqueue_pushes);
   }
   // Pushes go into the peers' inboxes, so each peer must be done with the last call first: outside
-  // graph capture only the pushes wait for that (docs/fused.md), under capture the whole call. Outside
+  // graph capture only the pushes wait for that (docs/design/fused_all_gather_matmul.md), under capture the whole call. Outside
   // capture the kernel starts the epoch itself, without a kernel launched before it.
   timeline.mark("graph_ready");
   const uint32_t begin_epoch = pr.begin_epoch_in_kernel(captured);

@@ -2,7 +2,7 @@
 // first such call: side streams, a pool of events, a pad of cross-rank flags, the epoch those flags
 // carry, the symmetric inbox the fused ops' peers push into, and the fused reduce-scatter's counters.
 //
-// The flag protocol (docs/pipelined.md and docs/fused.md tell it in full):
+// The flag protocol (docs/design/pipelined.md and docs/design/fused_all_gather_matmul.md tell it in full):
 //  - every pipelined or fused call advances a device-resident epoch E; ranks advance theirs in step
 //    because the ops are collective (and a communicator's calls are ordered on the GPU);
 //  - a rank tells a peer "ready" or "done" by a copy-engine copy of its epoch word into the peer's flag,
@@ -153,7 +153,7 @@ class OverlapResources {
 
   // After begin_fused_epoch, where it returned true: `stream` waits until every peer's done flag shows it
   // has finished the previous call. Unbounded by itself; used only where a bounded wait of the same
-  // call depends on what follows it (docs/fused.md).
+  // call depends on what follows it (docs/design/fused_all_gather_matmul.md).
   void wait_previous_done_without_sm(cudaStream_t stream);
   // Flags of this rank's pad, each with the peer that sets it (named in a timeout report).
   struct FlagList {

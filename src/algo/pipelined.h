@@ -2,7 +2,7 @@
 // one cuBLASLt GEMM per chunk, spread over side streams joined back into the caller's, ordered across
 // ranks by epoch flags (algo/overlap_resources.h). No host synchronisation after the argument check,
 // so a call can be captured in a CUDA graph (after one call outside capture). One node only: every
-// rank must reach every other's memory (the LSA team is the world). docs/pipelined.md explains it.
+// rank must reach every other's memory (the LSA team is the world). docs/design/pipelined.md explains it.
 #pragma once
 
 #include <vector>

@@ -1,7 +1,7 @@
 // Pipelined matmul_reduce_scatter: partial products are computed destination by destination (rank
 // me+1 first, this rank's own last) into symmetric memory; each destination pulls its pieces with the
 // copy engine as soon as they are flagged, while the GEMMs go on. The pieces are summed in fp32 in one
-// of two ways (docs/pipelined.md compares them):
+// of two ways (docs/design/pipelined.md compares them):
 //  - in the epilogue of this rank's own GEMM (two ranks): own piece j = A·B + the landed piece j, so
 //    no pass over the output is left after the last GEMM;
 //  - by a sum kernel over all ranks' partials, in rank order, once the own partial is done.
@@ -17,7 +17,7 @@ namespace asynctp::algo {
 RsSum resolve_rs_sum(int world_size, int64_t rows, RsSum requested) {
   if (world_size != 2) return RsSum::kKernel;
   if (requested != RsSum::kDefault) return requested;
-  // Measured on 2 x H200 (docs/pipelined.md): summing in the GEMM needs two pieces, which costs GEMM
+  // Measured on 2 x H200 (docs/design/pipelined.md): summing in the GEMM needs two pieces, which costs GEMM
   // efficiency unless each piece keeps at least ~2048 rows; below that the sum kernel's pass is cheaper.
   return rows >= 4096 ? RsSum::kInGemm : RsSum::kKernel;
 }

@@ -4,8 +4,8 @@
 // time each; a call often starts on an idle GPU, so that time is part of the call's. Launched as a graph
 // it is one call. Two users: the fused reduce-scatter's pushes (per destination and piece: wait for the
 // staged count, copy into the peer's inbox, raise the peer's flag; on 4 GPUs, enqueued one by one, the
-// last of them reached the GPU after the kernel had staged its tiles: docs/fused_reduce_scatter.md),
-// and the whole of a pipelined call (docs/pipelined.md, "Host cost").
+// last of them reached the GPU after the kernel had staged its tiles: docs/design/fused_matmul_reduce_scatter.md),
+// and the whole of a pipelined call (docs/design/pipelined.md, "Repeated calls are graph replays").
 #pragma once
 
 #include <cuda_runtime_api.h>

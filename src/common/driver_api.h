@@ -12,7 +12,7 @@ struct DriverApi {
   CUresult (*stream_wait_value32)(CUstream, CUdeviceptr, cuuint32_t, unsigned int) = nullptr;
   CUresult (*stream_batch_mem_op)(CUstream, unsigned int, CUstreamBatchMemOpParams*, unsigned int) = nullptr;
   // The fused GEMM's launch: for that kernel the runtime's cudaLaunchKernelExC took ~2.3 us more host
-  // time than this (docs/fused.md, "Host cost").
+  // time than this (docs/design/fused_all_gather_matmul.md, "Host cost").
   CUresult (*launch_kernel_ex)(const CUlaunchConfig*, CUfunction, void**, void**) = nullptr;
 };
 

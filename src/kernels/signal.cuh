@@ -1,6 +1,6 @@
 // Device-side signalling: acquire loads, release stores and a bounded wait on epoch-valued flags.
 //
-// Rules the kernels follow (docs/foundation.md explains them):
+// Rules the kernels follow (docs/design/signals.md explains them):
 //  - a producer makes its data visible, then publishes the flag with a release store at the scope of
 //    the reader (system scope when the reader is another GPU);
 //  - a waiter spins with acquire loads until flag >= epoch, compared as a signed difference so that

@@ -150,8 +150,8 @@ Choice model_choice(const ProblemKey& key, const Rates& rates, bool fused_applie
     c.why = numbers + ": a GEMM this short leaves nothing worth hiding";
   } else if (e.overlapped_us > kOverlapAtMost * e.sequential_us) {
     // Not "wherever the copy outlasts the GEMM": overlapping then still hides the GEMM behind the copy,
-    // which on 4 GPUs made the fused reduce-scatter 26% faster than sequential at 12288x7168x4096
-    // (docs/benchmarks.md). The communication cannot be hidden where the saving is this small.
+    // which on 4 GPUs gave the fused reduce-scatter 0.74-0.83x sequential's time at 12288x7168x4096
+    // (docs/performance.md). The communication cannot be hidden where the saving is this small.
     c.why = numbers + (e.copy_us > e.gemm_us ? ": the communication cannot hide behind the GEMM; overlapping would "
                                                "save under 5%"
                                              : ": overlapping would save under 5%");
@@ -286,7 +286,7 @@ const TuningCache::Measured* fastest_of(const TuningCache::Entry& e, Algorithm a
 // An algorithm is judged at its best count because pieces_for chooses the count on its own: judged
 // at one count across shapes, an algorithm whose best count moves with the rows (the reduce-scatter's
 // pipelined: 4 pieces at 4096 rows per rank, 1 at 2048) lost to one that is slower everywhere but at
-// a steady count (session 18's rs 6144x5120x5120: fused, 1.15x pipelined there).
+// a steady count (the 2xH200 cache's rs 6144x5120x5120: fused, measured 1.15x pipelined there).
 bool least_regret(const std::vector<const TuningCache::Entry*>& near, bool fused_applies, Algorithm& pick,
                   double& worst_ratio) {
   bool found = false;
@@ -315,7 +315,7 @@ bool least_regret(const std::vector<const TuningCache::Entry*>& near, bool fused
 
 // The pieces for `algorithm` at an untuned shape. The nearest tuned shapes say which algorithm overlaps
 // best, but the pieces split a rank's rows, and the best count moves with the rows per rank in ways a
-// shape of other rows does not predict (docs/auto.md: for the two-rank pipelined reduce-scatter 4 at
+// shape of other rows does not predict (docs/design/auto.md: for the two-rank pipelined reduce-scatter 4 at
 // 4096 rows per rank, 2-3 at 6144, 2 or 4 at 8192). So a count is carried over only from a nearest
 // shape with the same M (the same rows per rank): the one that measured fastest there (its own choice
 // where the cache did not record what it measured); else 0, the algorithm's default. `from` names the

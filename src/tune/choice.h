@@ -1,6 +1,6 @@
 // Internal: what Algorithm::kAuto runs for a call. A tuning cache (JSON Lines written by
 // asynctp-tune) says what measured fastest for the exact problem on this GPU model and world size;
-// where it has no entry, a model estimates each algorithm from a few measured rates (docs/auto.md).
+// where it has no entry, a model estimates each algorithm from a few measured rates (docs/design/auto.md).
 #pragma once
 
 #include <cstdint>
@@ -78,7 +78,7 @@ class TuningCache {
     std::vector<Measured> measured;  // the overlapped candidates timed there; empty where not recorded
   };
 
-  // Parses JSON Lines text: {"kind":"choice", ...} and {"kind":"rates", ...} lines (docs/auto.md);
+  // Parses JSON Lines text: {"kind":"choice", ...} and {"kind":"rates", ...} lines (docs/design/auto.md);
   // blank lines and lines of other kinds are skipped. Throws asynctp::Error naming `origin` and the
   // line where a line is not valid.
   void add_text(const std::string& text, const std::string& origin);

@@ -4,7 +4,7 @@
 // bits; a launch with new inputs right after checks that each launch leaves the split counters ready
 // for the next (a stale counter would let a last split add the previous launch's partial sums).
 // And as the all-gather's GEMM: every compiled instantiation waits for its rows' flag before it reads
-// them (a build that ran stale code for two instantiations once passed for a kernel bug: docs/fused.md).
+// them (a build that ran stale code for two instantiations once passed for a kernel bug: docs/design/fused_all_gather_matmul.md).
 #include <chrono>
 #include <thread>
 #include <cstring>

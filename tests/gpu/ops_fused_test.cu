@@ -132,7 +132,7 @@ int reduce_scatter_cases_on(RankContext& ctx, Communicator& comm) {
     n += 2;
   }
   // One piece of 4096 rows by 8 tiles: each cluster stages about two tiles of a piece, so their counts
-  // go up in one release (docs/fused_reduce_scatter.md, "one release per piece").
+  // go up in one release (docs/design/fused_matmul_reduce_scatter.md, "one release per piece").
   run_rs_case(comm, RsCase{4096 * ws, 2048, 64 * ws, false, false, ReduceOp::kSum, DType::kBF16, false}, st.s, fp32,
               with(Algorithm::kFused, 1));
   ++n;

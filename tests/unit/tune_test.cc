@@ -127,8 +127,8 @@ TEST(Model, SequentialForSmallProblemsAndWhereOverlappingSavesLittle) {
 }
 
 // The copy may outlast the GEMM and overlapping still pay: 4 ranks' reduce-scatter at 12288x7168x4096,
-// with the rates fitted on 4xH200 (tuning/h200x4.jsonl), where fused measured 526 us against
-// sequential's 709 (docs/benchmarks.md).
+// with the rates fitted on 4xH200 (tuning/h200x4.jsonl), where fused measured 0.74-0.83x
+// sequential's time (docs/performance.md).
 TEST(Model, OverlapsWhereTheCopyOutlastsTheGemmButHidingTheGemmPays) {
   Rates r;
   r.gemm_tflops = 797.4, r.gemm_fixed_us = 22.1, r.copy_gbps = r.nccl_gbps = 311.7, r.nccl_fixed_us = 44.7;
@@ -148,7 +148,7 @@ TEST(Model, OverlapsLargeProblemsWithTheFusedKernelWhereItApplies) {
   EXPECT_LT(e.overlapped_us, e.sequential_us);
   EXPECT_EQ(model_choice(ag, r, true).algorithm, Algorithm::kFused);
   EXPECT_EQ(model_choice(ag, r, false).algorithm, Algorithm::kPipelined);
-  // The estimates follow the formulas in docs/auto.md: FLOPs and bytes per rank.
+  // The estimates follow the formulas in docs/design/auto.md: FLOPs and bytes per rank.
   const double flops = 2.0 * 16384 * 8192 * 8192, bytes = 16384.0 * 8192 * 2 / 2;
   EXPECT_NEAR(e.gemm_us, flops / (r.gemm_tflops * 1e6) + r.gemm_fixed_us, 1e-6);
   EXPECT_NEAR(e.copy_us, bytes / (r.copy_gbps * 1e3), 1e-6);
@@ -248,7 +248,7 @@ TEST(Model, AnUntunedShapeTakesTheCandidateThatLosesLeastAtTheNearestTunedShapes
 }
 
 // Each algorithm is judged at its fastest piece count at each nearest shape: the count is chosen on its
-// own (pieces_for). Session 18's 2xH200 cache at rs 6144x5120x5120: pipelined was the fastest at all
+// own (pieces_for). The 2xH200 cache (tuning/h200x2.jsonl) at rs 6144x5120x5120: pipelined was the fastest at all
 // three nearest shapes, at 4 pieces at two of them and 1 at the third, and fused never; judged at one
 // count across them, fused/2 lost least (1.07x) and was taken, and measured 1.15x pipelined.
 TEST(Model, AnAlgorithmIsJudgedAtItsFastestPieceCountAtEachShape) {

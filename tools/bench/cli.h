@@ -31,7 +31,7 @@ struct Args {
   bool help = false;
 };
 
-// The built-in shape sets: `seeds`, and `sweep` (8 more, M from 256 to 32768: docs/auto.md).
+// The built-in shape sets: `seeds`, and `sweep` (8 more, M from 256 to 32768: docs/design/auto.md).
 std::vector<Shape> seed_shapes();
 std::vector<Shape> sweep_shapes();
 

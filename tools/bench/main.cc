@@ -1,6 +1,6 @@
 // asynctp-bench: every algorithm on every shape, checked against a reference, timed beside the GEMM
 // alone and the communication alone (bench/case.h), printed as a table and JSON lines. See --help
-// (cli.cc) and docs/benchmarks.md.
+// (cli.cc) and docs/performance.md.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>

@@ -1,5 +1,5 @@
 // asynctp-soak: many calls of each op and algorithm with random legal arguments, every few checked
-// against a reference, and the GPU and host memory recorded along the way (docs/reliability.md).
+// against a reference, and the GPU and host memory recorded along the way (docs/design/reliability.md).
 #include <cuda_runtime_api.h>
 #include <unistd.h>
 

@@ -1,6 +1,6 @@
 // asynctp-tune: measures sequential, pipelined and fused (with several piece counts) at the given
 // shapes on this machine, checks each against the reference, and appends what was fastest to a tuning
-// cache that Algorithm::kAuto reads (docs/auto.md). Resumes: shapes already in the file are skipped.
+// cache that Algorithm::kAuto reads (docs/design/auto.md). Resumes: shapes already in the file are skipped.
 #include <cstdio>
 #include <fstream>
 #include <map>

@@ -23,7 +23,7 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 // GEMM gains up to 5% at the large seed shapes with 8), but a band that spans several pieces makes
 // its first tiles wait for the band's last piece, so a band stays within one piece. (A reduce-scatter's
 // bands are a matter of correctness: reduce_scatter_band_m.)
-// ASYNCTP_FUSED_BAND_M overrides it for measurement (docs/fused.md has the sweep).
+// ASYNCTP_FUSED_BAND_M overrides it for measurement (docs/design/fused_all_gather_matmul.md).
 int band_m_for(const AgGemmArgs& a) {
   if (a.rs.rank >= 0) return reduce_scatter_band_m(a.rs.rows_per_rank, a.rs.rows_per_piece);
   static const int forced = detail::env_positive_int("ASYNCTP_FUSED_BAND_M", 0);
@@ -103,7 +103,7 @@ int reduce_scatter_band_m(int64_t rows_per_rank, int64_t rows_per_piece) {
 int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits) {
   // A tile's time grows with its width, and the kernel takes as many rounds as its busiest cluster
   // has tiles; the narrower tile is taken only where it saves at least 5% of that estimate (192-wide
-  // tiles run a little below 256-wide ones: docs/fused.md).
+  // tiles run a little below 256-wide ones: docs/design/fused_all_gather_matmul.md).
   const int64_t clusters = std::max(1, sms / static_cast<int>(kClusterRows / kTileRows));
   const int64_t cluster_rows = (M + kClusterRows - 1) / kClusterRows;
   const int64_t k_tiles = (K + kTileK - 1) / kTileK;

@@ -5,7 +5,7 @@
 // TMA loads, two consumer warpgroups issuing WGMMA on a 128 x kTileN x 64 tile, a TMA epilogue) with two of
 // our pieces in it: the async-input mainloop (waits for a tile's rows, reads the local shard in
 // place) and the async-input tile scheduler (own rows first). On one H200 this configuration with a
-// 2x1x1 cluster ran at 94-103% of cuBLAS at the seed shapes (docs/fused.md has the current figures).
+// 2x1x1 cluster ran at 94-103% of cuBLAS at the seed shapes (docs/design/fused_all_gather_matmul.md has the current figures).
 // The two-rank reduce-scatter's instantiations (kReduceInEpilogue) also take a source C and wrap the
 // epilogue in reduce_scatter_epilogue.cuh.
 #pragma once
@@ -140,7 +140,7 @@ CUfunction kernel_function() {
 // call that the host makes while the GPU waits for the kernel (a fused call starts with an idle GPU
 // as often as not); a 2-CTA cluster is portable, so that attribute is not needed at all. The driver's
 // cuLaunchKernelEx, not the runtime's cudaLaunchKernelExC: for this kernel the runtime's took 7.5-7.7 us
-// of host time against the driver's 5.3 (docs/fused.md, "Host cost").
+// of host time against the driver's 5.3 (docs/design/fused_all_gather_matmul.md, "Host cost").
 template <class ClusterShape, bool kReduceInEpilogue, class Gemm>
 void launch_on_clusters(const Gemm& gemm, CUfunction fn, uint32_t begin_epoch, cudaStream_t stream) {
   using Kernel = typename Gemm::GemmKernel;
@@ -244,7 +244,7 @@ typename AgGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>::Gemm::Argume
   if (a.rs.rank >= 0) {
     // A reduce-scatter starts at rank+1's rows and ends with its own: every tile it stages comes before
     // every tile that waits for a peer, on every rank, which is what keeps the ranks from waiting on
-    // each other in a circle (docs/fused_reduce_scatter.md).
+    // each other in a circle (docs/design/fused_matmul_reduce_scatter.md).
     const int64_t next = (a.rs.rank + 1) % a.rs.world;
     args.scheduler.first_m_cluster = static_cast<int>(next * a.rs.rows_per_rank / kClusterRows);
   }

@@ -9,7 +9,7 @@
 //  - a tile whose rows all lie in this rank's own shard is read straight from the caller's tensor
 //    through a second TMA descriptor, so the GEMM starts before any copy of the shard exists. That
 //    descriptor addresses the shard alone, and the tile's rows are given to it relative to the shard
-//    (one that started before the shard, to be indexed by A's rows, could fault: docs/fused.md).
+//    (one that started before the shard, to be indexed by A's rows, could fault: docs/design/fused_all_gather_matmul.md).
 // The consumer side (WGMMA, the pipeline, the epilogue) is Base's, untouched.
 #pragma once
 

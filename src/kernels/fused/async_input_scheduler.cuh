@@ -7,7 +7,7 @@
 //  - t maps to rows of cluster tiles in order, starting at `first_m_cluster` (the first cluster row
 //    that starts inside this rank's own shard) and wrapping around, so the local rows, which need no
 //    communication, are multiplied first and each peer's rows follow in the order they arrive (the
-//    peers push in rank order after this rank; docs/fused.md);
+//    peers push in rank order after this rank; docs/design/fused_all_gather_matmul.md);
 //  - within a band of `band_m` cluster rows it goes down the rows before moving along N (band_m = 1:
 //    row by row), which trades A reuse for B reuse in L2.
 // Walking in that rotated order makes the rows a tile needs non-decreasing in arrival time, so a
@@ -113,7 +113,7 @@ class AsyncInputTileScheduler {
   // later steps can derive (its split slot, from the unit) are not kept, the small ones share one word,
   // L_idx is a constant, and the scheduler keeps no copy of the unit or of the staged run. With a dozen
   // words the consumers' mainloop spilled its pipeline state and rebuilt its shared-memory addresses
-  // every step (docs/fused_reduce_scatter.md, sessions 22 and 23).
+  // every step (commit 0bb3b77; docs/design/fused_all_gather_matmul.md).
   struct WorkTileInfo {
     int32_t M_idx = 0;
     int32_t N_idx = 0;
@@ -292,7 +292,7 @@ class AsyncInputTileScheduler {
     trace_mark(params, work, thread, kTraceFixupEnter);
     // One call of the reduce-scatter's part for both ways to a whole tile: with a call in each way, the
     // two inlined copies held the consumers over their register budget, and ptxas spilled the
-    // mainloop's pipeline state (docs/fused_reduce_scatter.md, session 23).
+    // mainloop's pipeline state (commit 0bb3b77).
     if (fixup_splits(params, work, accumulators, thread, threads)) {
       reduce_scatter_fixup(params, work, accumulators, thread, threads);
     }
@@ -532,7 +532,7 @@ class AsyncInputTileScheduler {
     const int32_t band_row0 = band * params_.band_m;
     // Down the band's rows (fewer in the last band), then along N. A branch, not a reference to the
     // divisor chosen at run time: that put the scheduler's copy of Params in local memory and made
-    // the kernel 8-15% slower (asynctp-rs-lab, docs/fused_reduce_scatter.md).
+    // the kernel 8-15% slower (asynctp-rs-lab, docs/experiments.md).
     int32_t n_cluster = 0, row_in_band = 0;
     if (band_row0 == params_.last_band_row0) {
       params_.last_band_rows_div(n_cluster, row_in_band, in_band);

@@ -1,5 +1,5 @@
 // The epilogue of the fused reduce-scatter's partial GEMM on two ranks: the reduction happens in it
-// (docs/fused_reduce_scatter.md, "Two ranks: the reduction in the epilogue").
+// (docs/design/fused_matmul_reduce_scatter.md, "Two ways of reducing").
 //
 // ReduceScatterEpilogue<Base, Plain> runs one of two CUTLASS Hopper TMA epilogues per tile:
 //  - a staged tile (the peer's rows): Plain, CUTLASS's epilogue without a source, as a plain GEMM's

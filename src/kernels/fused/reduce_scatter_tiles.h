@@ -1,5 +1,5 @@
 // Internal: what the fused GEMM needs to know to run as the partial product of a reduce-scatter
-// (docs/fused_reduce_scatter.md). Read by the tile scheduler (async_input_scheduler.cuh) and, on two
+// (docs/design/fused_matmul_reduce_scatter.md). Read by the tile scheduler (async_input_scheduler.cuh) and, on two
 // ranks, by the epilogue (reduce_scatter_epilogue.cuh).
 //
 // Rows [d*m, (d+1)*m) of the product belong to rank d. A tile of another rank's rows is "staged" in
@@ -53,7 +53,7 @@ struct ReduceScatterTiles {
   const uint32_t* arrived = nullptr;     // arrived(q, piece) at arrived[q * flag_stride + piece]
   const uint32_t* epoch = nullptr;       // arrived when >= *epoch
   // Non-zero: the call's epoch, known to the host, and the kernel starts it itself instead of a kernel
-  // launched before it (docs/fused_reduce_scatter.md, "The epoch without a kernel"): arrived when >=
+  // launched before it (docs/design/fused_matmul_reduce_scatter.md, "The epoch without a kernel"): arrived when >=
   // begin_epoch, and each warp stores it to `epoch_out` (the word `epoch` points at) before it counts
   // a staged tile, so that the copy engine's flag copies after that count carry it. Not part of the
   // kept launch parameters: it is written into them at every launch.

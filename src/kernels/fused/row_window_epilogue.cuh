@@ -7,7 +7,7 @@
 // passes (the scheduler's reduction_subtile_idx) is -1 for every tile that reaches this epilogue, and
 // left unread it stays out of the registers the consumers hold across the mainloop. A descriptor that
 // starts before its buffer, so as to be indexed by the product's rows, is what the kernel used before;
-// the same trick on the reduce-scatter's inbox faulted on TMA loads (docs/fused_reduce_scatter.md), so
+// the same trick on the reduce-scatter's inbox faulted on TMA loads (docs/design/fused_matmul_reduce_scatter.md), so
 // no descriptor starts outside its buffer.
 #pragma once
 
