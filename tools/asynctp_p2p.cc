@@ -83,7 +83,7 @@ unsigned char pattern_of(int rank) { return static_cast<unsigned char>(0x5A ^ (r
 int run_rank(asynctp::RankContext& ctx, const Args& args) {
   asynctp::CommunicatorOptions options;
   options.device = ctx.device;
-  auto comm = asynctp::Communicator::create(ctx.rank, ctx.world_size, ctx.nccl_id, options);
+  auto comm = asynctp::Communicator::create(ctx, options);
   const size_t bytes = args.mib << 20;
   auto buf = asynctp::SymmetricBuffer::create(*comm, bytes);
   void* dst = nullptr;

@@ -4,6 +4,7 @@
 
 #include "asynctp/communicator.h"
 #include "asynctp/error.h"
+#include "asynctp/in_process.h"
 #include "asynctp/launcher.h"
 #include "asynctp/ops.h"
 #include "asynctp/signal.h"

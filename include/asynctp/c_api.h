@@ -20,7 +20,8 @@ extern "C" {
 #define ASYNCTP_C_MAX_DIMS 6
 #define ASYNCTP_C_UNIQUE_ID_BYTES 128
 
-typedef struct asynctp_comm asynctp_comm; /* an asynctp::Communicator, opaque */
+typedef struct asynctp_comm asynctp_comm;   /* an asynctp::Communicator, opaque */
+typedef struct asynctp_group asynctp_group; /* an asynctp::InProcessGroup, opaque */
 
 enum asynctp_dtype { ASYNCTP_BF16 = 0, ASYNCTP_FP16 = 1, ASYNCTP_FP32 = 2 };
 enum asynctp_algorithm { ASYNCTP_SEQUENTIAL = 0, ASYNCTP_PIPELINED = 1, ASYNCTP_FUSED = 2, ASYNCTP_AUTO = 3 };
@@ -59,6 +60,17 @@ int asynctp_comm_create(int rank, int world_size, const unsigned char* id, int d
                         const char* tuning_cache, asynctp_comm** comm);
 /* Collective. Accepts NULL. */
 int asynctp_comm_destroy(asynctp_comm* comm);
+
+/* asynctp::InProcessGroup::create: world_size ranks as threads of this process, for running
+ * multi-rank code on fewer GPUs than ranks (tests, development). Rank r runs on
+ * devices[r % num_devices]; num_devices 0 (devices may be NULL): every visible GPU. */
+int asynctp_in_process_group_create(int world_size, const int* devices, int num_devices, asynctp_group** group);
+/* Once every rank's communicator is destroyed. Accepts NULL. */
+int asynctp_in_process_group_destroy(asynctp_group* group);
+/* asynctp::Communicator::create_in_process: each rank's thread calls it, all at once (collective).
+ * timeout_ms <= 0, tuning_cache NULL or "" and sm_budget 0: the defaults of CommunicatorOptions. */
+int asynctp_comm_create_in_process(asynctp_group* group, int rank, int timeout_ms, const char* tuning_cache,
+                                   int sm_budget, asynctp_comm** comm);
 int asynctp_comm_rank(const asynctp_comm* comm, int* rank);
 int asynctp_comm_world_size(const asynctp_comm* comm, int* world_size);
 int asynctp_comm_device(const asynctp_comm* comm, int* device);

@@ -1,9 +1,10 @@
 // Communicator: one rank's handle on the GPUs of a tensor-parallel group.
 //
-// It owns (or borrows) an NCCL communicator and holds what every asynctp op needs: an NCCL device
-// communicator with LSA barriers (for kernels), a cuBLASLt handle, the LSA team (the ranks whose
-// memory this GPU reaches by load/store over NVLink or PCIe), a signal pad, a stream-ordered barrier
-// and a symmetric workspace that grows on demand.
+// It reaches the other ranks through NCCL (a communicator it owns or borrows: real use, one process per
+// GPU) or, for tests and development on fewer GPUs than ranks, as a thread of an in-process group
+// (asynctp/in_process.h), and holds what every asynctp op needs: a cuBLASLt handle, the LSA team (the
+// ranks whose memory this GPU reaches by load/store over NVLink or PCIe), a signal pad, a
+// stream-ordered barrier and a symmetric workspace that grows on demand.
 //
 // Creation, destruction, workspace() and barrier() are collective: every rank of the group calls them,
 // in the same order. Creation is refused with an asynctp::Error on every rank when the NCCL library
@@ -36,7 +37,16 @@ struct CommunicatorOptions {
   // Algorithm::kAuto's tuning cache (JSON Lines written by asynctp-tune, docs/design/auto.md), read on top of
   // the one built into the library. Empty: $ASYNCTP_TUNING_CACHE where set, else the built-in one only.
   std::string tuning_cache;
+  // SMs each of this rank's persistent (fused) kernels may use, rounded down to whole 2-SM clusters.
+  // 0: the whole GPU, or where ranks of an in-process group share a GPU, an equal share that leaves 2
+  // SMs per rank for the small wait and copy kernels (every rank's persistent kernel must be resident
+  // at once, or one waits for a peer kernel that cannot be placed). A caller that keeps SMs for work on
+  // another stream sets it too.
+  int sm_budget = 0;
 };
+
+class InProcessGroup;
+class RankContext;
 
 // The LSA ("load/store accessible") team: ranks that can read each other's symmetric memory directly.
 struct Team {
@@ -51,6 +61,15 @@ class Communicator {
                                               const CommunicatorOptions& options = {});
   // Uses `comm`, which the caller owns and must keep alive until this Communicator is destroyed.
   static std::unique_ptr<Communicator> wrap(ncclComm_t comm, const CommunicatorOptions& options = {});
+  // The communicator of a rank started by launch(): NCCL with ctx.nccl_id, or ctx.group's in-process
+  // transport where the ranks are threads (LaunchOptions::in_process). options.device defaults to
+  // ctx.device. Collective.
+  static std::unique_ptr<Communicator> create(const RankContext& ctx, const CommunicatorOptions& options = {});
+  // Rank `rank` of an in-process group (asynctp/in_process.h): the ranks are threads of this process,
+  // each calling this on a thread of its own, all at once (collective). options.device must be -1 or
+  // the group's device for the rank. For running multi-rank code on fewer GPUs than ranks.
+  static std::unique_ptr<Communicator> create_in_process(const std::shared_ptr<InProcessGroup>& group, int rank,
+                                                         const CommunicatorOptions& options = {});
 
   ~Communicator();  // collective: frees windows and the device communicator in reverse order
   Communicator(const Communicator&) = delete;
@@ -63,7 +82,9 @@ class Communicator {
   Team lsa() const;
   int lsa_to_world(int lsa_rank) const;  // world rank of an LSA team member
 
-  ncclComm_t nccl() const;
+  ncclComm_t nccl() const;  // null for an in-process communicator
+  const char* transport_name() const;  // "nccl" or "in-process"
+  int sm_budget() const;  // CommunicatorOptions::sm_budget, resolved
   cublasLtContext* cublaslt() const;
 
   // This rank's flags, readable and settable from every LSA peer (see signal.h).

@@ -1,23 +1,27 @@
-// Runs N ranks on one node, one process per GPU.
+// Runs N ranks on one node: one process per GPU, or (LaunchOptions::in_process) N threads of one
+// process on however many GPUs there are, for running multi-rank code on fewer GPUs than ranks.
 //
 // The launcher forks before any CUDA call (CUDA cannot be used in a child forked after its parent
-// touched CUDA), so the process that calls launch() must not have used CUDA yet. Each child gets its
-// rank, the world size, its GPU and an ncclUniqueId, and can exchange bytes with the other ranks through
-// the launcher (a host-side all-gather over pipes) or line up with them on shared memory (barrier()).
-// The launcher itself never calls CUDA or NCCL.
+// touched CUDA), so the process that calls launch() must not have used CUDA yet. Each rank gets its
+// rank, the world size, its GPU and an ncclUniqueId (or, in-process, its group), and can exchange bytes
+// with the other ranks (allgather()) or line up with them on shared memory (barrier()). The launcher
+// itself never calls CUDA or NCCL.
 //
-// A child that exits non-zero, dies of a signal, leaves an exchange the others wait on, or outlives
-// the timeout makes the launcher stop the others (SIGTERM, then SIGKILL) and report which rank failed
-// and how. launch() always returns; it never hangs.
+// A rank that exits non-zero (in-process: returns non-zero or throws), dies of a signal, leaves an
+// exchange the others wait on, or outlives the timeout makes the launcher stop the others and report
+// which rank failed and how. launch() always returns; it never hangs.
 #pragma once
 
 #include <nccl.h>
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace asynctp {
+
+class InProcessGroup;
 
 class RankContext {
  public:
@@ -25,6 +29,9 @@ class RankContext {
   int world_size = 1;
   int device = 0;           // the GPU this rank should use (CUDA ordinal)
   ncclUniqueId nccl_id{};   // the same on every rank (made by rank 0) when LaunchOptions::make_nccl_id
+  // The in-process group the rank is a thread of (LaunchOptions::in_process); null for a process.
+  // Communicator::create(ctx) makes the rank's communicator either way.
+  std::shared_ptr<InProcessGroup> group;
 
   // Collective: every rank calls it the same number of times. Returns every rank's `mine`, by rank.
   // Throws asynctp::Error if the launcher is gone.
@@ -39,11 +46,13 @@ class RankContext {
 
   int up_fd = -1;    // to the launcher
   int down_fd = -1;  // from the launcher
+  std::shared_ptr<InProcessGroup> exchanges;  // in-process: what allgather() goes through (not `group`,
+                                              // whose failures must not end the launcher's exchanges)
   void* barrier_words = nullptr;  // shared by the ranks: each rank's count of barrier() calls entered
 };
 
-// The function each rank runs in its own process. Its return value is the process's exit code;
-// an exception escaping it is printed ("rank R: ...") and exits with code 1.
+// The function each rank runs in its own process (or thread). Its return value is the process's exit
+// code; an exception escaping it is printed ("rank R: ...") and counts as code 1.
 using RankMain = std::function<int(RankContext&)>;
 
 struct LaunchOptions {
@@ -56,6 +65,12 @@ struct LaunchOptions {
   bool make_nccl_id = true;
   // How long stopped ranks get between SIGTERM and SIGKILL.
   int kill_grace_ms = 2000;
+  // Run the ranks as threads of one child process, an InProcessGroup spread over the GPUs from
+  // first_device on (rank r on the (r mod G)-th), instead of one process per GPU. A rank that fails
+  // aborts the group, so that the others' waits end; one that has not returned by the timeout is
+  // named, and the process ends. For tests and development on fewer GPUs than ranks; a rank cannot
+  // die alone (a fault that kills a process ends every rank).
+  bool in_process = false;
 };
 
 struct RankOutcome {
@@ -70,7 +85,7 @@ struct LaunchResult {
   bool ok = false;               // every rank exited with code 0
   int failed_rank = -1;          // the first rank seen failing, or -1
   std::string message;           // one line: what failed, where and how; "all N ranks exited 0" if ok
-  std::vector<RankOutcome> ranks;
+  std::vector<RankOutcome> ranks;  // in-process: each rank's code; a process-level failure marks them all
 };
 
 LaunchResult launch(int world_size, const RankMain& main, const LaunchOptions& options = {});

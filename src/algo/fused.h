@@ -37,10 +37,10 @@ const char* fused_rs_unsupported(const ops::MatmulReduceScatterPlan& plan, const
 // between 1 and 4; never more than the rows hold 256-row clusters.
 int resolve_fused_rs_pieces(int requested, int64_t rows_per_rank);
 
-// Gives `g` the communicator's workspace for splitting the kernel's last round of tiles along K
-// (allocated on first use; none while that first use is captured, and the kernel computes every tile
-// whole).
-void attach_tail_split(Communicator& comm, kernels::fused::AgGemmArgs& g, cudaStream_t stream);
+// Gives `g` what shapes the kernel's grid: the SMs this rank's kernel may use (the communicator's
+// budget), and the communicator's workspace for splitting its last round of tiles along K (allocated on
+// first use; none while that first use is captured, and the kernel computes every tile whole).
+void attach_grid(Communicator& comm, kernels::fused::AgGemmArgs& g, cudaStream_t stream);
 
 // Where ASYNCTP_TRACE_TILES is set (kernels/fused/tile_trace.h): gives `g` a tile trace buffer, and
 // after the call's last enqueue, waits for `stream` and writes the trace.

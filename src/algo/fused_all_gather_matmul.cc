@@ -18,8 +18,9 @@ int resolve_fused_pieces(int requested, int64_t rows_per_rank) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(pieces, rows_per_rank)));
 }
 
-void attach_tail_split(Communicator& comm, kernels::fused::AgGemmArgs& g, cudaStream_t stream) {
+void attach_grid(Communicator& comm, kernels::fused::AgGemmArgs& g, cudaStream_t stream) {
   Communicator::Impl& m = comm.impl();
+  g.sms = m.sm_budget;
   g.split_workspace = m.tail_split_workspace(stream);
   g.split_sms = m.tail_split_sms;
   g.split_wait = kernels::WaitContext{m.fault, timeout_ns(comm), m.rank};
@@ -50,7 +51,7 @@ kernels::fused::AgGemmArgs gemm_args(Communicator& comm, const ops::AllGatherMat
   g.a = a;
   g.b = b.data;
   g.c = c.data;
-  attach_tail_split(comm, g, stream);
+  attach_grid(comm, g, stream);
   return g;
 }
 

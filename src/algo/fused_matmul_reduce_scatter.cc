@@ -31,10 +31,10 @@ namespace {
 constexpr int64_t kEpilogueFromRounds = 5;
 
 // Whether the reduction runs in the epilogue (two ranks, tiles of at least kEpilogueFromRounds
-// rounds on this GPU's SMs) or in fixup() (reduce_scatter_tiles.h). ASYNCTP_FUSED_RS_REDUCE=
+// rounds on the SMs the kernel may use) or in fixup() (reduce_scatter_tiles.h). ASYNCTP_FUSED_RS_REDUCE=
 // fixup|epilogue overrides it for measurement, and must be set alike on every rank (the staged
 // tiles' layout follows it); epilogue takes two ranks.
-bool reduce_in_epilogue(int world_size, int64_t tiles) {
+bool reduce_in_epilogue(int world_size, int64_t tiles, int sms) {
   static const int forced = [] {
     const char* v = std::getenv("ASYNCTP_FUSED_RS_REDUCE");
     if (v == nullptr || *v == '\0') return 0;
@@ -46,7 +46,7 @@ bool reduce_in_epilogue(int world_size, int64_t tiles) {
     ASYNCTP_CHECK(world_size == 2, "ASYNCTP_FUSED_RS_REDUCE=epilogue takes two ranks; this communicator has ", world_size);
   }
   if (forced != 0) return forced == 1;
-  return world_size == 2 && tiles >= kEpilogueFromRounds * kernels::fused::sm_count();
+  return world_size == 2 && tiles >= kEpilogueFromRounds * sms;
 }
 
 // Whether a reduction in the epilogue pushes the staged tiles from the kernel, straight into the
@@ -136,7 +136,7 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
   g.M = plan.M, g.N = plan.N, g.K = plan.k_local;
   g.a = a.data, g.b = b.data, g.c = output.data;
   g.alpha = scale;
-  attach_tail_split(comm, g, stream);
+  attach_grid(comm, g, stream);
   if (ws == 1) {  // nothing to reduce; the average of one is itself
     kernels::fused::run_ag_gemm(g, stream);
     return;
@@ -145,13 +145,13 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
   OverlapResources& pr = OverlapResources::of(comm, stream);
   kernels::fused::load_ag_gemm_kernels();
   const int64_t tiles_n = kernels::fused::StagedLayout::tiles_along(plan.N);
-  const kernels::fused::StagedLayout layout(reduce_in_epilogue(ws, plan.M / kernels::fused::kTileRows * tiles_n), plan.N);
+  const kernels::fused::StagedLayout layout(reduce_in_epilogue(ws, plan.M / kernels::fused::kTileRows * tiles_n, m.sm_budget), plan.N);
   // The kernel's last warp zeroes the counts it pushes into before it says done (done_signal), which
   // the peer waits for before it pushes again.
   const bool push = layout.epilogue && push_from_kernel() && pr.done_signal() != nullptr;
   const size_t rank_bytes = layout.bytes_before(rows);  // one rank's rows, staged
   // Slot d: this rank's tiles of d's rows (none where the kernel pushes).
-  char* staging = push ? nullptr : static_cast<char*>(m.scratch_for(ws * rank_bytes));
+  char* staging = push ? nullptr : static_cast<char*>(m.scratch_for(ws * rank_bytes, stream));
   SymmetricBuffer& inbox = pr.inbox(ws * rank_bytes, stream);  // slot q: rank q's tiles of this rank's rows
   const kernels::fused::RowPieces pieces(rows, resolve_fused_rs_pieces(chunks_per_rank, rows));
   const int64_t piece_rows = pieces.rows;

@@ -68,7 +68,7 @@ void pipelined_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulP
   const SymmetricBuffer* source = a_symmetric ? a_symmetric : &comm.workspace(shard_bytes);
   const size_t source_offset = a_symmetric ? bytes(a_shard.data) - bytes(a_symmetric->local()) : 0;
   char* gathered = plan.return_a ? bytes(gathered_a.data)
-                                 : static_cast<char*>(m.scratch_for(static_cast<size_t>(plan.M) * row_bytes));
+                                 : static_cast<char*>(m.scratch_for(static_cast<size_t>(plan.M) * row_bytes, stream));
   auto peer_shard = [&](int q) { return bytes(source->peer(q)) + source_offset; };
 
   // Gathered along M: pieces per peer's shard; along K: pieces of all rows.

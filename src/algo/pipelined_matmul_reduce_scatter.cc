@@ -70,7 +70,7 @@ void pipelined_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduce
   const bool in_gemm = resolve_rs_sum(ws, rows, sum) == RsSum::kInGemm;
   const size_t slot_bytes = align_up(static_cast<size_t>(rows) * row_bytes);
   SymmetricBuffer& partials = comm.workspace(ws * slot_bytes);  // slot d: this rank's partial for rank d
-  char* landed = static_cast<char*>(m.scratch_for(ws * slot_bytes));  // slot q: rank q's partial for this rank
+  char* landed = static_cast<char*>(m.scratch_for(ws * slot_bytes, stream));  // slot q: rank q's partial for this rank
   char* own = bytes(partials.local()) + me * slot_bytes;
   // Summed in the GEMM, the own piece j waits for the landed piece j: with one piece the whole pull
   // would be exposed, so two pieces by default.

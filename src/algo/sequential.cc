@@ -5,11 +5,6 @@
 #include "common/check.h"
 
 namespace asynctp::algo {
-namespace {
-
-ncclDataType_t nccl_type(DType t) { return t == DType::kBF16 ? ncclBfloat16 : ncclFloat16; }
-
-}  // namespace
 
 void sequential_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan& plan, const TensorRef& a_shard,
                                   const std::vector<TensorRef>& bs, const std::vector<TensorRef>& outputs,
@@ -21,15 +16,15 @@ void sequential_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmul
   // Gather-last lands rank by rank ([world][M][K/world]) and is then interleaved into [M, K].
   const size_t staging_bytes = plan.gather_last ? gathered_bytes : 0;
   const size_t scratch = align_up(staging_bytes) + (plan.return_a ? 0 : gathered_bytes);
-  char* base = scratch ? static_cast<char*>(m.scratch_for(scratch)) : nullptr;
+  char* base = scratch ? static_cast<char*>(m.scratch_for(scratch, stream)) : nullptr;
   char* gathered = plan.return_a ? bytes(gathered_a.data) : base + align_up(staging_bytes);
 
   const size_t shard_elems = static_cast<size_t>(plan.m_local) * plan.k_local;
   if (!plan.gather_last) {
-    ASYNCTP_NCCL_CHECK(ncclAllGather(a_shard.data, gathered, shard_elems, nccl_type(plan.dtype), m.comm, stream));
+    m.transport->all_gather(a_shard.data, gathered, shard_elems * es, stream);
   } else {
     char* staging = base;
-    ASYNCTP_NCCL_CHECK(ncclAllGather(a_shard.data, staging, shard_elems, nccl_type(plan.dtype), m.comm, stream));
+    m.transport->all_gather(a_shard.data, staging, shard_elems * es, stream);
     const size_t piece = static_cast<size_t>(plan.k_local) * es;
     for (int r = 0; r < m.world_size; ++r) {
       ASYNCTP_CUDA_CHECK(cudaMemcpy2DAsync(gathered + r * piece, plan.K * es, staging + r * shard_elems * es, piece,
@@ -52,7 +47,7 @@ void sequential_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduc
                                       const AgreeFn& agree) {
   Communicator::Impl& m = comm.impl();
   const size_t es = dtype_size(plan.dtype);
-  char* partial = static_cast<char*>(m.scratch_for(static_cast<size_t>(plan.M) * plan.N * es));
+  char* partial = static_cast<char*>(m.scratch_for(static_cast<size_t>(plan.M) * plan.N * es, stream));
   gemm::Problem p;
   p.M = plan.M;
   p.K = plan.k_local;
@@ -62,7 +57,7 @@ void sequential_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduc
     p.N = plan.N;
     m.gemm.run(p, a.data, b.data, partial, stream);
   } else {
-    // NCCL scatters contiguous blocks, so the partial product is laid out [world][M][N/world]: one GEMM
+    // The reduce-scatter scatters contiguous blocks, so the partial product is laid out [world][M][N/world]: one GEMM
     // per destination rank, on that rank's columns of B.
     const bool col = plan.b_layout == BLayout::kColMajor;
     const int64_t n = plan.out_cols;
@@ -76,8 +71,7 @@ void sequential_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduc
   }
   agree();  // the partial GEMM above runs on the GPU meanwhile; it wrote only scratch
   const size_t out_elems = static_cast<size_t>(plan.out_rows) * plan.out_cols;
-  ASYNCTP_NCCL_CHECK(ncclReduceScatter(partial, output.data, out_elems, nccl_type(plan.dtype),
-                                       plan.reduce_op == ReduceOp::kAvg ? ncclAvg : ncclSum, m.comm, stream));
+  m.transport->reduce_scatter(partial, output.data, out_elems, plan.dtype, plan.reduce_op, stream);
 }
 
 }  // namespace asynctp::algo

@@ -12,6 +12,7 @@
 
 #include "asynctp/communicator.h"
 #include "asynctp/error.h"
+#include "asynctp/in_process.h"
 #include "asynctp/ops.h"
 #include "asynctp/tensor.h"
 #include "asynctp/version.h"
@@ -19,6 +20,10 @@
 
 struct asynctp_comm {
   std::unique_ptr<asynctp::Communicator> comm;
+};
+
+struct asynctp_group {
+  std::shared_ptr<asynctp::InProcessGroup> group;
 };
 
 namespace {
@@ -156,6 +161,42 @@ int asynctp_comm_create(int rank, int world_size, const unsigned char* id, int d
 
 int asynctp_comm_destroy(asynctp_comm* comm) {
   return guarded([&] { delete comm; });
+}
+
+int asynctp_in_process_group_create(int world_size, const int* devices, int num_devices, asynctp_group** group) {
+  return guarded([&] {
+    const char* fn = "asynctp_in_process_group_create";
+    if (group == nullptr) raise(cat(fn, ": group (the result) is NULL"));
+    *group = nullptr;
+    if (num_devices < 0) raise(cat(fn, ": num_devices is ", num_devices, "; expected >= 0"));
+    if (num_devices > 0 && devices == nullptr) raise(cat(fn, ": devices is NULL but num_devices is ", num_devices));
+    asynctp::InProcessOptions options;
+    if (num_devices > 0) options.devices.assign(devices, devices + num_devices);
+    auto made = std::make_unique<asynctp_group>();
+    made->group = asynctp::InProcessGroup::create(world_size, options);
+    *group = made.release();
+  });
+}
+
+int asynctp_in_process_group_destroy(asynctp_group* group) {
+  return guarded([&] { delete group; });
+}
+
+int asynctp_comm_create_in_process(asynctp_group* group, int rank, int timeout_ms, const char* tuning_cache,
+                                   int sm_budget, asynctp_comm** comm) {
+  return guarded([&] {
+    const char* fn = "asynctp_comm_create_in_process";
+    if (comm == nullptr) raise(cat(fn, ": comm (the result) is NULL"));
+    *comm = nullptr;
+    if (group == nullptr || !group->group) raise(cat(fn, ": group is NULL (never created, or destroyed)"));
+    asynctp::CommunicatorOptions options;
+    options.timeout_ms = timeout_ms;
+    options.sm_budget = sm_budget;
+    if (tuning_cache != nullptr) options.tuning_cache = tuning_cache;
+    auto made = std::make_unique<asynctp_comm>();
+    made->comm = asynctp::Communicator::create_in_process(group->group, rank, options);
+    *comm = made.release();
+  });
 }
 
 int asynctp_comm_rank(const asynctp_comm* comm, int* rank) {

@@ -2,6 +2,7 @@
 //
 // NCCL's ncclLsaBarrierSession would do the synchronisation, but it waits without bound; this one gives
 // up after the communicator's timeout and says which rank never arrived.
+#include "comm/barrier.h"
 #include "comm/communicator_impl.h"
 #include "common/check.h"
 #include "common/device_fault.h"
@@ -10,10 +11,9 @@
 namespace asynctp {
 namespace {
 
-// One thread per LSA peer p: announce this rank's arrival in p's pad, then wait for p's in ours.
-// Flag p of rank q holds the last barrier epoch rank p reached.
-__global__ void lsa_barrier_kernel(uint32_t* const* pads, uint32_t* epoch_counter, int me, int n,
-                                   kernels::WaitContext ctx) {
+// One thread per peer p: announce this rank's arrival in p's pad, then wait for p's in ours.
+__global__ void barrier_kernel(uint32_t* const* pads, uint32_t* epoch_counter, int me, int n,
+                               kernels::WaitContext ctx) {
   __shared__ uint32_t epoch;
   if (threadIdx.x == 0) epoch = *epoch_counter + 1;
   __syncthreads();
@@ -30,14 +30,22 @@ __global__ void lsa_barrier_kernel(uint32_t* const* pads, uint32_t* epoch_counte
 
 }  // namespace
 
+namespace comm {
+
+void enqueue_barrier(uint32_t* const* pads, uint32_t* epoch, int me, int n, const kernels::WaitContext& ctx,
+                     cudaStream_t stream) {
+  const int threads = (n + 31) / 32 * 32;
+  barrier_kernel<<<1, threads, 0, stream>>>(pads, epoch, me, n, ctx);
+  ASYNCTP_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace comm
+
 void Communicator::barrier(cudaStream_t stream) {
   Impl& m = *impl_;
   m.require_usable("Communicator::barrier");
-  const int n = m.lsa.size;
   const kernels::WaitContext ctx{m.fault, timeout_ns(*this), m.rank};
-  const int threads = (n + 31) / 32 * 32;
-  lsa_barrier_kernel<<<1, threads, 0, stream>>>(m.barrier_pad->device_peers(), m.barrier_epoch, m.lsa.rank, n, ctx);
-  ASYNCTP_CUDA_CHECK(cudaGetLastError());
+  comm::enqueue_barrier(m.barrier_pad->device_peers(), m.barrier_epoch, m.lsa.rank, m.lsa.size, ctx, stream);
 }
 
 }  // namespace asynctp

@@ -6,14 +6,17 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <future>
 #include <memory>
 #include <random>
 #include <thread>
 
 #include "algo/overlap_resources.h"
+#include "asynctp/in_process.h"
+#include "asynctp/launcher.h"
 #include "asynctp/version.h"
 #include "comm/communicator_impl.h"
+#include "comm/in_process_transport.h"
+#include "comm/nccl_transport.h"
 #include "common/check.h"
 #include "common/device_fault.h"
 #include "common/env.h"
@@ -22,22 +25,24 @@
 namespace asynctp {
 namespace {
 
-// LSA barriers NCCL reserves for our kernels: one per CTA of a persistent kernel on a full H100/H200.
-constexpr int kLsaBarrierCount = 132;
 constexpr int kBusIdBytes = 32;
+// SMs left free per rank where ranks share a GPU: room for the one-warp wait and signal kernels and the
+// copies within one GPU (which run as kernels) beside every rank's persistent GEMM.
+constexpr int kSmsLeftPerSharingRank = 2;
 
-// Every LSA peer must be reachable by load/store. NCCL builds the LSA team from its own topology
-// detection; where a peer's GPU is visible to this process too, the CUDA runtime is asked as well, so
-// a platform that disables P2P is named here rather than faulting in a kernel later.
+// Every LSA peer must be reachable by load/store. The transport builds the LSA team from its own
+// topology detection; where a peer's GPU is visible to this process too, the CUDA runtime is asked as
+// well, so a platform that disables P2P is named here rather than faulting in a kernel later.
 std::string check_p2p(Communicator::Impl& impl, const std::vector<std::string>& bus_ids) {
   for (int i = 0; i < impl.lsa.size; ++i) {
     if (i == impl.lsa.rank) continue;
-    const int peer = impl.lsa_world_ranks[i];
+    const int peer = impl.transport->lsa_to_world(i);
     int peer_device = -1;
     if (cudaDeviceGetByPCIBusId(&peer_device, bus_ids[peer].c_str()) != cudaSuccess) {
-      (void)cudaGetLastError();  // not visible here (CUDA_VISIBLE_DEVICES): NCCL's word stands
+      (void)cudaGetLastError();  // not visible here (CUDA_VISIBLE_DEVICES): the transport's word stands
       continue;
     }
+    if (peer_device == impl.device) continue;  // ranks that share a GPU
     int can = 0;
     ASYNCTP_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, impl.device, peer_device));
     if (!can) {
@@ -48,16 +53,18 @@ std::string check_p2p(Communicator::Impl& impl, const std::vector<std::string>& 
   return {};
 }
 
-std::unique_ptr<Communicator::Impl> make_impl(ncclComm_t comm, bool owns, const CommunicatorOptions& options) {
+// What every communicator holds apart from its transport, which `make_transport` then makes.
+template <typename MakeTransport>
+std::unique_ptr<Communicator::Impl> make_impl(int rank, int device, const CommunicatorOptions& options,
+                                              MakeTransport make_transport) {
   auto impl = std::make_unique<Communicator::Impl>();
-  impl->comm = comm;
-  impl->owns_comm = owns;
-  ASYNCTP_NCCL_CHECK(ncclCommUserRank(comm, &impl->rank));
-  ASYNCTP_NCCL_CHECK(ncclCommCount(comm, &impl->world_size));
-  ASYNCTP_NCCL_CHECK(ncclCommCuDevice(comm, &impl->device));
-  detail::set_process_rank(impl->rank);
+  detail::set_process_rank(rank);
+  impl->rank = rank;
+  impl->device = device;
   impl->timeout_ms = detail::resolve_timeout_ms(options.timeout_ms);
   ASYNCTP_CHECK(options.signal_count > 0, "CommunicatorOptions::signal_count must be > 0, got ", options.signal_count);
+  ASYNCTP_CHECK(options.sm_budget >= 0, "CommunicatorOptions::sm_budget must be >= 0 (0: the default), got ",
+                options.sm_budget);
   impl->signal_count = options.signal_count;
   impl->check_nonfinite = detail::env_flag("ASYNCTP_CHECK_NAN");
   impl->tuning_cache = options.tuning_cache;
@@ -65,9 +72,9 @@ std::unique_ptr<Communicator::Impl> make_impl(ncclComm_t comm, bool owns, const 
     const char* env = std::getenv("ASYNCTP_TUNING_CACHE");
     if (env != nullptr) impl->tuning_cache = env;
   }
-  ASYNCTP_CUDA_CHECK(cudaSetDevice(impl->device));
+  ASYNCTP_CUDA_CHECK(cudaSetDevice(device));
   cudaDeviceProp prop{};
-  ASYNCTP_CUDA_CHECK(cudaGetDeviceProperties(&prop, impl->device));
+  ASYNCTP_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   impl->cc_major = prop.major;
   impl->cc_minor = prop.minor;
   impl->gpu_name = prop.name;
@@ -75,30 +82,53 @@ std::unique_ptr<Communicator::Impl> make_impl(ncclComm_t comm, bool owns, const 
   // captured, where allocating pinned memory is not allowed.
   impl->fault = detail::device_fault_record();
   ASYNCTP_CUDA_CHECK(cudaStreamCreateWithFlags(&impl->setup_stream, cudaStreamNonBlocking));
-  ASYNCTP_CUDA_CHECK(cudaMalloc(&impl->exchange_buf, static_cast<size_t>(impl->world_size) * kBusIdBytes));
-
-  const ncclTeam_t team = ncclTeamLsa(comm);
-  impl->lsa = Team{team.rank, team.nRanks};
-  for (int i = 0; i < team.nRanks; ++i) impl->lsa_world_ranks.push_back(ncclTeamRankToWorld(comm, team, i));
+  Communicator::Impl* m = impl.get();
+  impl->transport = make_transport(m);
+  impl->world_size = impl->transport->world_size();
+  impl->lsa = impl->transport->lsa();
   return impl;
+}
+
+// The SMs a rank's persistent kernels may use: the caller's budget, else the whole GPU, or where
+// `sharing` ranks share it, an equal share of what is left beside their small kernels; whole clusters
+// (2 SMs) and at least one.
+int resolve_sm_budget(int requested, int device, int sharing) {
+  int sms = 0;
+  ASYNCTP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  int budget = requested > 0 ? std::min(requested, sms)
+                             : sharing <= 1 ? sms : (sms - kSmsLeftPerSharingRank * sharing) / sharing;
+  budget -= budget % 2;
+  ASYNCTP_CHECK(budget >= 2, "CommunicatorOptions::sm_budget: ", requested > 0 ? requested : budget,
+                " SM(s) leave no room for one 2-CTA cluster of the fused kernel; expected at least 2 (the GPU has ",
+                sms, ", shared by ", sharing, " rank(s))");
+  return budget;
+}
+
+comm::BoundedWait bounded_wait(Communicator::Impl* m) {
+  return [m](cudaStream_t stream, const char* what) { m->wait_bounded(stream, m->timeout_ms, what); };
 }
 
 }  // namespace
 
+std::vector<std::string> Communicator::Impl::exchange(const std::string& mine, const char* what) {
+  require_usable(what);
+  try {
+    return transport->exchange(mine, what);
+  } catch (const Error& e) {
+    abandon(e.what(), TransportFate::kAbort);
+    throw;
+  }
+}
+
 std::vector<std::string> Communicator::Impl::allgather_short(const std::string& mine) {
   ASYNCTP_CHECK(mine.size() < static_cast<size_t>(kBusIdBytes), "allgather_short: ", mine.size(), " bytes; at most ",
                 kBusIdBytes - 1);
-  char padded[kBusIdBytes] = {};
-  std::memcpy(padded, mine.data(), mine.size());
-  auto* bytes = reinterpret_cast<char*>(exchange_buf);
-  ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(bytes + rank * kBusIdBytes, padded, kBusIdBytes, cudaMemcpyHostToDevice,
-                                     setup_stream));
-  ASYNCTP_NCCL_CHECK(ncclAllGather(bytes + rank * kBusIdBytes, bytes, kBusIdBytes, ncclChar, comm, setup_stream));
-  std::vector<char> all(static_cast<size_t>(world_size) * kBusIdBytes);
-  ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(all.data(), bytes, all.size(), cudaMemcpyDeviceToHost, setup_stream));
-  wait_bounded(setup_stream, timeout_ms, "Communicator: exchanging set-up values");
+  std::string padded(kBusIdBytes, '\0');
+  std::memcpy(padded.data(), mine.data(), mine.size());
   std::vector<std::string> out;
-  for (int r = 0; r < world_size; ++r) out.emplace_back(all.data() + r * kBusIdBytes, strnlen(all.data() + r * kBusIdBytes, kBusIdBytes));
+  for (const std::string& part : exchange(padded, "Communicator: exchanging set-up values")) {
+    out.emplace_back(part.data(), strnlen(part.data(), part.size()));
+  }
   return out;
 }
 
@@ -128,16 +158,10 @@ static void open_mailbox(Communicator::Impl& m) {
 }
 
 std::vector<int> Communicator::Impl::failing_ranks(bool local_ok) {
-  const int mine = local_ok ? 1 : 0;
-  ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(exchange_buf + rank, &mine, sizeof mine, cudaMemcpyHostToDevice, setup_stream));
-  ASYNCTP_NCCL_CHECK(ncclAllGather(exchange_buf + rank, exchange_buf, 1, ncclInt32, comm, setup_stream));
-  std::vector<int> all(world_size);
-  ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(all.data(), exchange_buf, sizeof(int) * world_size, cudaMemcpyDeviceToHost,
-                                     setup_stream));
-  wait_bounded(setup_stream, timeout_ms, "Communicator: agreeing across ranks");
   std::vector<int> failing;
+  const std::vector<std::string> all = exchange(local_ok ? "1" : "0", "Communicator: agreeing across ranks");
   for (int r = 0; r < world_size; ++r) {
-    if (all[r] == 0) failing.push_back(r);
+    if (all[r] != "1") failing.push_back(r);
   }
   return failing;
 }
@@ -148,42 +172,10 @@ void Communicator::Impl::require_usable(const char* what) const {
                             ". Destroy it (and end the process if its CUDA context is lost) and make a new one"));
 }
 
-namespace {
-
-// How long abandon() waits for ncclCommAbort. It is only called where nothing of NCCL's should be
-// running, but an abort that blocks anyway (one did, with an NCCL kernel waiting on a peer whose
-// process was gone) must not turn an error into a hang.
-constexpr int kAbortWaitMs = 5000;
-
-// Runs ncclCommAbort on a thread of its own; true if it returned within kAbortWaitMs (else the thread
-// is left to it, and the process should end).
-bool abort_within_bound(ncclComm_t c) {
-  auto done = std::make_shared<std::promise<void>>();
-  std::future<void> finished = done->get_future();
-  std::thread([c, done] {
-    ncclCommAbort(c);
-    done->set_value();
-  }).detach();
-  return finished.wait_for(std::chrono::milliseconds(kAbortWaitMs)) == std::future_status::ready;
-}
-
-}  // namespace
-
-std::string Communicator::Impl::abandon(const std::string& why, NcclFate fate) {
+std::string Communicator::Impl::abandon(const std::string& why, TransportFate fate) {
   if (!broken.empty()) return {};
   broken = why;
-  const bool owned = owns_comm && constructed;  // before that, Communicator::create aborts NCCL itself
-  if (fate == NcclFate::kLeave) {
-    nccl_done = true;
-    return "; an NCCL kernel may still be waiting on the device: end the process (its exit reclaims the GPU)";
-  }
-  bool finished = true;
-  if (check_comm != nullptr) finished = abort_within_bound(check_comm);
-  if (owned) finished = abort_within_bound(comm) && finished;
-  nccl_done = true;
-  if (!owns_comm) return "; call ncclCommAbort on the communicator given to Communicator::wrap (asynctp does not own it)";
-  return finished ? "; NCCL was aborted"
-                  : detail::cat("; ncclCommAbort had not returned after ", kAbortWaitMs, " ms: end the process");
+  return transport ? transport->abandon(why, fate == TransportFate::kLeave) : std::string();
 }
 
 void Communicator::Impl::wait_bounded(cudaStream_t stream, int64_t wait_ms, const char* what) {
@@ -191,28 +183,26 @@ void Communicator::Impl::wait_bounded(cudaStream_t stream, int64_t wait_ms, cons
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   const auto deadline = start + std::chrono::milliseconds(wait_ms);
-  auto next_nccl_poll = start;
+  auto next_poll = start;
   for (int spin = 0;; ++spin) {
     const cudaError_t e = cudaStreamQuery(stream);
     if (e == cudaSuccess) return;
     if (e != cudaErrorNotReady) {
       const std::string fault = detail::describe_device_fault();
       abandon(fault.empty() ? detail::cat("a CUDA error (", cudaGetErrorName(e), ") ended a wait") : fault,
-              NcclFate::kAbort);
+              TransportFate::kAbort);
       detail::raise_cuda(e, detail::cat(what, ": cudaStreamQuery").c_str(), __FILE__, __LINE__);
     }
     const auto now = Clock::now();
-    if (now >= next_nccl_poll) {
-      // A peer process that died can surface here first (ncclRemoteError, ncclSystemError).
-      ncclResult_t async = ncclSuccess;
-      if (!nccl_done && ncclCommGetAsyncError(comm, &async) == ncclSuccess && async != ncclSuccess &&
-          async != ncclInProgress) {
-        const std::string why = detail::cat("NCCL reported an asynchronous error (", ncclGetErrorString(async),
-                                            ") while ", what, " waited");
-        const std::string aborted = abandon(why, NcclFate::kLeave);
+    if (now >= next_poll) {
+      // A peer that died can surface here first (NCCL's ncclRemoteError, an aborted in-process group).
+      const std::string async = transport->async_error();
+      if (!async.empty()) {
+        const std::string why = detail::cat(async, " while ", what, " waited");
+        const std::string aborted = abandon(why, TransportFate::kLeave);
         detail::raise(detail::cat(what, ": ", why, aborted, "; this communicator can no longer be used"));
       }
-      next_nccl_poll = now + std::chrono::milliseconds(10);
+      next_poll = now + std::chrono::milliseconds(10);
     }
     if (now >= deadline) break;
     // Short waits stay responsive; a long one stops costing a core.
@@ -225,17 +215,22 @@ void Communicator::Impl::wait_bounded(cudaStream_t stream, int64_t wait_ms, cons
   const std::string why = detail::cat(what, " timed out after ", wait_ms,
                                       " ms: a peer did not arrive (it failed, was not started, or is making a "
                                       "different call; ASYNCTP_TIMEOUT_MS sets the bound)");
-  const std::string aborted = abandon(why, NcclFate::kLeave);
+  const std::string aborted = abandon(why, TransportFate::kLeave);
   detail::raise(detail::cat(why, aborted));
 }
 
-void* Communicator::Impl::scratch_for(size_t bytes) {
+void* Communicator::Impl::scratch_for(size_t bytes, cudaStream_t stream) {
   if (bytes > scratch_bytes) {
-    // The old scratch may still be in use by enqueued work: cudaFree waits for the device.
-    if (scratch) ASYNCTP_CUDA_CHECK(cudaFree(scratch));
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    ASYNCTP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    ASYNCTP_CHECK(capture == cudaStreamCaptureStatusNone, "this call needs ", bytes, " bytes of scratch and the ",
+                  "communicator holds ", scratch_bytes, "; it cannot grow under CUDA graph capture: make one call of ",
+                  "this size outside capture first");
+    // Stream-ordered: the old scratch's last use (this rank's previous call) is ordered before `stream`.
+    if (scratch) ASYNCTP_CUDA_CHECK(cudaFreeAsync(scratch, stream));
     scratch = nullptr;
     scratch_bytes = 0;
-    ASYNCTP_CUDA_CHECK(cudaMalloc(&scratch, bytes));
+    ASYNCTP_CUDA_CHECK(cudaMallocAsync(&scratch, bytes, stream));
     scratch_bytes = bytes;
   }
   return scratch;
@@ -280,18 +275,57 @@ std::unique_ptr<Communicator> Communicator::create(int rank, int world_size, con
   config.blocking = 1;
   ncclComm_t comm = nullptr;
   ASYNCTP_NCCL_CHECK(ncclCommInitRankConfig(&comm, world_size, id, rank, &config));
+  std::unique_ptr<Impl> impl;
+  bool owned = false;  // by the transport, once it is made: it aborts the communicator if set-up fails
   try {
-    return std::unique_ptr<Communicator>(new Communicator(make_impl(comm, /*owns=*/true, options)));
+    impl = make_impl(rank, device, options, [comm, &owned](Impl* m) {
+      auto t = comm::make_nccl_transport(comm, /*owns=*/true, bounded_wait(m));
+      owned = true;
+      return t;
+    });
   } catch (...) {
-    ncclCommAbort(comm);
+    if (!owned) ncclCommAbort(comm);
     throw;
   }
+  impl->sm_budget = resolve_sm_budget(options.sm_budget, device, 1);
+  return std::unique_ptr<Communicator>(new Communicator(std::move(impl)));
 }
 
 std::unique_ptr<Communicator> Communicator::wrap(ncclComm_t comm, const CommunicatorOptions& options) {
   ASYNCTP_CHECK(comm != nullptr, "Communicator::wrap: comm is null; pass an initialised ncclComm_t");
   check_nccl_versions_match(nccl_runtime_version(), nccl_build_version());
-  return std::unique_ptr<Communicator>(new Communicator(make_impl(comm, /*owns=*/false, options)));
+  int rank = 0, device = 0;
+  ASYNCTP_NCCL_CHECK(ncclCommUserRank(comm, &rank));
+  ASYNCTP_NCCL_CHECK(ncclCommCuDevice(comm, &device));
+  auto impl = make_impl(rank, device, options, [comm](Impl* m) {
+    return comm::make_nccl_transport(comm, /*owns=*/false, bounded_wait(m));
+  });
+  impl->sm_budget = resolve_sm_budget(options.sm_budget, device, 1);
+  return std::unique_ptr<Communicator>(new Communicator(std::move(impl)));
+}
+
+std::unique_ptr<Communicator> Communicator::create(const RankContext& ctx, const CommunicatorOptions& options) {
+  CommunicatorOptions o = options;
+  if (o.device < 0) o.device = ctx.device;
+  if (ctx.group) return create_in_process(ctx.group, ctx.rank, o);
+  return create(ctx.rank, ctx.world_size, ctx.nccl_id, o);
+}
+
+std::unique_ptr<Communicator> Communicator::create_in_process(const std::shared_ptr<InProcessGroup>& group, int rank,
+                                                              const CommunicatorOptions& options) {
+  ASYNCTP_CHECK(group != nullptr, "Communicator::create_in_process: group is null; make one with InProcessGroup::create");
+  ASYNCTP_CHECK(rank >= 0 && rank < group->world_size(), "Communicator::create_in_process: rank must be in [0, ",
+                group->world_size(), "), got ", rank);
+  detail::set_process_rank(rank);
+  const int device = group->device_of(rank);
+  ASYNCTP_CHECK(options.device < 0 || options.device == device, "Communicator::create_in_process: options.device is ",
+                options.device, " but the group runs rank ", rank, " on GPU ", device, "; leave it -1");
+  auto impl = make_impl(rank, device, options, [&group, rank](Impl* m) {
+    const kernels::WaitContext ctx{m->fault, static_cast<uint64_t>(m->timeout_ms) * 1000000ull, rank};
+    return comm::make_in_process_transport(group, rank, m->timeout_ms, ctx);
+  });
+  impl->sm_budget = resolve_sm_budget(options.sm_budget, device, group->ranks_on_device(device));
+  return std::unique_ptr<Communicator>(new Communicator(std::move(impl)));
 }
 
 Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
@@ -311,29 +345,16 @@ Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
                               "team; check `nvidia-smi topo -p2p r` and that P2P is not disabled (NCCL_P2P_DISABLE)."));
   }
 
-  ncclDevCommRequirements reqs;
-  std::memset(&reqs, 0, sizeof reqs);
-  reqs.lsaBarrierCount = kLsaBarrierCount;
-  reqs.lsaMultimem = false;  // NVLink multicast stays off: it can take the host's GPUs out of service
-  ASYNCTP_NCCL_CHECK(ncclDevCommCreate(m.comm, &reqs, &m.dev_comm));
-  m.has_dev_comm = true;
   ASYNCTP_CUBLAS_CHECK(cublasLtCreate(&m.cublaslt));
   m.gemm.init(m.cublaslt);
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 1;
-  ASYNCTP_NCCL_CHECK(ncclCommSplit(m.comm, 0, m.rank, &m.check_comm, &config));
-  ASYNCTP_CUDA_CHECK(cudaStreamCreateWithFlags(&m.check_stream, cudaStreamNonBlocking));
-  ASYNCTP_CUDA_CHECK(cudaMalloc(&m.check_buf, sizeof(int64_t) * kCheckSlots * m.world_size));
-  ASYNCTP_CUDA_CHECK(cudaMallocHost(&m.check_host, sizeof(int64_t) * kCheckSlots * (m.world_size + 1)));
   open_mailbox(m);
 
-  ASYNCTP_CHECK(m.lsa.size >= 1, "Communicator: NCCL reports an empty LSA team");
+  ASYNCTP_CHECK(m.lsa.size >= 1, "Communicator: the transport reports an empty LSA team");
   m.signals = SignalPad::create(*this, m.signal_count);
   m.barrier_pad = SignalPad::create(*this, m.lsa.size);
   ASYNCTP_CUDA_CHECK(cudaMalloc(&m.barrier_epoch, sizeof(uint32_t)));
   ASYNCTP_CUDA_CHECK(cudaMemsetAsync(m.barrier_epoch, 0, sizeof(uint32_t), m.setup_stream));
   ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(m.setup_stream));
-  m.constructed = true;
 }
 
 Communicator::~Communicator() {
@@ -349,33 +370,20 @@ Communicator::~Communicator() {
     m.barrier_pad.reset();
     m.signals.reset();
     cudaFree(m.barrier_epoch);
-    cudaFree(m.exchange_buf);
-    cudaFree(m.check_buf);
-    cudaFreeHost(m.check_host);
-    cudaFree(m.scratch);
+    if (m.scratch) cudaFree(m.scratch);
     cudaFree(m.tail_split);
     cudaFree(m.nonfinite_buf);
     cudaFreeHost(m.nonfinite_host);
-    if (m.check_comm) ncclCommDestroy(m.check_comm);
-    if (m.has_dev_comm) ncclDevCommDestroy(m.comm, &m.dev_comm);
   } else {
     (void)m.overlap.release();
     (void)m.workspace.release();
     (void)m.barrier_pad.release();
     (void)m.signals.release();
-    if (m.check_comm && !m.nccl_done) ncclCommAbort(m.check_comm);
   }
   m.gemm.reset(/*free_device_memory=*/m.broken.empty());  // plans go before the handle they were made with
   if (m.cublaslt) cublasLtDestroy(m.cublaslt);
   if (m.setup_stream) cudaStreamDestroy(m.setup_stream);
-  if (m.check_stream) cudaStreamDestroy(m.check_stream);
-  if (m.owns_comm && !m.nccl_done) {
-    if (healthy) {
-      ncclCommDestroy(m.comm);
-    } else {
-      ncclCommAbort(m.comm);
-    }
-  }
+  m.transport->shutdown(healthy);
 }
 
 int Communicator::rank() const { return impl_->rank; }
@@ -383,14 +391,16 @@ int Communicator::world_size() const { return impl_->world_size; }
 int Communicator::device() const { return impl_->device; }
 int Communicator::timeout_ms() const { return impl_->timeout_ms; }
 Team Communicator::lsa() const { return impl_->lsa; }
-ncclComm_t Communicator::nccl() const { return impl_->comm; }
+ncclComm_t Communicator::nccl() const { return impl_->transport->nccl(); }
+const char* Communicator::transport_name() const { return impl_->transport->name(); }
+int Communicator::sm_budget() const { return impl_->sm_budget; }
 cublasLtContext* Communicator::cublaslt() const { return impl_->cublaslt; }
 SignalPad& Communicator::signals() { return *impl_->signals; }
 
 int Communicator::lsa_to_world(int lsa_rank) const {
   ASYNCTP_CHECK(lsa_rank >= 0 && lsa_rank < impl_->lsa.size, "lsa_to_world: lsa_rank must be in [0, ",
                 impl_->lsa.size, "), got ", lsa_rank);
-  return impl_->lsa_world_ranks[lsa_rank];
+  return impl_->transport->lsa_to_world(lsa_rank);
 }
 
 SymmetricBuffer& Communicator::workspace(size_t bytes) {

@@ -2,9 +2,6 @@
 #pragma once
 
 #include <cublasLt.h>
-#include <nccl.h>
-#include <nccl_device/core.h>
-#include <nccl_device/impl/comm__types.h>
 
 #include <array>
 #include <map>
@@ -16,6 +13,7 @@
 #include "asynctp/signal.h"
 #include "asynctp/symmetric.h"
 #include "comm/host_mailbox.h"
+#include "comm/transport.h"
 #include "common/device_fault.h"
 #include "gemm/cublaslt_gemm.h"
 
@@ -29,13 +27,15 @@ class OverlapResources;
 constexpr int kCheckSlots = 128;
 
 struct Communicator::Impl {
-  ncclComm_t comm = nullptr;
-  bool owns_comm = false;
+  // How the ranks reach each other (NCCL, or threads of one process): comm/transport.h.
+  std::unique_ptr<comm::Transport> transport;
   int rank = 0;
   int world_size = 1;
   int device = 0;
   int timeout_ms = 0;
   int signal_count = 0;
+  // SMs each of this rank's persistent kernels may use (CommunicatorOptions::sm_budget, resolved).
+  int sm_budget = 0;
   int cc_major = 0, cc_minor = 0;
   std::string gpu_name;
   std::string tuning_cache;  // kAuto's cache file on top of the built-in one; empty: none
@@ -44,15 +44,9 @@ struct Communicator::Impl {
   mutable std::map<std::array<int64_t, 6>, std::pair<int, int>> auto_choices;
 
   Team lsa;
-  std::vector<int> lsa_world_ranks;  // world rank of each LSA team member
-
-  ncclDevComm dev_comm{};  // passed by value to kernels that use NCCL's device API
-  bool has_dev_comm = false;
   cublasLtHandle_t cublaslt = nullptr;
   cudaStream_t setup_stream = nullptr;   // for the library's own blocking set-up work
   detail::DeviceFault* fault = nullptr;  // where this process's kernels report a timeout
-
-  int* exchange_buf = nullptr;  // device scratch for all_ok's all-gather
 
   std::unique_ptr<SignalPad> signals;
   std::unique_ptr<SignalPad> barrier_pad;  // flag p on rank q: the last barrier epoch rank p reached
@@ -60,11 +54,7 @@ struct Communicator::Impl {
   std::unique_ptr<SymmetricBuffer> workspace;
 
   gemm::GemmRunner gemm;              // cuBLASLt plans and workspace, per communicator
-  ncclComm_t check_comm = nullptr;    // split off `comm`: argument checks never queue behind data
-  cudaStream_t check_stream = nullptr;
-  int64_t* check_buf = nullptr;       // world_size * kCheckSlots, on the GPU
-  int64_t* check_host = nullptr;      // (world_size + 1) * kCheckSlots, pinned: this rank's, then all
-  std::unique_ptr<HostMailbox> mailbox;  // argument checks on one node (else check_comm)
+  std::unique_ptr<HostMailbox> mailbox;  // argument checks on one node (else the transport's exchange)
   uint64_t check_seq = 0;                // argument checks made so far
   void* scratch = nullptr;            // ordinary device memory for the algorithms' local buffers
   size_t scratch_bytes = 0;
@@ -81,35 +71,40 @@ struct Communicator::Impl {
   // peers gave up: the ranks are then out of step (or NCCL was aborted), so any later collective could
   // pair calls that do not belong together. Every later op, barrier and workspace call throws with it.
   std::string broken;
-  bool nccl_done = false;     // NCCL was aborted, or must not be touched again: no NCCL teardown
-  bool constructed = false;   // until then, Communicator::create aborts NCCL itself if set-up fails
 
   // Throws an Error naming `what` and quoting `broken` when the communicator is broken.
   void require_usable(const char* what) const;
-  // What abandon() does with NCCL. kAbort: abort the NCCL communicators asynctp owns (nothing of
-  // NCCL's is running: the ranks fell out of step on the host, or a kernel trapped). kLeave: an NCCL
-  // kernel may still wait on a peer that is gone; ncclCommAbort was seen to block for good then (and
-  // to keep the process from exiting), so NCCL is left alone for the process's end to reclaim.
-  enum class NcclFate { kAbort, kLeave };
-  // Records `why` as the reason the communicator is broken (the first reason stays) and settles NCCL
-  // as `fate` says. Returns what became of NCCL, as a clause for an error message; "" if already broken.
-  std::string abandon(const std::string& why, NcclFate fate);
+  // What abandon() does with the transport. kAbort: nothing of the transport's is running (the ranks
+  // fell out of step on the host, or a kernel trapped), so it is stopped. kLeave: a kernel of the
+  // transport's (NCCL's) may still wait on a peer that is gone; ncclCommAbort was seen to block for
+  // good then (and to keep the process from exiting), so NCCL is left for the process's end to reclaim.
+  enum class TransportFate { kAbort, kLeave };
+  // Records `why` as the reason the communicator is broken (the first reason stays) and settles the
+  // transport as `fate` says. Returns what became of it, as a clause for an error message; "" if
+  // already broken.
+  std::string abandon(const std::string& why, TransportFate fate);
   // Waits until `stream` has finished, at most `timeout_ms`. A kernel that trapped (one of asynctp's
   // bounded waits gave up) raises its report. NCCL's kernels have no bound of their own, so when the
-  // time passes, or NCCL reports an asynchronous error, the communicator is abandoned and an Error
-  // naming `what` is thrown.
+  // time passes, or the transport reports an asynchronous error, the communicator is abandoned and an
+  // Error naming `what` is thrown.
   void wait_bounded(cudaStream_t stream, int64_t timeout_ms, const char* what);
 
   // The live SymmetricBuffer that holds all of [p, p + bytes) on this rank, or null.
   const SymmetricBuffer* find_symmetric(const void* p, size_t bytes) const;
 
-  // At least `bytes` of scratch; grows (after draining the GPU) when needed, so not during graph capture.
-  void* scratch_for(size_t bytes);
+  // At least `bytes` of scratch for work on `stream`; grows when needed (stream-ordered, so the device
+  // is not drained: other ranks' kernels on a shared GPU may wait for this rank's next work), so not
+  // during graph capture.
+  void* scratch_for(size_t bytes, cudaStream_t stream);
 
   // The fused GEMM's workspace for splitting its last round of tiles, allocated (counters zeroed) on
   // first use; null where that first use is being captured into a CUDA graph, which allocates nothing
   // (the kernel then computes every tile whole).
   void* tail_split_workspace(cudaStream_t stream);
+
+  // The transport's exchange (every rank's `mine`, by rank; collective, host-synchronous). A rank that
+  // gives up breaks the communicator: the ranks are out of step from then on.
+  std::vector<std::string> exchange(const std::string& mine, const char* what);
 
   // Every rank's `mine` (at most 31 bytes), by rank. Collective and host-synchronous.
   std::vector<std::string> allgather_short(const std::string& mine);

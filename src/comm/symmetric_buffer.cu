@@ -1,45 +1,24 @@
-#include <nccl_device.h>
-
+// SymmetricBuffer: memory every rank allocates at once and addresses on each other, through the
+// communicator's transport (comm/transport.h).
 #include <algorithm>
 
 #include "comm/communicator_impl.h"
 #include "common/check.h"
 
 namespace asynctp {
-namespace {
-
-// NCCL 2.28 has no host-side getter for peer addresses (2.29 adds ncclGetLsaDevicePointer), but the
-// device API computes them from the window; read once here, they serve both kernels and the copy engine.
-__global__ void read_lsa_pointers(ncclWindow_t window, int lsa_size, void** out) {
-  for (int peer = threadIdx.x; peer < lsa_size; peer += blockDim.x) out[peer] = ncclGetLsaPointer(window, 0, peer);
-}
-
-size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
-
-}  // namespace
 
 std::unique_ptr<SymmetricBuffer> SymmetricBuffer::create(Communicator& comm, size_t bytes) {
   ASYNCTP_CHECK(bytes > 0, "SymmetricBuffer::create: bytes must be > 0");
   Communicator::Impl& m = comm.impl();
+  m.require_usable("SymmetricBuffer::create");
   std::unique_ptr<SymmetricBuffer> buf(new SymmetricBuffer());
   buf->comm_ = &comm;
-  buf->size_ = round_up(bytes, NCCL_WIN_REQUIRED_ALIGNMENT);
-  ASYNCTP_CUDA_CHECK(cudaSetDevice(m.device));
-  ASYNCTP_NCCL_CHECK(ncclMemAlloc(&buf->local_, buf->size_));
-  // Zeroed before registration: the collective registration then orders every rank's zeroing before
-  // any peer can use the memory.
-  ASYNCTP_CUDA_CHECK(cudaMemsetAsync(buf->local_, 0, buf->size_, m.setup_stream));
-  ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(m.setup_stream));
-  ASYNCTP_NCCL_CHECK(ncclCommWindowRegister(m.comm, buf->local_, buf->size_, &buf->window_, NCCL_WIN_COLL_SYMMETRIC));
-
-  const int n = m.lsa.size;
-  ASYNCTP_CUDA_CHECK(cudaMalloc(&buf->device_peers_, sizeof(void*) * n));
-  read_lsa_pointers<<<1, 32, 0, m.setup_stream>>>(buf->window_, n, buf->device_peers_);
-  ASYNCTP_CUDA_CHECK(cudaGetLastError());
-  buf->peers_.resize(n);
-  ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(buf->peers_.data(), buf->device_peers_, sizeof(void*) * n,
-                                     cudaMemcpyDeviceToHost, m.setup_stream));
-  ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(m.setup_stream));
+  comm::SymmetricMapping mapping = m.transport->map_symmetric(bytes);
+  buf->local_ = mapping.local;
+  buf->size_ = mapping.bytes;
+  buf->window_ = mapping.window;
+  buf->peers_ = std::move(mapping.peers);
+  buf->device_peers_ = mapping.device_peers;
   m.symmetric_buffers.push_back(buf.get());
   return buf;
 }
@@ -51,15 +30,18 @@ SymmetricBuffer::~SymmetricBuffer() {
   cudaSetDevice(m.device);
   if (cudaDeviceSynchronize() != cudaSuccess) return;  // the context is gone; see ~Communicator
   // No rank may free its part while a peer's work can still reach it: every rank has drained its own
-  // GPU work (above); the all-gather below holds each rank until all have.
+  // GPU work (above); the exchange below holds each rank until all have.
   try {
     (void)m.failing_ranks(true);
   } catch (const std::exception&) {
     return;
   }
-  if (window_) ncclCommWindowDeregister(m.comm, window_);
-  if (local_) ncclMemFree(local_);
-  if (device_peers_) cudaFree(device_peers_);
+  comm::SymmetricMapping mapping;
+  mapping.local = local_;
+  mapping.bytes = size_;
+  mapping.window = window_;
+  mapping.device_peers = device_peers_;
+  m.transport->unmap_symmetric(mapping);
 }
 
 void* SymmetricBuffer::peer(int lsa_rank) const {

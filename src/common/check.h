@@ -10,7 +10,8 @@
 
 namespace asynctp::detail {
 
-// The rank this process plays, set when its Communicator is made; -1 before that.
+// The rank this process (or, for the ranks of an in-process group, this thread) plays, set when its
+// Communicator is made; -1 before that.
 void set_process_rank(int rank);
 int process_rank();
 

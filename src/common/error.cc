@@ -12,14 +12,20 @@
 namespace asynctp::detail {
 namespace {
 std::atomic<int> g_rank{-1};
+// The rank of the calling thread where it set one: the ranks of an in-process group are threads of
+// one process.
+thread_local int t_rank = -1;
 
 std::string where(const char* expr, const char* file, int line) {
   return cat(expr, " (", file, ":", line, ")");
 }
 }  // namespace
 
-void set_process_rank(int rank) { g_rank.store(rank); }
-int process_rank() { return g_rank.load(); }
+void set_process_rank(int rank) {
+  g_rank.store(rank);
+  t_rank = rank;
+}
+int process_rank() { return t_rank >= 0 ? t_rank : g_rank.load(); }
 
 std::string with_rank(const std::string& message) {
   const int rank = process_rank();

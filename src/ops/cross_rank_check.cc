@@ -1,6 +1,9 @@
 #include "ops/cross_rank_check.h"
 
 #include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
 
 #include "comm/communicator_impl.h"
 #include "common/check.h"
@@ -19,31 +22,30 @@ void agree_across_ranks(Communicator& comm, const char* op, const Signature& sig
   const size_t n = signature.fields.size();
   ASYNCTP_CHECK(n + 2 <= static_cast<size_t>(kCheckSlots), op, ": too many arguments to compare across ranks (", n,
                 " values; at most ", kCheckSlots - 2, "): pass fewer B");
-  int64_t* mine = m.check_host;  // pinned: the copies below are plain DMA, no staging
-  std::fill(mine, mine + kCheckSlots, 0);
+  int64_t mine[kCheckSlots] = {};
   mine[0] = local_error.empty() ? 1 : 0;
   mine[1] = static_cast<int64_t>(n);
   for (size_t i = 0; i < n; ++i) mine[2 + i] = signature.fields[i].second;
   const int64_t* all = nullptr;
+  std::vector<int64_t> gathered;
   if (m.mailbox) {
     static_assert(HostMailbox::kSlots == kCheckSlots, "one record layout for both exchanges");
     try {
       all = m.mailbox->exchange(mine, ++m.check_seq, m.timeout_ms, op);
     } catch (const Error& e) {
-      // The ranks' call counts no longer match, so no later check could pair them; nothing of NCCL's runs.
-      m.abandon(e.what(), Communicator::Impl::NcclFate::kAbort);
+      // The ranks' call counts no longer match, so no later check could pair them; nothing of the
+      // transport's runs.
+      m.abandon(e.what(), Communicator::Impl::TransportFate::kAbort);
       throw;
     }
   } else {
-    int64_t* slot = m.check_buf + static_cast<size_t>(m.rank) * kCheckSlots;
-    int64_t* gathered = m.check_host + kCheckSlots;
-    ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(slot, mine, sizeof(int64_t) * kCheckSlots, cudaMemcpyHostToDevice,
-                                       m.check_stream));
-    ASYNCTP_NCCL_CHECK(ncclAllGather(slot, m.check_buf, kCheckSlots, ncclInt64, m.check_comm, m.check_stream));
-    ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(gathered, m.check_buf, sizeof(int64_t) * kCheckSlots * m.world_size,
-                                       cudaMemcpyDeviceToHost, m.check_stream));
-    m.wait_bounded(m.check_stream, m.timeout_ms, op);
-    all = gathered;
+    const std::string bytes(reinterpret_cast<const char*>(mine), sizeof mine);
+    const std::vector<std::string> parts = m.exchange(bytes, op);
+    gathered.resize(static_cast<size_t>(m.world_size) * kCheckSlots);
+    for (int r = 0; r < m.world_size; ++r) {
+      std::memcpy(gathered.data() + static_cast<size_t>(r) * kCheckSlots, parts[r].data(), sizeof mine);
+    }
+    all = gathered.data();
   }
 
   if (!local_error.empty()) throw Error(local_error);

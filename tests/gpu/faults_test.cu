@@ -185,23 +185,86 @@ void run_every_case(Fault fault) {
 }
 
 TEST(Faults, APeerThatExitsMidOpEndsTheOthersCallWithAnError) {
-  REQUIRE_GPUS(2);
+  REQUIRE_GPU_PROCESSES(2);  // rank 0 ends its process with _exit, and rank 1 may die
   run_every_case(Fault::kExitsMidOp);
 }
 
 TEST(Faults, APeerKilledMidOpIsNamedByTheLauncher) {
-  REQUIRE_GPUS(2);
+  REQUIRE_GPU_PROCESSES(2);  // rank 0 ends its process with _exit, and rank 1 may die
   run_every_case(Fault::kKilledMidOp);
 }
 
 TEST(Faults, APeerThatNeverCallsIsNamedAndALateOneFailsToo) {
-  REQUIRE_GPUS(2);
+  REQUIRE_GPU_PROCESSES(2);  // rank 0 ends its process with _exit, and rank 1 may die
   run_every_case(Fault::kNeverCalls);
 }
 
 TEST(Faults, APeerThatNeverCallsEndsTheWaitEvenWithoutTheArgumentCheck) {
-  REQUIRE_GPUS(2);
+  REQUIRE_GPU_PROCESSES(2);  // rank 0 ends its process with _exit, and rank 1 may die
   run_every_case(Fault::kNeverCallsUnchecked);
+}
+
+// In-process twin of the "never calls" cases, whose process-ending surviving rank cannot run as a
+// thread: rank 1 stays away from a call, and rank 0's call ends with an error naming it within the
+// host check's bound; rank 1's late call then fails too, naming rank 0 (the group is aborted). Every
+// algorithm, both ops, at every multi-rank world size (ranks 2 and up stay away as rank 1 does).
+int never_calls_in_process(RankContext& ctx, Algorithm algorithm, bool reduce_scatter) {
+  OneSmallCall f(ctx, kTimeoutMs, reduce_scatter, 256, 512, 512, 512, 256);
+  OpOptions o;
+  o.algorithm = algorithm;
+  f.call(o);  // one call together first: plans, workspace and flags exist, and the ranks are in step
+  f.comm->synchronize(f.st.s);
+  ctx.allgather("in step");
+  if (ctx.rank != 0) {
+    ctx.allgather("rank 0 gave up");
+    std::string late;
+    try {
+      f.call(o);
+    } catch (const Error& e) {
+      late = e.what();
+    }
+    RANK_CHECK(contains(late, "rank 0"), "rank ", ctx.rank, "'s late call did not fail naming rank 0: '", late, "'");
+    (void)f.comm.release();  // the group is aborted: no collective teardown
+    return 0;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string message;
+  try {
+    f.call(o);
+    f.comm->synchronize(f.st.s);
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("rank 0, %s %s, after %.2f s: %s\n", algorithm_name(algorithm),
+              reduce_scatter ? "matmul_reduce_scatter" : "all_gather_matmul", took, message.c_str());
+  RANK_CHECK(contains(message, "rank 1") && contains(message, "did not reach"), "the error does not name rank 1: '",
+             message, "'");
+  RANK_CHECK(took >= 0.9 * kTimeoutMs / 1000 && took < 2.0 * kTimeoutMs / 1000 + 5.0, "took ", took, " s");
+  std::string again;
+  try {
+    f.call(o);
+  } catch (const Error& e) {
+    again = e.what();
+  }
+  RANK_CHECK(contains(again, "this communicator can no longer be used"), again);
+  ctx.allgather("rank 0 gave up");
+  (void)f.comm.release();
+  return 0;
+}
+
+TEST(InProcess, APeerThatNeverCallsIsNamedAndALateOneFailsToo) {
+  REQUIRE_GPUS(1);
+  for (const Algorithm algorithm : kAlgorithms) {
+    for (const bool rs : {false, true}) {
+      SCOPED_TRACE(detail::cat(algorithm_name(algorithm), rs ? " matmul_reduce_scatter" : " all_gather_matmul"));
+      for (const int ws : multi_rank_world_sizes()) {
+        const auto t0 = std::chrono::steady_clock::now();
+        RUN_RANKS_AS(ws, true, [algorithm, rs](RankContext& ctx) { return never_calls_in_process(ctx, algorithm, rs); });
+        EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 60.0);
+      }
+    }
+  }
 }
 
 }  // namespace

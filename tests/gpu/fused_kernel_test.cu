@@ -58,7 +58,7 @@ std::vector<char> run_checked(Communicator& comm, const KernelCase& c, uint64_t 
   g.b_layout = c.col_major ? BLayout::kColMajor : BLayout::kRowMajor;
   g.M = c.M, g.N = c.N, g.K = c.K;
   g.a = a.p, g.b = b.p, g.c = out.p;
-  algo::attach_tail_split(comm, g, s);
+  algo::attach_grid(comm, g, s);
   RANK_CHECK(g.split_workspace != nullptr, "no split workspace outside graph capture");
   g.max_splits = max_splits;
   RANK_CHECK(*kernels::fused::ag_gemm_unsupported(g) == '\0', "the kernel refused ", c.M, "x", c.N, "x", c.K);
@@ -164,7 +164,7 @@ TEST(FusedKernel, EveryInstantiationWaitsForItsRowsFlag) {
           g.chunks.rows_per_rank = static_cast<int32_t>(m);
           g.chunks.rows_per_piece = static_cast<int32_t>(m);
           g.chunks.wait = kernels::WaitContext{comm->impl().fault, 20'000'000'000ull, 0};
-          algo::attach_tail_split(*comm, g, s);
+          algo::attach_grid(*comm, g, s);
           kernels::fused::run_ag_gemm(g, s);
           std::this_thread::sleep_for(std::chrono::milliseconds(50));
           const std::string what = std::string(dtype_name(dt)) + (col ? " B=col" : " B=row") + " tiles 128x" +

@@ -1,5 +1,6 @@
-// Shared by the GPU tests: each test forks its ranks through the launcher (the test process itself
-// never touches CUDA) and skips, saying why, where fewer GPUs are visible than it needs.
+// Shared by the GPU tests: each test starts its ranks through the launcher (the test process itself
+// never touches CUDA): one process per GPU on NCCL, or threads of one process on the in-process
+// transport where fewer GPUs are visible than ranks; it skips, saying why, where neither can run.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -27,6 +28,30 @@ inline LaunchOptions test_launch_options() {
   return o;
 }
 
+// How a multi-rank test's ranks reach each other. ASYNCTP_TEST_TRANSPORT=nccl or in-process forces one;
+// unset, NCCL (one process per GPU) where the test's ranks each have a GPU, else the in-process
+// transport (the ranks as threads of one process on the GPUs there are).
+inline const char* forced_transport() {
+  const char* env = std::getenv("ASYNCTP_TEST_TRANSPORT");
+  if (env == nullptr || *env == '\0') return nullptr;
+  const std::string t = env;
+  if (t != "nccl" && t != "in-process") {
+    throw std::invalid_argument("ASYNCTP_TEST_TRANSPORT: '" + t + "'; expected nccl or in-process");
+  }
+  return env;
+}
+
+// Whether `n` ranks run in-process, given `have` GPUs (one rank runs as a process, always).
+inline bool runs_in_process(int n, int have) {
+  if (n <= 1) return false;
+  const char* forced = forced_transport();
+  if (forced != nullptr) return std::string(forced) == "in-process";
+  return n > have;
+}
+
+// GPUs `n` ranks need: one each on NCCL, one in all in-process.
+inline int gpus_needed(int n, int have) { return runs_in_process(n, have) ? 1 : n; }
+
 // Throws out of a rank with a message the launcher prints; a rank's gtest assertions would not reach
 // the parent.
 #define RANK_CHECK(cond, ...)                                                                  \
@@ -43,28 +68,53 @@ inline LaunchOptions test_launch_options() {
     RANK_CHECK(e_ == cudaSuccess, #expr, " returned ", cudaGetErrorString(e_));                \
   } while (0)
 
+// Skips, saying why, where `n` ranks cannot run: n GPUs for processes, or one where they run in-process.
 #define REQUIRE_GPUS(n)                                                                        \
   do {                                                                                         \
     std::string why_;                                                                          \
     const int have_ = ::asynctp::testing::visible_gpus(&why_);                                 \
-    if (have_ < (n)) {                                                                         \
-      GTEST_SKIP() << "needs " << (n) << " GPU(s), " << have_ << " visible"                    \
+    const int need_ = ::asynctp::testing::gpus_needed((n), have_);                            \
+    if (have_ < need_) {                                                                       \
+      GTEST_SKIP() << "needs " << need_ << " GPU(s), " << have_ << " visible"                  \
                    << (why_.empty() ? std::string() : " (" + why_ + ")");                     \
     }                                                                                          \
   } while (0)
 
-// Runs `main` on `n` ranks and fails the test with the launcher's report if any rank failed.
-#define RUN_RANKS(n, ...)                                                                     \
+// The same for a test whose ranks must be processes of their own (a rank that dies, for instance).
+#define REQUIRE_GPU_PROCESSES(n)                                                               \
   do {                                                                                         \
-    const ::asynctp::LaunchResult r_ =                                                         \
-        ::asynctp::launch((n), (__VA_ARGS__), ::asynctp::testing::test_launch_options());            \
+    std::string why_;                                                                          \
+    const int have_ = ::asynctp::testing::visible_gpus(&why_);                                 \
+    if (have_ < (n)) {                                                                         \
+      GTEST_SKIP() << "needs " << (n) << " GPU(s), " << have_ << " visible, for " << (n)         \
+                   << " processes (this test kills or ends a rank's process, which the in-process "  \
+                   << "transport's threads cannot do alone)" << (why_.empty() ? std::string() : " (" + why_ + ")"); \
+    }                                                                                          \
+  } while (0)
+
+// Runs `main` on `n` ranks, in-process where runs_in_process says so, and fails the test with the
+// launcher's report if any rank failed.
+#define RUN_RANKS_AS(n, as_threads, ...)                                                       \
+  do {                                                                                         \
+    ::asynctp::LaunchOptions o_ = ::asynctp::testing::test_launch_options();                   \
+    o_.in_process = (as_threads);                                                              \
+    std::printf("world size %d, transport %s\n", (n), o_.in_process ? "in-process" : "nccl");  \
+    const ::asynctp::LaunchResult r_ = ::asynctp::launch((n), (__VA_ARGS__), o_);             \
     ASSERT_TRUE(r_.ok) << r_.message;                                                          \
   } while (0)
 
-// The world sizes a multi-rank test runs at: 2 and, where more GPUs are visible, all of them (so the
-// 8-GPU machine runs each such test on 2 and on 8 ranks). ASYNCTP_TEST_WORLD_SIZES (e.g. "2,4,8")
-// replaces the list; a size above the GPUs visible is skipped by RUN_EVERY_WORLD_SIZE, saying so.
-// The tests' shapes assume world sizes that divide 512 (1, 2, 4, 8).
+#define RUN_RANKS(n, ...)                                                                      \
+  do {                                                                                         \
+    std::string why_;                                                                          \
+    const int have_ = ::asynctp::testing::visible_gpus(&why_);                                 \
+    RUN_RANKS_AS((n), ::asynctp::testing::runs_in_process((n), have_), __VA_ARGS__);           \
+  } while (0)
+
+#define RUN_RANK_PROCESSES(n, ...) RUN_RANKS_AS((n), false, __VA_ARGS__)
+
+// The world sizes a multi-rank test runs at: 2, 3 and 4 (in-process where fewer GPUs are visible;
+// the odd size finds off-by-one errors) and, where more GPUs are visible, all of them.
+// ASYNCTP_TEST_WORLD_SIZES (e.g. "2,4,8") replaces the list. The tests' shapes take any of these sizes.
 inline std::vector<int> multi_rank_world_sizes() {
   std::vector<int> sizes;
   if (const char* env = std::getenv("ASYNCTP_TEST_WORLD_SIZES")) {
@@ -79,25 +129,25 @@ inline std::vector<int> multi_rank_world_sizes() {
   }
   std::string why;
   const int have = visible_gpus(&why);
-  sizes.push_back(2);
-  if (have > 2) sizes.push_back(have);
+  sizes = {2, 3, 4};
+  if (have > 4) sizes.push_back(have);
   return sizes;
 }
 
-// RUN_RANKS at each of multi_rank_world_sizes() that the visible GPUs allow; the first failure names
-// its world size. A test none of whose sizes fits is skipped, saying why, not passed.
+// RUN_RANKS at each of multi_rank_world_sizes() that can run here; the first failure names its world
+// size. A test none of whose sizes can run is skipped, saying why, not passed.
 #define RUN_EVERY_WORLD_SIZE(...)                                                              \
   do {                                                                                         \
     std::string why_;                                                                          \
     const int have_ = ::asynctp::testing::visible_gpus(&why_);                                 \
     int ran_ = 0;                                                                              \
     for (const int ws_ : ::asynctp::testing::multi_rank_world_sizes()) {                       \
-      if (ws_ > have_) {                                                                       \
+      if (have_ < ::asynctp::testing::gpus_needed(ws_, have_)) {                               \
         std::printf("world size %d not run: %d GPU(s) visible\n", ws_, have_);                 \
         continue;                                                                              \
       }                                                                                        \
       SCOPED_TRACE(::testing::Message() << "world size " << ws_);                              \
-      RUN_RANKS(ws_, __VA_ARGS__);                                                             \
+      RUN_RANKS_AS(ws_, ::asynctp::testing::runs_in_process(ws_, have_), __VA_ARGS__);         \
       ++ran_;                                                                                  \
     }                                                                                          \
     if (ran_ == 0) {                                                                           \
@@ -108,9 +158,8 @@ inline std::vector<int> multi_rank_world_sizes() {
 
 inline std::unique_ptr<Communicator> make_comm(const RankContext& ctx, int timeout_ms = 0) {
   CommunicatorOptions o;
-  o.device = ctx.device;
   o.timeout_ms = timeout_ms;
-  return Communicator::create(ctx.rank, ctx.world_size, ctx.nccl_id, o);
+  return Communicator::create(ctx, o);
 }
 
 }  // namespace asynctp::testing

@@ -24,7 +24,7 @@ std::unique_ptr<Communicator> comm_with_cache(const RankContext& ctx, const std:
   CommunicatorOptions o;
   o.device = ctx.device;
   o.tuning_cache = path;
-  return Communicator::create(ctx.rank, ctx.world_size, ctx.nccl_id, o);
+  return Communicator::create(ctx, o);
 }
 
 // A cache file of this process's own, with `lines`.

@@ -88,7 +88,7 @@ TEST(FusedOps, ManyTilesPerCta_MultiRank) {
     Stream st;
     reference::Fp32Gemm fp32;
     for (bool col : {false, true}) {
-      run_ag_case(*comm, AgCase{{4096, 1024}, 2048, false, col, true, 2, DType::kBF16}, st.s, fp32,
+      run_ag_case(*comm, AgCase{{2048 * ctx.world_size, 1024}, 2048, false, col, true, 2, DType::kBF16}, st.s, fp32,
                   with(Algorithm::kFused));
     }
     return 0;
@@ -137,7 +137,7 @@ int reduce_scatter_cases_on(RankContext& ctx, Communicator& comm) {
               with(Algorithm::kFused, 1));
   ++n;
   for (bool last : {false, true}) {  // pipelined underneath
-    run_rs_case(comm, RsCase{130 * ws, 200, 72 * ws, last, false, ReduceOp::kSum, DType::kBF16, false}, st.s, fp32,
+    run_rs_case(comm, RsCase{130 * ws, 264, 72 * ws, last, false, ReduceOp::kSum, DType::kBF16, false}, st.s, fp32,
                 with(Algorithm::kFused));
     run_rs_case(comm, RsCase{256 * ws, 384, 128 * ws, last, true, ReduceOp::kAvg, DType::kFP16, false}, st.s, fp32,
                 with(Algorithm::kFused));

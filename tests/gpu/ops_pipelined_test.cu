@@ -29,7 +29,7 @@ int pieces_per_rank(RankContext& ctx) {
     for (bool last : {false, true}) {
       run_ag_case(*comm, AgCase{{65 * ws, 72}, 200, last, false, true, 2, DType::kBF16}, st.s, fp32, pipelined(chunks));
       run_ag_case(*comm, AgCase{{512 * ws, 256}, 384, last, true, false, 1, DType::kFP16}, st.s, fp32, pipelined(chunks));
-      run_rs_case(*comm, RsCase{130 * ws, 200, 72 * ws, last, false, ReduceOp::kSum, DType::kBF16, false}, st.s, fp32,
+      run_rs_case(*comm, RsCase{130 * ws, 264, 72 * ws, last, false, ReduceOp::kSum, DType::kBF16, false}, st.s, fp32,
                   pipelined(chunks));
       run_rs_case(*comm, RsCase{512 * ws, 384, 256 * ws, last, true, ReduceOp::kAvg, DType::kFP16, false}, st.s, fp32,
                   pipelined(chunks));
@@ -59,7 +59,7 @@ int both_ways_of_summing(RankContext& ctx) {
     for (int chunks : {0, 1, 3})
       for (bool last : {false, true})
         for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
-          run_rs_case(*comm, RsCase{130 * ws, 200, 72 * ws, last, chunks == 1, op, DType::kBF16, false}, st.s, fp32,
+          run_rs_case(*comm, RsCase{130 * ws, 264, 72 * ws, last, chunks == 1, op, DType::kBF16, false}, st.s, fp32,
                       pipelined(chunks));
           run_rs_case(*comm, RsCase{256 * ws, 384, 128 * ws, last, chunks != 1, op, DType::kFP16, true}, st.s, fp32,
                       pipelined(chunks));

@@ -20,7 +20,7 @@ int every_combination(RankContext& ctx, Algorithm algorithm) {
   reference::Fp32Gemm fp32;
   const int ws = ctx.world_size;
   int n = run_every_ag_combination(*comm, s, fp32, o);
-  for (const auto& [M, N, K] : std::vector<std::array<int64_t, 3>>{{256, 384, 512}, {130 * ws, 200, 72 * ws}})
+  for (const auto& [M, N, K] : std::vector<std::array<int64_t, 3>>{{128 * ws, 384, 256 * ws}, {130 * ws, 264, 72 * ws}})
     for (bool last : {false, true})
       for (bool col : {false, true})
         for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg})

@@ -164,19 +164,21 @@ inline void run_rs_case(Communicator& comm, const RsCase& c, cudaStream_t s, ref
 
 // Every all_gather_matmul option combination with `o`'s algorithm: gather dim 0 and last, B row- and
 // column-major, gathered A returned or not, one or three Bs, bf16 and fp16, on an aligned shape and two
-// odd ones (rows per rank 65 and N 200 are not multiples of 128, K 72 not of 64; a 3-D A). Returns how
+// odd ones (rows per rank 65 and N 200 are not multiples of 128, K 72 not of 64; a 3-D A), at any world
+// size up to 4. Returns how
 // many cases ran.
 inline int run_every_ag_combination(Communicator& comm, cudaStream_t s, reference::Fp32Gemm& fp32, const OpOptions& o) {
   const int ws = comm.world_size();
   int n = 0;
-  const std::vector<std::vector<int64_t>> a_shapes = {{256 * ws, 512}, {65 * ws, 72}, {2 * ws, 33, 72}};
+  // K divides among 2, 3 and 4 ranks for gather_dim last.
+  const std::vector<std::vector<int64_t>> a_shapes = {{256 * ws, 192 * ws}, {65 * ws, 72}, {2 * ws, 33, 72}};
   for (const auto& shape : a_shapes)
     for (bool last : {false, true})
       for (bool col : {false, true})
         for (bool ret : {false, true})
           for (int nb : {1, 3})
             for (DType dt : {DType::kBF16, DType::kFP16}) {
-              run_ag_case(comm, AgCase{shape, shape.back() == 512 ? 384 : 200, last, col, ret, nb, dt}, s, fp32, o);
+              run_ag_case(comm, AgCase{shape, shape.back() == 72 ? 200 : 384, last, col, ret, nb, dt}, s, fp32, o);
               ++n;
             }
   return n;

@@ -21,11 +21,12 @@ __global__ void fill(uint32_t* p, size_t n, int rank) {
 }
 
 // Counts words of peer `lsa_peer` (world rank `owner`) that differ from its pattern, read through
-// (a) the device_peers() array and (b) ncclGetLsaPointer on the window.
+// (a) the device_peers() array and (b) ncclGetLsaPointer on the window (the in-process transport has
+// no window: (a) twice).
 __global__ void count_wrong(void* const* peers, ncclWindow_t window, int lsa_peer, int owner, size_t n,
                             unsigned long long* wrong) {
   const auto* a = static_cast<const uint32_t*>(peers[lsa_peer]);
-  const auto* b = static_cast<const uint32_t*>(ncclGetLsaPointer(window, 0, lsa_peer));
+  const auto* b = window != nullptr ? static_cast<const uint32_t*>(ncclGetLsaPointer(window, 0, lsa_peer)) : a;
   unsigned long long bad = 0;
   for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     bad += (a[i] != pattern(owner, i)) + (b[i] != pattern(owner, i));

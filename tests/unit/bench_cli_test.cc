@@ -19,10 +19,11 @@ TEST(BenchCli, Defaults) {
 }
 
 TEST(BenchCli, EveryOption) {
-  const Args a = parse_args({"--gpus", "2", "--shapes", "128x256x512,7x9x11", "--op", "rs", "--dtype", "fp16",
+  const Args a = parse_args({"--gpus", "2", "--ranks-per-gpu", "3", "--shapes", "128x256x512,7x9x11", "--op", "rs", "--dtype", "fp16",
                              "--gather-dim", "last", "--scatter-dim", "last", "--b-layout", "col", "--algorithms",
                              "sequential,fused", "--chunks", "3", "--iters", "5", "--warmup", "0", "--flush-l2", "--json", "x.json"});
   EXPECT_EQ(a.gpus, 2);
+  EXPECT_EQ(a.ranks_per_gpu, 3);
   ASSERT_EQ(a.shapes.size(), 2u);
   EXPECT_EQ(a.shapes[1].M, 7);
   EXPECT_EQ(a.shapes[1].K, 11);
@@ -54,6 +55,8 @@ TEST(BenchCli, BadValuesNameTheOption) {
   EXPECT_NE(msg({"--gather-dim", "1"}).find("expected 0 or last"), std::string::npos);
   EXPECT_NE(msg({"--iters", "0"}).find("--iters '0' is not valid; expected an integer >= 1"), std::string::npos);
   EXPECT_NE(msg({"--iters"}).find("--iters needs a value"), std::string::npos);
+  EXPECT_NE(msg({"--ranks-per-gpu", "0"}).find("--ranks-per-gpu '0' is not valid; expected an integer >= 1"),
+            std::string::npos);
   EXPECT_NE(msg({"--chunks", "17"}).find("--chunks '17' is not valid; expected 0 to 16"), std::string::npos);
   EXPECT_NE(msg({"--frobnicate", "1"}).find("unknown option --frobnicate"), std::string::npos);
 }

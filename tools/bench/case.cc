@@ -121,7 +121,7 @@ tune::ProblemKey problem_key(const Communicator& comm, const CaseSetup& setup, c
   return key;
 }
 
-int launch_tool(const char* tool, int gpus, const std::function<int(RankContext&)>& rank_fn) {
+int launch_tool(const char* tool, int gpus, int ranks_per_gpu, const std::function<int(RankContext&)>& rank_fn) {
   std::string reason;
   const int visible = probe_cuda_device_count(&reason);
   if (visible == 0) {
@@ -133,8 +133,17 @@ int launch_tool(const char* tool, int gpus, const std::function<int(RankContext&
     std::fprintf(stderr, "%s: --gpus %d but only %d GPU(s) are visible\n", tool, n, visible);
     return 2;
   }
+  LaunchOptions options;
+  options.in_process = ranks_per_gpu > 1;
+  if (options.in_process) {
+    std::printf("%s: %d ranks on %d GPU(s), %d on each, as threads of one process (the in-process transport): "
+                "results are checked as ever, but timings are not NVLink timings\n",
+                tool, n * ranks_per_gpu, n, ranks_per_gpu);
+    std::fflush(stdout);
+  }
   try {
-    const LaunchResult result = launch(n, rank_fn);
+    // In-process, rank r runs on the (r mod n)-th GPU of those from 0 on; CUDA_VISIBLE_DEVICES picks them.
+    const LaunchResult result = launch(n * ranks_per_gpu, rank_fn, options);
     if (!result.ok) {
       std::fprintf(stderr, "%s: %s\n", tool, result.message.c_str());
       return 1;
@@ -213,16 +222,17 @@ CaseResult run_case(RankContext& ctx, Communicator& comm, const CaseSetup& args,
   // rs: the partial GEMM with the reduce-scatter's tile width, no staging or reduction.
   if (!ag) g.tile_n = static_cast<int>(kernels::fused::kRsTileN);
   if (args.time_fused_gemm && *kernels::fused::ag_gemm_unsupported(g) == '\0') {
-    algo::attach_tail_split(comm, g, stream);
+    algo::attach_grid(comm, g, stream);
     timed.push_back([&] { kernels::fused::run_ag_gemm(g, stream); });
     results.push_back(&result.fused_gemm_us);
   }
-  const ncclDataType_t t = args.dtype == DType::kBF16 ? ncclBfloat16 : ncclFloat16;
+  // The communication alone: the sequential algorithm's collective, through the communicator's transport.
+  comm::Transport& transport = *comm.impl().transport;
   if (ag) {
-    timed.push_back([&] { ASYNCTP_NCCL_CHECK(ncclAllGather(a.p, ga.p, a_rows * a_cols, t, comm.nccl(), stream)); });
+    timed.push_back([&] { transport.all_gather(a.p, ga.p, static_cast<size_t>(a_rows) * a_cols * es, stream); });
   } else {
     timed.push_back([&] {
-      ASYNCTP_NCCL_CHECK(ncclReduceScatter(gc.p, out.p, out_rows * out_cols, t, ncclSum, comm.nccl(), stream));
+      transport.reduce_scatter(gc.p, out.p, static_cast<size_t>(out_rows) * out_cols, args.dtype, ReduceOp::kSum, stream);
     });
   }
   results.push_back(&result.comm_us);

@@ -58,6 +58,6 @@ tune::ProblemKey problem_key(const Communicator& comm, const CaseSetup& setup, c
 // A tool's main after its command line: one rank per GPU (`gpus`, 0: every visible one), each running
 // `rank_fn`; messages name `tool`. Returns the exit code: 2 without a GPU or with too few, 1 when a
 // rank failed, else 0.
-int launch_tool(const char* tool, int gpus, const std::function<int(RankContext&)>& rank_fn);
+int launch_tool(const char* tool, int gpus, int ranks_per_gpu, const std::function<int(RankContext&)>& rank_fn);
 
 }  // namespace asynctp::bench

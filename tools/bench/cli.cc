@@ -16,7 +16,10 @@ const char* const kUsage =
     "the correct ones beside the GEMM alone and the communication alone. A wrong result is reported as\n"
     "wrong and not timed.\n"
     "\n"
-    "  --gpus N             ranks, one per GPU (default: every visible GPU)\n"
+    "  --gpus N             GPUs to run on, one rank each (default: every visible GPU)\n"
+    "  --ranks-per-gpu R    R ranks on each GPU, as threads of one process (the in-process transport,\n"
+    "                       for multi-rank runs on fewer GPUs: results checked as ever, but the timings\n"
+    "                       are not NVLink timings) (default 1)\n"
     "  --shapes LIST        comma-separated MxNxK (the global problem) and sets: 'seeds' (the\n"
     "                       default: 4096x3584x8192, 2048x3584x8192, 4096x6656x16384,\n"
     "                       16384x8192x8192), 'sweep' (8 shapes, M from 256 to 32768)\n"
@@ -121,6 +124,8 @@ Args parse_args(const std::vector<std::string>& argv) {
     const std::string& v = argv[++i];
     if (f == "--gpus") {
       a.gpus = static_cast<int>(parse_int(f, v, 1));
+    } else if (f == "--ranks-per-gpu") {
+      a.ranks_per_gpu = static_cast<int>(parse_int(f, v, 1));
     } else if (f == "--shapes") {
       a.shapes.clear();
       for (const auto& s : split(v, ',')) {

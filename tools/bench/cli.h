@@ -16,6 +16,7 @@ struct Shape {
 
 struct Args {
   int gpus = 0;  // 0: every visible GPU
+  int ranks_per_gpu = 1;  // > 1: the ranks are threads of one process (the in-process transport)
   std::vector<Shape> shapes;
   bool run_ag = true, run_rs = true;
   DType dtype = DType::kBF16;

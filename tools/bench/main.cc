@@ -74,7 +74,7 @@ void report(RankContext& ctx, const Args& args, const Shape& s, bool ag, const C
     j.add("comm_alone_us", res.comm_us).add("speedup_vs_sequential", seq_us / row.median_us);
     if (!std::isnan(res.fused_gemm_us)) j.add("fused_gemm_alone_us", res.fused_gemm_us);
     j.add("overlap_efficiency", overlap).add("flush_l2", args.flush_l2).add("iters", args.iters);
-    j.add("gpu", prop.name);
+    j.add("gpu", prop.name).add("transport", ctx.group ? "in-process" : "nccl");
     if (!row.error.empty()) j.add("error", row.error);
     lines.push_back(j.str());
   }
@@ -84,7 +84,7 @@ void report(RankContext& ctx, const Args& args, const Shape& s, bool ag, const C
 int run_rank(RankContext& ctx, const Args& args) {
   CommunicatorOptions options;
   options.device = ctx.device;
-  auto comm = Communicator::create(ctx.rank, ctx.world_size, ctx.nccl_id, options);
+  auto comm = Communicator::create(ctx, options);
   cudaStream_t stream;
   ASYNCTP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   std::vector<std::string> lines;
@@ -143,5 +143,6 @@ int main(int argc, char** argv) {
     std::fputs(bench::kUsage, stdout);
     return 0;
   }
-  return bench::launch_tool("asynctp-bench", args.gpus, [&](RankContext& ctx) { return bench::run_rank(ctx, args); });
+  return bench::launch_tool("asynctp-bench", args.gpus, args.ranks_per_gpu,
+                            [&](RankContext& ctx) { return bench::run_rank(ctx, args); });
 }

@@ -37,7 +37,7 @@ const char* const kUsage =
     "  --seed N             the arguments' generator seed (default 1)\n"
     "  --max-dim N          largest M, N and K (default 1024; a multiple of 8 x world size)\n"
     "  --max-growth-mib N   allowed growth of GPU and of host memory over the second half (default 16)\n"
-    "  --gpus, --op, --algorithms, --json   as for asynctp-bench (default algorithms: sequential,\n"
+    "  --gpus, --ranks-per-gpu, --op, --algorithms, --json   as for asynctp-bench (default algorithms: sequential,\n"
     "                       pipelined, fused, auto)\n"
     "  -h, --help           this text\n";
 
@@ -210,7 +210,7 @@ Outcome soak_one(Communicator& comm, const SoakArgs& args, bool ag, Algorithm al
 }
 
 int run_rank(RankContext& ctx, const SoakArgs& args) {
-  auto comm = Communicator::create(ctx.rank, ctx.world_size, ctx.nccl_id, [&] {
+  auto comm = Communicator::create(ctx, [&] {
     CommunicatorOptions o;
     o.device = ctx.device;
     return o;
@@ -310,6 +310,6 @@ int main(int argc, char** argv) {
     std::fputs(soak::kUsage, stdout);
     return 0;
   }
-  return bench::launch_tool("asynctp-soak", args.bench.gpus,
+  return bench::launch_tool("asynctp-soak", args.bench.gpus, args.bench.ranks_per_gpu,
                             [&](RankContext& ctx) { return soak::run_rank(ctx, args); });
 }

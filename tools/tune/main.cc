@@ -98,7 +98,7 @@ void append(const std::string& path, const std::string& line) {
 int run_rank(RankContext& ctx, const TuneArgs& t) {
   CommunicatorOptions options;
   options.device = ctx.device;
-  auto comm = Communicator::create(ctx.rank, ctx.world_size, ctx.nccl_id, options);
+  auto comm = Communicator::create(ctx, options);
   cudaStream_t stream;
   ASYNCTP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const bench::Args& a = t.bench;
@@ -220,5 +220,6 @@ int main(int argc, char** argv) {
     std::fputs(tune::kUsage, stdout);
     return 0;
   }
-  return bench::launch_tool("asynctp-tune", args.bench.gpus, [&](RankContext& ctx) { return tune::run_rank(ctx, args); });
+  return bench::launch_tool("asynctp-tune", args.bench.gpus, args.bench.ranks_per_gpu,
+                            [&](RankContext& ctx) { return tune::run_rank(ctx, args); });
 }

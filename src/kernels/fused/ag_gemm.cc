@@ -40,7 +40,7 @@ int tile_n_for(const AgGemmArgs& a) {
     ASYNCTP_CHECK(forced == 192 || forced == 256, "ASYNCTP_FUSED_TILE_N is ", forced, "; expected 192 or 256");
     return forced;
   }
-  return pick_tile_n(a.M, a.N, a.K, sm_count(), a.split_workspace != nullptr ? a.max_splits : 1);
+  return pick_tile_n(a.M, a.N, a.K, grid_sms(a), a.split_workspace != nullptr ? a.max_splits : 1);
 }
 
 // Launches (or, kLoad, only loads) the fused GEMM's instantiation for kDType, kBLayout and kTileN.
@@ -90,6 +90,8 @@ int sm_count() {
   ASYNCTP_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
   return count;
 }
+
+int grid_sms(const AgGemmArgs& args) { return args.sms > 0 ? std::min(args.sms, sm_count()) : sm_count(); }
 
 int reduce_scatter_band_m(int64_t rows_per_rank, int64_t rows_per_piece) {
   int64_t a = rows_per_rank / kClusterRows, b = rows_per_piece / kClusterRows;

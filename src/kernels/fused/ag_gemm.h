@@ -39,6 +39,8 @@ struct AgGemmArgs {
   void* split_workspace = nullptr;
   int split_sms = 0;
   int max_splits = 0;  // 0: kMaxTailSplits, or ASYNCTP_FUSED_MAX_SPLITS where set (1: no split)
+  // SMs the persistent grid may fill (whole 2-SM clusters; the communicator's sm_budget); 0: every SM.
+  int sms = 0;
   ReduceScatterTiles rs;  // rs.rank >= 0: the partial product of a reduce-scatter (tiles kRsTileN wide)
   WaitContext split_wait{};
   uint64_t* trace = nullptr;  // a tile timeline (tile_trace.h); null: none
@@ -57,6 +59,8 @@ int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits);
 
 // SMs of the current device.
 int sm_count();
+// The SMs a launch with `args` may fill: args.sms where set, else sm_count().
+int grid_sms(const AgGemmArgs& args);
 
 // Loads every instantiation onto the current device and sets its shared-memory limit, once per
 // device. CUDA loads a kernel lazily, at its first launch, and a load can wait for the device to go

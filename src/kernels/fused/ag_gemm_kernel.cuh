@@ -108,7 +108,7 @@ inline bool same_launch(const AgGemmArgs& x, const AgGemmArgs& y) {
          p.wait.rank == q.wait.rank && x.split_workspace == y.split_workspace && x.split_sms == y.split_sms && x.max_splits == y.max_splits &&
          x.split_wait.fault == y.split_wait.fault && x.split_wait.timeout_ns == y.split_wait.timeout_ns &&
          x.split_wait.rank == y.split_wait.rank && x.c_row0 == y.c_row0 && x.alpha == y.alpha &&
-         x.trace == y.trace && same_rs(x.rs, y.rs) && x.done == y.done;
+         x.trace == y.trace && same_rs(x.rs, y.rs) && x.done == y.done && x.sms == y.sms;
 }
 
 // SM count and co-resident clusters of `Kernel` on the current device, asked once per device.
@@ -238,6 +238,15 @@ typename AgGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>::Gemm::Argume
   }
 
   args.hw_info = detail::hardware_info<Kernel>();
+  if (a.sms > 0) {
+    // The communicator's SM budget: the grid (one cluster per co-resident slot) and the last round's
+    // split along K (async_input_scheduler.cuh) both follow these.
+    args.hw_info.sm_count = std::min(args.hw_info.sm_count, a.sms);
+    const int clusters = a.sms / static_cast<int>(cute::size(typename K::ClusterShape{}));
+    args.hw_info.max_active_clusters = args.hw_info.max_active_clusters > 0
+                                           ? std::min(args.hw_info.max_active_clusters, clusters)
+                                           : clusters;
+  }
   // Start at the first cluster row that begins inside the local rows (a row that straddles into the
   // previous rank's rows would wait for the last chunk to arrive).
   args.scheduler.first_m_cluster = static_cast<int>((a.local_begin + kClusterRows - 1) / kClusterRows);

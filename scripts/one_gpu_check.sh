@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# On a one-GPU machine: the multi-rank checks that the in-process transport makes possible there, from
+# a build carried from the development machine. Logs go to $OUT (or /tmp/asynctp-out).
+# Usage: scripts/one_gpu_check.sh BUILD_DIR STAGE...
+#   tests          every GPU test, multi-rank ones in-process at world sizes $WORLD_SIZES (default 2,4,3)
+#   soak N         asynctp-soak, 2 ranks on the GPU: N calls per op and algorithm
+#   sanitize       compute-sanitizer memcheck, racecheck and synccheck on 2-rank in-process soaks of
+#                  every algorithm and both ops (small shapes), and initcheck on the fused ones
+#   ab BASE_DIR N  asynctp-bench --gpus 1 at the seed shapes, BASE_DIR's build and BUILD_DIR's in turn,
+#                  N times each (the fused kernel as a GEMM alone beside cuBLAS, NCCL transport)
+set -uo pipefail
+build=${1:?usage: scripts/one_gpu_check.sh BUILD_DIR STAGE...}
+shift
+out=${OUT:-/tmp/asynctp-out}
+mkdir -p "$out"
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_env.sh"
+nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader
+status=0
+soak() {  # soak ARGS...: 2 ranks as threads on GPU 0
+  "$1/tools/asynctp-soak" --gpus 1 --ranks-per-gpu 2 "${@:2}"
+}
+while [ $# -gt 0 ]; do
+  stage=$1
+  shift
+  case $stage in
+    tests)
+      echo "== GPU tests, world sizes ${WORLD_SIZES:-2,4,3}"
+      ASYNCTP_TEST_WORLD_SIZES=${WORLD_SIZES:-2,4,3} timeout "${TESTS_TIMEOUT_S:-560}" "$build/tests/asynctp_gpu_tests" \
+        ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} >"$out/gpu.log" 2>&1
+      echo "exit $?"
+      grep -E "^\[ +(FAILED|SKIPPED|PASSED) |^\[==========\]|Failure|world size [0-9]+ (failed|not run)" "$out/gpu.log" | head -60
+      grep -q "^\[  PASSED  \]" "$out/gpu.log" && ! grep -q "^\[  FAILED  \]" "$out/gpu.log" || status=1
+      ;;
+    soak)
+      calls=${1:?soak needs a call count}
+      shift
+      echo "== asynctp-soak, 2 ranks on one GPU, --calls $calls"
+      soak "$build" --calls "$calls" --json "$out/soak.json" 2>"$out/soak.err" | tee "$out/soak.txt" | tail -12 || status=1
+      tail -4 "$out/soak.err"
+      ;;
+    sanitize)
+      export ASYNCTP_TIMEOUT_MS=300000  # a peer slowed down by the tools must not time out
+      for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}; do
+        calls=8
+        algos=sequential,pipelined,fused
+        [ $tool = racecheck ] && calls=2
+        [ $tool = initcheck ] && algos=fused
+        echo "== compute-sanitizer --tool $tool ($algos, $calls calls each)"
+        extra=()
+        [ $tool = memcheck ] && extra=(--report-api-errors no)
+        timeout "${SANITIZE_TIMEOUT_S:-240}" compute-sanitizer --tool $tool --error-exitcode 9 --print-limit 50 "${extra[@]}" \
+          "$build/tools/asynctp-soak" --gpus 1 --ranks-per-gpu 2 --algorithms $algos --calls $calls --check-every 2 \
+          --max-dim 512 --max-growth-mib 100000 >"$out/sanitize_$tool.log" 2>&1
+        rc=$?
+        echo "exit $rc"
+        [ $rc -eq 0 ] || status=1
+        grep -E "ERROR SUMMARY|RACECHECK SUMMARY|wrong|failed" "$out/sanitize_$tool.log" | head -8
+      done
+      ;;
+    ab)
+      base=${1:?ab needs the base build folder}
+      times=${2:?ab needs a count}
+      shift 2
+      echo "== asynctp-bench --gpus 1 --shapes seeds, $base and $build in turn, $times times each"
+      for i in $(seq "$times"); do
+        for b in "$base" "$build"; do
+          name=$(basename "$b")
+          "$b/tools/asynctp-bench" --gpus 1 --shapes seeds --op both --algorithms sequential,fused \
+            --json "$out/ab_${name}_$i.json" >"$out/ab_${name}_$i.txt" 2>&1 || status=1
+        done
+      done
+      python3 - "$out" "$base" "$build" "$times" <<'EOF'
+import json, os, sys, statistics
+out, base, new, times = sys.argv[1], os.path.basename(sys.argv[2]), os.path.basename(sys.argv[3]), int(sys.argv[4])
+rows = {}
+for b in (base, new):
+    for i in range(1, times + 1):
+        path = os.path.join(out, f"ab_{b}_{i}.json")
+        if not os.path.exists(path):
+            continue
+        for line in open(path):
+            j = json.loads(line)
+            if j.get("algorithm") != "fused" or "fused_gemm_alone_us" not in j:
+                continue
+            key = (j["op"], f'{j["M"]}x{j["N"]}x{j["K"]}')
+            rows.setdefault(key, {}).setdefault(b, []).append(j["gemm_alone_us"] / j["fused_gemm_alone_us"])
+print(f"{'op':5} {'shape':18} {'cuBLAS/fused ' + base:>26} {'cuBLAS/fused ' + new:>26} {'new/base':>9}")
+for (op, shape), r in sorted(rows.items()):
+    a, b = r.get(base, []), r.get(new, [])
+    fa = " ".join(f"{x:.3f}" for x in a)
+    fb = " ".join(f"{x:.3f}" for x in b)
+    ratio = statistics.median(b) / statistics.median(a) if a and b else float("nan")
+    print(f"{op:5} {shape:18} {fa:>26} {fb:>26} {ratio:9.3f}")
+EOF
+      ;;
+    *)
+      echo "unknown stage '$stage'" >&2
+      exit 2
+      ;;
+  esac
+done
+exit $status
