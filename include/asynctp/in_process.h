@@ -15,7 +15,12 @@
 // Ranks that share a GPU share its CUDA context: a kernel that traps (a bounded wait gave up) ends
 // every rank on it, and a kernel that CUDA loads lazily, at its first launch, can wait for the device
 // to go idle while a peer's persistent kernel waits for this rank. Set CUDA_MODULE_LOADING=EAGER before
-// the process's first CUDA call (launch() with LaunchOptions::in_process does).
+// the process's first CUDA call (launch() with LaunchOptions::in_process does). For the same reason a
+// rank's thread must not drain the device (cudaFree, cudaDeviceSynchronize, synchronous cudaMemset)
+// while a peer may wait for it: allocate stream-ordered (cudaMallocAsync, cudaFreeAsync) or at points
+// where every rank is idle. Making a communicator on such a group turns off the default memory pool's
+// reuse across streams by inserted dependencies on the group's GPUs (one rank's stream would wait for
+// another's).
 #pragma once
 
 #include <memory>

@@ -33,6 +33,7 @@ class InProcessTransport final : public Transport {
     device_ = group_->device_of(rank_);
     ASYNCTP_CUDA_CHECK(cudaSetDevice(device_));
     enable_peer_access();
+    keep_pool_reuse_within_streams();
     ASYNCTP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     barrier_pad_ = map_symmetric(sizeof(uint32_t) * static_cast<size_t>(world_size()));
     ASYNCTP_CUDA_CHECK(cudaMalloc(&barrier_epoch_, sizeof(uint32_t)));
@@ -163,6 +164,19 @@ class InProcessTransport final : public Transport {
         ASYNCTP_CUDA_CHECK(e);
       }
     }
+  }
+
+  // Stream-ordered allocations (the scratch, the ranks' own) come from the device's default pool, which
+  // by default may hand one stream memory that another freed by making the first wait for the second.
+  // Between ranks that is a wait the flag protocol does not know of, and it can close a cycle (a rank's
+  // stream waits for a peer's, whose next op waits for this rank). Memory freed on another stream is
+  // then reused only once the free has completed.
+  void keep_pool_reuse_within_streams() {
+    cudaMemPool_t pool = nullptr;
+    ASYNCTP_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device_));
+    int off = 0;
+    ASYNCTP_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolReuseFollowEventDependencies, &off));
+    ASYNCTP_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolReuseAllowInternalDependencies, &off));
   }
 
   void barrier(cudaStream_t stream) {

@@ -15,10 +15,16 @@ namespace asynctp::testing {
 
 using reference::GenMatrix;
 
+// Device memory for a case, allocated and freed in stream order on the thread's own stream: ranks that
+// are threads of one process share the device, and cudaFree would wait for a peer's kernel that waits
+// for this rank's next call. Every use is synchronized before the case ends.
 struct Buf {
   void* p = nullptr;
-  explicit Buf(size_t bytes) { RANK_CUDA(cudaMalloc(&p, bytes)); }
-  ~Buf() { cudaFree(p); }
+  explicit Buf(size_t bytes) {
+    RANK_CUDA(cudaMallocAsync(&p, bytes, cudaStreamPerThread));
+    RANK_CUDA(cudaStreamSynchronize(cudaStreamPerThread));
+  }
+  ~Buf() { cudaFreeAsync(p, cudaStreamPerThread); }
   float* f() const { return static_cast<float*>(p); }
 };
 
@@ -43,10 +49,11 @@ inline std::string describe(const AgCase& c) {
                          c.return_a ? " return_a" : "", " bs=", c.num_b, " ", dtype_name(c.dtype));
 }
 
-// Inputs differ from case to case (the same sequence on every rank), so that rows a peer read before
-// they landed, still holding the last case's values, cannot pass for right.
+// Inputs differ from case to case (the same sequence on every rank, whether ranks are processes or
+// threads), so that rows a peer read before they landed, still holding the last case's values, cannot
+// pass for right.
 inline uint64_t next_case_seed() {
-  static uint64_t seed = 1000;
+  thread_local uint64_t seed = 1000;
   return seed += 2;
 }
 

@@ -72,8 +72,11 @@ struct PairFixture {
   explicit PairFixture(RankContext& ctx, int timeout_ms = 0) : comm(make_comm(ctx, timeout_ms)) {
     data = SymmetricBuffer::create(*comm, 1 << 16);
     RANK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    RANK_CUDA(cudaMalloc(&errors, sizeof(Errors)));
-    RANK_CUDA(cudaMemset(errors, 0, sizeof(Errors)));
+    // Stream-ordered: in-process ranks share the device, where cudaMemset and cudaFree could wait for a
+    // peer's kernel that waits for this rank.
+    RANK_CUDA(cudaMallocAsync(&errors, sizeof(Errors), stream));
+    RANK_CUDA(cudaMemsetAsync(errors, 0, sizeof(Errors), stream));
+    RANK_CUDA(cudaStreamSynchronize(stream));
   }
   uint32_t* peer_data(int lsa_rank) const { return static_cast<uint32_t*>(data->peer(lsa_rank)); }
   uint32_t* local_data() const { return static_cast<uint32_t*>(data->local()); }
@@ -84,8 +87,8 @@ struct PairFixture {
   }
   ~PairFixture() {
     comm->barrier(stream);  // no rank frees memory a peer may still touch
+    cudaFreeAsync(errors, stream);
     cudaStreamSynchronize(stream);
-    cudaFree(errors);
     cudaStreamDestroy(stream);
   }
 };
@@ -176,8 +179,8 @@ int barrier_orders_writes(RankContext& ctx, bool in_graph) {
   PairFixture t(ctx);
   const int me = t.comm->lsa().rank, peer = 1 - me;
   uint32_t* counter;
-  RANK_CUDA(cudaMalloc(&counter, sizeof *counter));
-  RANK_CUDA(cudaMemset(counter, 0, sizeof *counter));
+  RANK_CUDA(cudaMallocAsync(&counter, sizeof *counter, t.stream));
+  RANK_CUDA(cudaMemsetAsync(counter, 0, sizeof *counter, t.stream));
   // Each step: write round k into the peer's slot for me; barrier; my slot for the peer must hold k;
   // barrier again so the next round's write cannot overtake the read.
   auto step = [&] {
@@ -203,9 +206,10 @@ int barrier_orders_writes(RankContext& ctx, bool in_graph) {
   }
   t.check_no_errors(in_graph ? "barrier under graph replay" : "barrier");
   uint32_t n = 0;
-  RANK_CUDA(cudaMemcpy(&n, counter, sizeof n, cudaMemcpyDeviceToHost));
+  RANK_CUDA(cudaMemcpyAsync(&n, counter, sizeof n, cudaMemcpyDeviceToHost, t.stream));
+  RANK_CUDA(cudaFreeAsync(counter, t.stream));
+  t.comm->synchronize(t.stream);
   RANK_CHECK(n == static_cast<uint32_t>(rounds), "ran ", n, " rounds");
-  RANK_CUDA(cudaFree(counter));
   return 0;
 }
 

@@ -91,14 +91,20 @@ TEST(SymmetricBuffer, ThousandCreateDestroyCyclesLeaveMemoryWhereItWas) {
     auto comm = make_comm(ctx);
     SymmetricBuffer::create(*comm, 8u << 20).reset();  // first use: NCCL's own one-time set-up
     size_t free_before = 0, free_after = 0, total = 0;
-    RANK_CUDA(cudaDeviceSynchronize());
-    RANK_CUDA(cudaMemGetInfo(&free_before, &total));
+    // The device's free memory, read while no rank of this process allocates (in-process ranks share
+    // the device).
+    auto free_memory = [&](size_t* free) {
+      ctx.allgather("quiet");
+      RANK_CUDA(cudaDeviceSynchronize());
+      RANK_CUDA(cudaMemGetInfo(free, &total));
+      ctx.allgather("read");
+    };
+    free_memory(&free_before);
     for (int i = 0; i < 1000; ++i) {
       auto buf = SymmetricBuffer::create(*comm, (8u << 20) + static_cast<size_t>(i % 7) * 4096);
       RANK_CHECK(buf->peer(0) != nullptr, "cycle ", i);
     }
-    RANK_CUDA(cudaDeviceSynchronize());
-    RANK_CUDA(cudaMemGetInfo(&free_after, &total));
+    free_memory(&free_after);
     const long long drift = static_cast<long long>(free_before) - static_cast<long long>(free_after);
     std::printf("rank %d: free GPU memory before %zu, after 1000 cycles %zu (drift %lld bytes)\n", ctx.rank,
                 free_before, free_after, drift);

@@ -93,8 +93,8 @@ void check_reduce_scatter(Communicator& comm, DType dtype, size_t count, ReduceO
   std::vector<T> send(n * count);
   for (size_t i = 0; i < send.size(); ++i) send[i] = to_t<T>(value(comm.rank(), i));
   T *d_send, *d_recv;
-  RANK_CUDA(cudaMalloc(&d_send, send.size() * sizeof(T)));
-  RANK_CUDA(cudaMalloc(&d_recv, count * sizeof(T)));
+  RANK_CUDA(cudaMallocAsync(&d_send, send.size() * sizeof(T), s));  // stream-ordered: see ops_test_cases.h's Buf
+  RANK_CUDA(cudaMallocAsync(&d_recv, count * sizeof(T), s));
   RANK_CUDA(cudaMemcpyAsync(d_send, send.data(), send.size() * sizeof(T), cudaMemcpyHostToDevice, s));
   RANK_CUDA(cudaMemsetAsync(d_recv, 0xFF, count * sizeof(T), s));
   comm.impl().transport->reduce_scatter(d_send, d_recv, count, dtype, op, s);
@@ -111,8 +111,8 @@ void check_reduce_scatter(Communicator& comm, DType dtype, size_t count, ReduceO
                op == ReduceOp::kAvg ? " (avg)" : " (sum)", ": element ", i, " is ", from_t(got[i]), ", expected ",
                expect);
   }
-  RANK_CUDA(cudaFree(d_send));
-  RANK_CUDA(cudaFree(d_recv));
+  RANK_CUDA(cudaFreeAsync(d_send, s));
+  RANK_CUDA(cudaFreeAsync(d_recv, s));
 }
 
 int collectives_match_the_host(RankContext& ctx) {
@@ -124,8 +124,8 @@ int collectives_match_the_host(RankContext& ctx) {
     std::vector<unsigned char> mine(bytes);
     for (size_t i = 0; i < bytes; ++i) mine[i] = static_cast<unsigned char>(i * 31 + ctx.rank * 101 + 7);
     unsigned char *d_send, *d_recv;
-    RANK_CUDA(cudaMalloc(&d_send, bytes));
-    RANK_CUDA(cudaMalloc(&d_recv, bytes * n));
+    RANK_CUDA(cudaMallocAsync(&d_send, bytes, s));
+    RANK_CUDA(cudaMallocAsync(&d_recv, bytes * n, s));
     RANK_CUDA(cudaMemcpyAsync(d_send, mine.data(), bytes, cudaMemcpyHostToDevice, s));
     RANK_CUDA(cudaMemsetAsync(d_recv, 0, bytes * n, s));
     comm->impl().transport->all_gather(d_send, d_recv, bytes, s);
@@ -139,8 +139,8 @@ int collectives_match_the_host(RankContext& ctx) {
                    int(all[q * bytes + i]), ", expected ", int(expect));
       }
     }
-    RANK_CUDA(cudaFree(d_send));
-    RANK_CUDA(cudaFree(d_recv));
+    RANK_CUDA(cudaFreeAsync(d_send, s));
+    RANK_CUDA(cudaFreeAsync(d_recv, s));
   }
   for (size_t count : {size_t{1}, size_t{5}, size_t{1003}, size_t{65537}}) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {

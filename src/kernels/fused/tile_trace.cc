@@ -45,7 +45,9 @@ struct TraceBuffer {
 };
 
 TraceBuffer& buffer() {
-  static TraceBuffer b;  // one device per process; tracing is for measurement runs only
+  // One per thread: a process runs one rank, or (in-process groups) one rank per thread, each on one
+  // device. The buffer stays for the thread's life; tracing is for measurement runs only.
+  thread_local TraceBuffer b;
   return b;
 }
 
