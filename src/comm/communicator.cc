@@ -53,9 +53,24 @@ std::string check_p2p(Communicator::Impl& impl, const std::vector<std::string>& 
   return {};
 }
 
+// The SMs a rank's persistent kernels may use: the caller's budget, else the whole GPU, or where
+// `sharing` ranks share it, an equal share of what is left beside their small kernels; whole clusters
+// (2 SMs) and at least one.
+int resolve_sm_budget(int requested, int device, int sharing) {
+  int sms = 0;
+  ASYNCTP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  int budget = requested > 0 ? std::min(requested, sms)
+                             : sharing <= 1 ? sms : (sms - kSmsLeftPerSharingRank * sharing) / sharing;
+  budget -= budget % 2;
+  ASYNCTP_CHECK(budget >= 2, "CommunicatorOptions::sm_budget: ", requested > 0 ? requested : budget,
+                " SM(s) leave no room for one 2-CTA cluster of the fused kernel; expected at least 2 (the GPU has ",
+                sms, ", shared by ", sharing, " rank(s))");
+  return budget;
+}
+
 // What every communicator holds apart from its transport, which `make_transport` then makes.
 template <typename MakeTransport>
-std::unique_ptr<Communicator::Impl> make_impl(int rank, int device, const CommunicatorOptions& options,
+std::unique_ptr<Communicator::Impl> make_impl(int rank, int device, int sharing, const CommunicatorOptions& options,
                                               MakeTransport make_transport) {
   auto impl = std::make_unique<Communicator::Impl>();
   detail::set_process_rank(rank);
@@ -65,6 +80,7 @@ std::unique_ptr<Communicator::Impl> make_impl(int rank, int device, const Commun
   ASYNCTP_CHECK(options.signal_count > 0, "CommunicatorOptions::signal_count must be > 0, got ", options.signal_count);
   ASYNCTP_CHECK(options.sm_budget >= 0, "CommunicatorOptions::sm_budget must be >= 0 (0: the default), got ",
                 options.sm_budget);
+  impl->sm_budget = resolve_sm_budget(options.sm_budget, device, sharing);
   impl->signal_count = options.signal_count;
   impl->check_nonfinite = detail::env_flag("ASYNCTP_CHECK_NAN");
   impl->tuning_cache = options.tuning_cache;
@@ -87,21 +103,6 @@ std::unique_ptr<Communicator::Impl> make_impl(int rank, int device, const Commun
   impl->world_size = impl->transport->world_size();
   impl->lsa = impl->transport->lsa();
   return impl;
-}
-
-// The SMs a rank's persistent kernels may use: the caller's budget, else the whole GPU, or where
-// `sharing` ranks share it, an equal share of what is left beside their small kernels; whole clusters
-// (2 SMs) and at least one.
-int resolve_sm_budget(int requested, int device, int sharing) {
-  int sms = 0;
-  ASYNCTP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  int budget = requested > 0 ? std::min(requested, sms)
-                             : sharing <= 1 ? sms : (sms - kSmsLeftPerSharingRank * sharing) / sharing;
-  budget -= budget % 2;
-  ASYNCTP_CHECK(budget >= 2, "CommunicatorOptions::sm_budget: ", requested > 0 ? requested : budget,
-                " SM(s) leave no room for one 2-CTA cluster of the fused kernel; expected at least 2 (the GPU has ",
-                sms, ", shared by ", sharing, " rank(s))");
-  return budget;
 }
 
 comm::BoundedWait bounded_wait(Communicator::Impl* m) {
@@ -278,7 +279,7 @@ std::unique_ptr<Communicator> Communicator::create(int rank, int world_size, con
   std::unique_ptr<Impl> impl;
   bool owned = false;  // by the transport, once it is made: it aborts the communicator if set-up fails
   try {
-    impl = make_impl(rank, device, options, [comm, &owned](Impl* m) {
+    impl = make_impl(rank, device, /*sharing=*/1, options, [comm, &owned](Impl* m) {
       auto t = comm::make_nccl_transport(comm, /*owns=*/true, bounded_wait(m));
       owned = true;
       return t;
@@ -287,7 +288,6 @@ std::unique_ptr<Communicator> Communicator::create(int rank, int world_size, con
     if (!owned) ncclCommAbort(comm);
     throw;
   }
-  impl->sm_budget = resolve_sm_budget(options.sm_budget, device, 1);
   return std::unique_ptr<Communicator>(new Communicator(std::move(impl)));
 }
 
@@ -297,10 +297,9 @@ std::unique_ptr<Communicator> Communicator::wrap(ncclComm_t comm, const Communic
   int rank = 0, device = 0;
   ASYNCTP_NCCL_CHECK(ncclCommUserRank(comm, &rank));
   ASYNCTP_NCCL_CHECK(ncclCommCuDevice(comm, &device));
-  auto impl = make_impl(rank, device, options, [comm](Impl* m) {
+  auto impl = make_impl(rank, device, /*sharing=*/1, options, [comm](Impl* m) {
     return comm::make_nccl_transport(comm, /*owns=*/false, bounded_wait(m));
   });
-  impl->sm_budget = resolve_sm_budget(options.sm_budget, device, 1);
   return std::unique_ptr<Communicator>(new Communicator(std::move(impl)));
 }
 
@@ -320,11 +319,10 @@ std::unique_ptr<Communicator> Communicator::create_in_process(const std::shared_
   const int device = group->device_of(rank);
   ASYNCTP_CHECK(options.device < 0 || options.device == device, "Communicator::create_in_process: options.device is ",
                 options.device, " but the group runs rank ", rank, " on GPU ", device, "; leave it -1");
-  auto impl = make_impl(rank, device, options, [&group, rank](Impl* m) {
+  auto impl = make_impl(rank, device, group->ranks_on_device(device), options, [&group, rank](Impl* m) {
     const kernels::WaitContext ctx{m->fault, static_cast<uint64_t>(m->timeout_ms) * 1000000ull, rank};
     return comm::make_in_process_transport(group, rank, m->timeout_ms, ctx);
   });
-  impl->sm_budget = resolve_sm_budget(options.sm_budget, device, group->ranks_on_device(device));
   return std::unique_ptr<Communicator>(new Communicator(std::move(impl)));
 }
 

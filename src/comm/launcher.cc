@@ -397,6 +397,10 @@ int run_threads(RankContext& process, int world_size, const RankMain& main, cons
   // can wait for the device to go idle, which it would not while another rank's persistent kernel on
   // the same GPU waits for this rank. (Before this process's first CUDA call; a value set stays.)
   ::setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0);
+  // A stream that waits on a flag (a stream memory operation) holds the hardware queue it is mapped
+  // to, and streams beyond the device's connections share queues: streams of different ranks that
+  // share one would wait on each other. The most connections CUDA allows keeps that rare.
+  ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", /*overwrite=*/0);
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count <= options.first_device) {

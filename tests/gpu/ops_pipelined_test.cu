@@ -28,7 +28,7 @@ int pieces_per_rank(RankContext& ctx) {
   for (int chunks : {2, 3, 16}) {
     for (bool last : {false, true}) {
       run_ag_case(*comm, AgCase{{65 * ws, 72}, 200, last, false, true, 2, DType::kBF16}, st.s, fp32, pipelined(chunks));
-      run_ag_case(*comm, AgCase{{512 * ws, 256}, 384, last, true, false, 1, DType::kFP16}, st.s, fp32, pipelined(chunks));
+      run_ag_case(*comm, AgCase{{512 * ws, 128 * ws}, 384, last, true, false, 1, DType::kFP16}, st.s, fp32, pipelined(chunks));
       run_rs_case(*comm, RsCase{130 * ws, 264, 72 * ws, last, false, ReduceOp::kSum, DType::kBF16, false}, st.s, fp32,
                   pipelined(chunks));
       run_rs_case(*comm, RsCase{512 * ws, 384, 256 * ws, last, true, ReduceOp::kAvg, DType::kFP16, false}, st.s, fp32,

@@ -3,6 +3,7 @@
 // algorithm's collectives match a host reference at odd sizes. And the in-process launcher's promises:
 // a rank that throws or hangs is named, and the others' waits end in bounded time.
 #include <chrono>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -167,6 +168,18 @@ TEST(Transport, CollectivesMatchAHostReferenceAtOddSizes_1Rank) {
 // The fused ops stay right on a budget far below the GPU's (the persistent loop covers the tiles with
 // fewer CTAs), and at every world size on one GPU they run at all only because every rank's kernel
 // fits in its share.
+// A further communicator of the launch's ranks with `o`: in-process from the group, on NCCL from a
+// fresh unique id (one id makes one NCCL communicator).
+std::unique_ptr<Communicator> another_comm(RankContext& ctx, CommunicatorOptions o) {
+  if (ctx.group) return Communicator::create(ctx, o);
+  ncclUniqueId id{};
+  if (ctx.rank == 0) RANK_CHECK(ncclGetUniqueId(&id) == ncclSuccess, "ncclGetUniqueId failed");
+  const std::vector<std::string> all = ctx.allgather(std::string(reinterpret_cast<const char*>(&id), sizeof id));
+  std::memcpy(&id, all[0].data(), sizeof id);
+  o.device = ctx.device;
+  return Communicator::create(ctx.rank, ctx.world_size, id, o);
+}
+
 int sm_budget_is_honoured(RankContext& ctx) {
   int sms = 0;
   RANK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ctx.device));
@@ -181,7 +194,7 @@ int sm_budget_is_honoured(RankContext& ctx) {
   CommunicatorOptions o;
   o.timeout_ms = 0;
   o.sm_budget = 13;
-  auto comm = Communicator::create(ctx, o);
+  auto comm = another_comm(ctx, o);
   RANK_CHECK(comm->sm_budget() == 12, "sm_budget 13 resolved to ", comm->sm_budget(), ", expected 12");
   testing::Stream st;
   reference::Fp32Gemm fp32;
@@ -196,7 +209,7 @@ int sm_budget_is_honoured(RankContext& ctx) {
   std::string refused;
   o.sm_budget = 1;
   try {
-    (void)Communicator::create(ctx, o);
+    (void)another_comm(ctx, o);
   } catch (const Error& e) {
     refused = e.what();
   }
