@@ -2,7 +2,7 @@
 # On a one-GPU machine: the multi-rank checks that the in-process transport makes possible there, from
 # a build carried from the development machine. Logs go to $OUT (or /tmp/asynctp-out).
 # Usage: scripts/one_gpu_check.sh BUILD_DIR STAGE...
-#   tests          every GPU test, multi-rank ones in-process at world sizes $WORLD_SIZES (default 2,4,3)
+#   tests          every GPU test, multi-rank ones in-process at world sizes $WORLD_SIZES (default 2,3,4)
 #   soak N         asynctp-soak, 2 ranks on the GPU: N calls per op and algorithm
 #   sanitize       compute-sanitizer memcheck, racecheck and synccheck on 2-rank in-process soaks of
 #                  every algorithm and both ops (small shapes), and initcheck on the fused ones
@@ -24,8 +24,8 @@ while [ $# -gt 0 ]; do
   shift
   case $stage in
     tests)
-      echo "== GPU tests, world sizes ${WORLD_SIZES:-2,4,3}"
-      ASYNCTP_TEST_WORLD_SIZES=${WORLD_SIZES:-2,4,3} timeout "${TESTS_TIMEOUT_S:-560}" "$build/tests/asynctp_gpu_tests" \
+      echo "== GPU tests, world sizes ${WORLD_SIZES:-2,3,4}"
+      ASYNCTP_TEST_WORLD_SIZES=${WORLD_SIZES:-2,3,4} timeout "${TESTS_TIMEOUT_S:-560}" "$build/tests/asynctp_gpu_tests" \
         ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} >"$out/gpu.log" 2>&1
       echo "exit $?"
       grep -E "^\[ +(FAILED|SKIPPED|PASSED) |^\[==========\]|Failure|world size [0-9]+ (failed|not run)" "$out/gpu.log" | head -60
