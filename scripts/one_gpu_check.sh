@@ -16,9 +16,6 @@ mkdir -p "$out"
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_env.sh"
 nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader
 status=0
-soak() {  # soak ARGS...: 2 ranks as threads on GPU 0
-  "$1/tools/asynctp-soak" --gpus 1 --ranks-per-gpu 2 "${@:2}"
-}
 while [ $# -gt 0 ]; do
   stage=$1
   shift
@@ -35,7 +32,7 @@ while [ $# -gt 0 ]; do
       calls=${1:?soak needs a call count}
       shift
       echo "== asynctp-soak, 2 ranks on one GPU, --calls $calls"
-      soak "$build" --calls "$calls" --json "$out/soak.json" 2>"$out/soak.err" | tee "$out/soak.txt" | tail -12 || status=1
+      "$build/tools/asynctp-soak" --gpus 1 --ranks-per-gpu 2 --calls "$calls" --json "$out/soak.json" 2>"$out/soak.err" | tee "$out/soak.txt" | tail -12 || status=1
       tail -4 "$out/soak.err"
       ;;
     sanitize)
