@@ -87,7 +87,7 @@ def diary_problems():
         for n, line in enumerate(lines, 1):
             # NCCL's own identifiers (ncclLsaBarrierSession) are not the project's words.
             if DIARY.search(line.replace("BarrierSession", "")):
-                problems.append(f"{rel}:{n}: tells of a work session: {line.strip()[:100]}")
+                problems.append(f"{rel}:{n}: tells of the work that built the project, not of the project: {line.strip()[:100]}")
     return problems
 
 
