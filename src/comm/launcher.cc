@@ -412,6 +412,11 @@ int run_threads(RankContext& process, int world_size, const RankMain& main, cons
   const std::shared_ptr<InProcessGroup> group = InProcessGroup::create(world_size, group_options);
   const std::shared_ptr<InProcessGroup> exchanges = InProcessGroup::create(world_size, group_options);
   auto words = std::make_unique<BarrierWord[]>(static_cast<size_t>(world_size));
+  // Ends every rank's host waits, in the ops and in RankContext::allgather alike.
+  auto abort_all = [group, exchanges](const std::string& why) {
+    group->abort(why);
+    exchanges->abort(why);
+  };
 
   struct Outcomes {
     std::mutex mu;
@@ -425,7 +430,8 @@ int run_threads(RankContext& process, int world_size, const RankMain& main, cons
   out->codes.assign(static_cast<size_t>(world_size), -1);
   std::vector<std::thread> threads;
   for (int r = 0; r < world_size; ++r) {
-    threads.emplace_back([r, world_size, &main, group, exchanges, out, barrier_words = static_cast<void*>(words.get())] {
+    threads.emplace_back([r, world_size, &main, group, exchanges, abort_all, out,
+                          barrier_words = static_cast<void*>(words.get())] {
       RankContext ctx;
       ctx.rank = r;
       ctx.world_size = world_size;
@@ -447,8 +453,7 @@ int run_threads(RankContext& process, int world_size, const RankMain& main, cons
       if (code != 0) {
         std::fprintf(stderr, "%s\n", error.c_str());
         std::fflush(stderr);
-        group->abort(detail::cat("rank ", r, " failed"));
-        exchanges->abort(detail::cat("rank ", r, " failed"));
+        abort_all(detail::cat("rank ", r, " failed"));
       }
       std::lock_guard<std::mutex> lock(out->mu);
       out->codes[static_cast<size_t>(r)] = code;
@@ -471,13 +476,12 @@ int run_threads(RankContext& process, int world_size, const RankMain& main, cons
       for (int r = 0; r < world_size; ++r) {
         if (out->codes[static_cast<size_t>(r)] < 0) hung += detail::cat(hung.empty() ? "" : ", ", r);
       }
+      const std::string why = detail::cat("rank(s) ", hung, " did not return within ", deadline_ms, " ms");
       lock.unlock();
-      group->abort(detail::cat("rank(s) ", hung, " did not return within ", deadline_ms, " ms"));
-      exchanges->abort(detail::cat("rank(s) ", hung, " did not return within ", deadline_ms, " ms"));
+      abort_all(why);
       lock.lock();
       if (out->first_failed < 0) {
-        out->first_error = detail::cat("rank(s) ", hung, " did not return within ", deadline_ms,
-                                       " ms (the launch timeout bounds in-process ranks)");
+        out->first_error = why + " (the launch timeout bounds in-process ranks)";
         out->first_failed = std::stoi(hung);
       }
       out->done.wait_for(lock, std::chrono::milliseconds(2000), [&] { return out->finished == world_size; });
