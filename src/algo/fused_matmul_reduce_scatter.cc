@@ -201,10 +201,11 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
   pr.begin_call();
   // Outside graph capture the pushes are one graph launch after the kernel (stream_replay.h); the graph
   // is made before the kernel, the first time this layout is used. Everything the pushes depend on is
-  // in the key, so that a kept graph is launched only where it is still right.
+  // in the key, so that a kept graph is launched only where it is still right. Where ranks share the
+  // GPU they are enqueued one by one instead (OverlapResources::replays_off).
   const bool captured = OverlapResources::capturing(stream);
   cudaGraphExec_t replay = nullptr;
-  if (!captured) {
+  if (!captured && !pr.replays_off()) {
     StreamReplay::Key key = {static_cast<uint64_t>(ReplayKind::kFusedRsPushes),
                              static_cast<uint64_t>(me),
                              static_cast<uint64_t>(ws),
@@ -243,7 +244,8 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
   // From a fork taken before the kernel: the pushes must not wait for the kernel, which waits for them.
   cudaStream_t side = fan.use(pr.signal_stream());
   if (replay == nullptr) {
-    enqueue_pushes(side);  // the caller's graph holds them
+    if (pushes_wait) pr.wait_previous_done_without_sm(side);
+    enqueue_pushes(side);  // into the caller's graph where it is capturing
   } else {
     if (pushes_wait) pr.wait_previous_done_without_sm(side);
     StreamReplay::launch(replay, side);

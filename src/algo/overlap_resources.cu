@@ -84,13 +84,18 @@ OverlapResources::OverlapResources(Communicator& comm) : comm_(comm) {
     ASYNCTP_CUDA_CHECK(cudaMemcpy(done_signal_, &d, sizeof(d), cudaMemcpyHostToDevice));
   }
   m.gemm.reserve();
-  eager_calls_ = detail::env_flag("ASYNCTP_PIPELINED_EAGER");
+  ranks_share_device_ = m.ranks_on_device > 1;
+  eager_calls_ = ranks_share_device_ || detail::env_flag("ASYNCTP_PIPELINED_EAGER");
   // Loads the small kernels now: CUDA loads a kernel at its first launch, and a load can wait for the
   // device to go idle, which a fused kernel spinning on a flag that a peer sets only later would not.
   cudaFuncAttributes attributes;
   ASYNCTP_CUDA_CHECK(cudaFuncGetAttributes(&attributes, begin_epoch_kernel));
   ASYNCTP_CUDA_CHECK(cudaFuncGetAttributes(&attributes, wait_ready_kernel));
+  // Where ranks share the GPU, what a fused call would make at its first use is made here, and no rank
+  // leaves before every rank has made it all (Transport::settle).
+  if (ranks_share_device_) m.tail_split_workspace(m.setup_stream);
   ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(m.setup_stream));
+  m.transport->settle("overlapped-call set-up");
 }
 
 kernels::WaitContext OverlapResources::wait_context() const {

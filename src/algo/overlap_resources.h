@@ -85,9 +85,14 @@ class OverlapResources {
   // Work sequences replayed from CUDA graphs (stream_replay.h): the fused reduce-scatter's pushes, and
   // pipelined calls (enqueue_call).
   StreamReplay& replays() { return replays_; }
+  const StreamReplay& replays() const { return replays_; }
+  // True where ranks share this GPU: stream work that could be replayed from a recorded graph is then
+  // enqueued each call instead. Making a graph executable (cudaGraphUpload) waited for the GPU, where a
+  // peer's wait that only this rank's next work ends was queued.
+  bool replays_off() const { return ranks_share_device_; }
   // Enqueues a pipelined call's stream work, `enqueue(origin)`, on `stream`: by calling it under CUDA
-  // graph capture, the first time for `key`, or with ASYNCTP_PIPELINED_EAGER=1 (read when these
-  // resources are made); else by launching the graph recorded from it, one API call instead of dozens
+  // graph capture, the first time for `key`, where replays_off() or with ASYNCTP_PIPELINED_EAGER=1;
+  // else by launching the graph recorded from it, one API call instead of dozens
   // (StreamReplay::prepare_on_repeat). The work must depend on nothing `key` does not hold, and advance
   // the epoch once (begin_epoch): a replay does so on the device, and this advances the host's mirror.
   void enqueue_call(const StreamReplay::Key& key, cudaStream_t stream, const StreamReplay::Enqueue& enqueue);
@@ -195,7 +200,8 @@ class OverlapResources {
   std::vector<cudaEvent_t> events_;
   size_t next_event_ = 0;
   StreamReplay replays_;
-  bool eager_calls_ = false;  // ASYNCTP_PIPELINED_EAGER
+  bool eager_calls_ = false;  // ASYNCTP_PIPELINED_EAGER, or ranks_share_device_
+  bool ranks_share_device_ = false;
   // True while enqueue_call records a replay: its capture must not cost the host its epoch.
   bool recording_ = false;
   uint64_t replayed_calls_ = 0;

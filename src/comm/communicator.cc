@@ -81,6 +81,7 @@ std::unique_ptr<Communicator::Impl> make_impl(int rank, int device, int sharing,
   ASYNCTP_CHECK(options.sm_budget >= 0, "CommunicatorOptions::sm_budget must be >= 0 (0: the default), got ",
                 options.sm_budget);
   impl->sm_budget = resolve_sm_budget(options.sm_budget, device, sharing);
+  impl->ranks_on_device = sharing;
   impl->signal_count = options.signal_count;
   impl->check_nonfinite = detail::env_flag("ASYNCTP_CHECK_NAN");
   impl->tuning_cache = options.tuning_cache;

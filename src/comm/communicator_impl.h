@@ -36,6 +36,10 @@ struct Communicator::Impl {
   int signal_count = 0;
   // SMs each of this rank's persistent kernels may use (CommunicatorOptions::sm_budget, resolved).
   int sm_budget = 0;
+  // Ranks of this communicator on this rank's GPU (1 but for an in-process group with fewer GPUs than
+  // ranks). Where several share it, overlapped calls enqueue their stream work each time instead of
+  // replaying recorded graphs (docs/design/transport.md, "Ranks that share a GPU").
+  int ranks_on_device = 1;
   int cc_major = 0, cc_minor = 0;
   std::string gpu_name;
   std::string tuning_cache;  // kAuto's cache file on top of the built-in one; empty: none

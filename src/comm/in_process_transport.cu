@@ -87,7 +87,12 @@ class InProcessTransport final : public Transport {
     ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(m.device_peers, m.peers.data(), sizeof(void*) * m.peers.size(),
                                        cudaMemcpyHostToDevice, stream_));
     ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    settle("symmetric allocation");
     return m;
+  }
+
+  void settle(const char* what) override {
+    if (group_->ranks_on_device(device_) > 1) exchange(std::string(), what);
   }
 
   void unmap_symmetric(SymmetricMapping& m) override {

@@ -64,6 +64,12 @@ class Transport {
   virtual void reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                               cudaStream_t stream) = 0;
 
+  // Collective, for ranks that share a GPU: returns once every rank has reached it, so that set-up
+  // which can wait for the GPU (allocating, freeing, first uses) has ended on every rank before any
+  // rank enqueues work that waits for a peer (docs/design/transport.md, "Ranks that share a GPU").
+  // Nothing to do where each rank has a GPU of its own.
+  virtual void settle(const char* /*what*/) {}
+
   // An error a peer or the transport reported asynchronously, to end a host wait with; "" if none.
   virtual std::string async_error() = 0;
   // The communicator is broken (`why`). kernels_may_wait: a kernel of the transport's may still wait

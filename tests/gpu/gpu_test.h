@@ -30,6 +30,17 @@ inline LaunchOptions test_launch_options() {
   return o;
 }
 
+// An environment variable set for the ranks a test starts after it, and unset when the test ends. Set
+// it here, before the ranks start, never inside a rank: ranks that run as threads share the process's
+// environment, and a rank that reads it while another writes it may see either value.
+struct ScopedEnv {
+  const char* name;
+  ScopedEnv(const char* n, const char* value) : name(n) { setenv(n, value, 1); }
+  ~ScopedEnv() { unsetenv(name); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+};
+
 // How a multi-rank test's ranks reach each other. ASYNCTP_TEST_TRANSPORT=nccl or in-process forces one;
 // unset, NCCL (one process per GPU) where the test's ranks each have a GPU, else the in-process
 // transport (the ranks as threads of one process on the GPUs there are).
@@ -69,6 +80,18 @@ inline int gpus_needed(int n, int have) { return runs_in_process(n, have) ? 1 : 
     const cudaError_t e_ = (expr);                                                             \
     RANK_CHECK(e_ == cudaSuccess, #expr, " returned ", cudaGetErrorString(e_));                \
   } while (0)
+
+// A graph each rank captured, made executable and uploaded on every rank before any launches it:
+// making a graph executable can wait for the GPU, and ranks that share one must not wait so while a
+// peer's replay waits for them (docs/design/transport.md, "Ranks that share a GPU").
+inline cudaGraphExec_t executable_on_every_rank(const RankContext& ctx, cudaGraph_t graph, cudaStream_t s) {
+  cudaGraphExec_t exec = nullptr;
+  RANK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  RANK_CUDA(cudaGraphUpload(exec, s));
+  RANK_CUDA(cudaStreamSynchronize(s));
+  ctx.barrier();
+  return exec;
+}
 
 // Skips, saying why, where `n` ranks cannot run: n GPUs for processes, or one where they run in-process.
 #define REQUIRE_GPUS(n)                                                                        \

@@ -149,7 +149,7 @@ inline int graph_replays(RankContext& ctx, const OpOptions& ag_options, const Op
   RANK_CUDA(cudaStreamBeginCapture(st.s, cudaStreamCaptureModeThreadLocal));
   step();
   RANK_CUDA(cudaStreamEndCapture(st.s, &graph));
-  RANK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  exec = executable_on_every_rank(ctx, graph, st.s);
   for (int i = 0; i < replays; ++i) {
     const int v = (i * 7 / 3) % 2;  // not a plain alternation
     RANK_CUDA(cudaMemcpyAsync(ag_a.p, in.ag_a[v]->p, ag.m * ag.K * 2, cudaMemcpyDeviceToDevice, st.s));

@@ -138,7 +138,7 @@ TEST(SequentialOps, CapturedInACudaGraph) {
     RANK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     all_gather_matmul(*comm, ta, {tb}, 0, {to}, TensorRef{}, s);
     RANK_CUDA(cudaStreamEndCapture(s, &graph));
-    RANK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    exec = executable_on_every_rank(ctx, graph, s);
     for (int i = 0; i < 20; ++i) {
       reference::poison(out.p, M * N * 2, s);
       RANK_CUDA(cudaGraphLaunch(exec, s));

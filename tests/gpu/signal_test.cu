@@ -13,6 +13,7 @@ namespace asynctp {
 namespace {
 
 using testing::make_comm;
+using testing::executable_on_every_rank;
 constexpr int kRounds = 10000;
 
 struct Errors {
@@ -198,7 +199,7 @@ int barrier_orders_writes(RankContext& ctx, bool in_graph) {
     RANK_CUDA(cudaStreamBeginCapture(t.stream, cudaStreamCaptureModeThreadLocal));
     step();
     RANK_CUDA(cudaStreamEndCapture(t.stream, &graph));
-    RANK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    exec = executable_on_every_rank(ctx, graph, t.stream);
     for (int k = 0; k < rounds; ++k) RANK_CUDA(cudaGraphLaunch(exec, t.stream));
     t.comm->synchronize(t.stream);
     RANK_CUDA(cudaGraphExecDestroy(exec));
