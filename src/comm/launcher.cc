@@ -393,6 +393,9 @@ class Job {
 // and the process ends with it.
 int run_threads(RankContext& process, int world_size, const RankMain& main, const LaunchOptions& options,
                 int deadline_ms) {
+  // Line by line: a rank still running at the deadline ends this process with its buffer unwritten,
+  // and its last lines are what says where it stopped. (The launcher flushed stdout before the fork.)
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   // Every kernel is loaded when the context is made: a kernel CUDA loads lazily, at its first launch,
   // can wait for the device to go idle, which it would not while another rank's persistent kernel on
   // the same GPU waits for this rank. (Before this process's first CUDA call; a value set stays.)

@@ -80,6 +80,9 @@ void check_options(const char* op, const OpOptions& options) {
   ASYNCTP_CHECK(a == Algorithm::kSequential || a == Algorithm::kPipelined || a == Algorithm::kFused ||
                     a == Algorithm::kAuto, op,
                 ": options.algorithm is ", static_cast<int>(a), "; expected sequential, pipelined, fused or auto");
+  const BLayout layout = options.b_layout;
+  ASYNCTP_CHECK(layout == BLayout::kRowMajor || layout == BLayout::kColMajor, op, ": options.b_layout is ",
+                static_cast<int>(layout), "; expected row-major (0) or col-major (1)");
   ASYNCTP_CHECK(options.chunks_per_rank >= 0 && options.chunks_per_rank <= kMaxChunksPerRank, op,
                 ": options.chunks_per_rank is ", options.chunks_per_rank, "; expected 0 (the default) to ",
                 kMaxChunksPerRank);
@@ -164,6 +167,8 @@ MatmulReduceScatterPlan plan_matmul_reduce_scatter(int world_size, const TensorR
   const char* op = "matmul_reduce_scatter";
   ASYNCTP_CHECK(world_size >= 1, op, ": world size must be >= 1, got ", world_size);
   check_options(op, options);
+  ASYNCTP_CHECK(reduce_op == ReduceOp::kSum || reduce_op == ReduceOp::kAvg, op, ": reduce_op is ",
+                static_cast<int>(reduce_op), "; expected sum (0) or avg (1)");
   check_dtype_supported(op, a.dtype);
   check_tensor(op, "a", a, a.dtype, 2, TensorRef::kMaxDims);
   check_tensor(op, "b", b, a.dtype, 2, 2);

@@ -97,6 +97,26 @@ TEST(AllGatherMatmulPlan, RefusesEachBadArgumentByName) {
   EXPECT_NO_THROW(plan_all_gather_matmul(2, a, {b}, 0, {out}, TensorRef{}, pieces));
 }
 
+// An enum value outside its list (from C, Python or a cast) is refused by name, on both ops: read as
+// row-major by the plan and as column-major by the fused kernel, it would compute neither.
+TEST(Plans, UnknownBLayoutAndReduceOpAreRefusedByName) {
+  const auto a = t(0, {1024, 512});
+  const auto b = t(1, {512, 768});
+  const auto out = t(3, {2048, 768});
+  OpOptions layout;
+  layout.b_layout = static_cast<BLayout>(2);
+  EXPECT_REFUSED(plan_all_gather_matmul(2, a, {b}, 0, {out}, TensorRef{}, layout),
+                 "all_gather_matmul: options.b_layout is 2; expected row-major (0) or col-major (1)");
+  EXPECT_REFUSED(plan_matmul_reduce_scatter(2, t(0, {1024, 256}), t(1, {256, 768}), 0, ReduceOp::kSum,
+                                            t(3, {512, 768}), layout),
+                 "matmul_reduce_scatter: options.b_layout is 2; expected row-major (0) or col-major (1)");
+  EXPECT_REFUSED(plan_matmul_reduce_scatter(2, t(0, {1024, 256}), t(1, {256, 768}), 0, static_cast<ReduceOp>(-1),
+                                            t(3, {512, 768}), {}),
+                 "matmul_reduce_scatter: reduce_op is -1; expected sum (0) or avg (1)");
+  EXPECT_NO_THROW(plan_matmul_reduce_scatter(2, t(0, {1024, 256}), t(1, {256, 768}), 0, ReduceOp::kAvg,
+                                             t(3, {512, 768}), {}));
+}
+
 TEST(AllGatherMatmulPlan, RefusesBadPointersStridesAndOverlaps) {
   const auto b = t(1, {512, 768});
   const auto out = t(3, {2048, 768});
