@@ -15,11 +15,16 @@ bool well_formed(const TensorRef& t) {
   return true;
 }
 
-// Rows of `t` with every dim but the last flattened.
-int64_t rows(const TensorRef& t) {
-  int64_t r = 1;
-  for (int d = 0; d + 1 < t.ndim; ++d) r *= t.shape[d];
-  return r;
+// a * b, or false where it overflows (the shapes are not yet validated: any int64 may come).
+bool times(int64_t a, int64_t b, int64_t& out) { return !__builtin_mul_overflow(a, b, &out); }
+
+// Rows of `t` with every dim but the last flattened, or false where they overflow.
+bool rows(const TensorRef& t, int64_t& out) {
+  out = 1;
+  for (int d = 0; d + 1 < t.ndim; ++d) {
+    if (!times(out, t.shape[d], out)) return false;
+  }
+  return true;
 }
 
 bool is_last(int dim, int ndim) { return ndim > 1 && (dim == -1 || dim == ndim - 1); }
@@ -30,42 +35,43 @@ int64_t columns_of_b(const TensorRef& b, BLayout layout) {
   return layout == BLayout::kColMajor ? b.shape[0] : b.shape[1];
 }
 
-bool finish(const Communicator& comm, const TensorRef& a, ProblemKey& key) {
+bool finish(int world_size, const std::string& gpu, const TensorRef& a, ProblemKey& key) {
   key.dtype = a.dtype;
-  key.world_size = comm.world_size();
-  key.gpu = comm.impl().gpu_name;
+  key.world_size = world_size;
+  key.gpu = gpu;
   return key.M > 0 && key.N > 0 && key.K > 0;
 }
 
 }  // namespace
 
-bool all_gather_matmul_key(const Communicator& comm, const TensorRef& a_shard, const std::vector<TensorRef>& bs,
-                           int gather_dim, BLayout b_layout, ProblemKey& key) {
-  if (!well_formed(a_shard) || bs.empty()) return false;
+bool all_gather_matmul_key(int world_size, const std::string& gpu, const TensorRef& a_shard,
+                           const std::vector<TensorRef>& bs, int gather_dim, BLayout b_layout, ProblemKey& key) {
+  if (!well_formed(a_shard) || bs.empty() || world_size < 1) return false;
   key = ProblemKey{};
   key.op = Op::kAllGatherMatmul;
   key.last_dim = is_last(gather_dim, a_shard.ndim);
-  const int ws = comm.world_size();
-  key.M = rows(a_shard) * (key.last_dim ? 1 : ws);
-  key.K = a_shard.shape[a_shard.ndim - 1] * (key.last_dim ? ws : 1);
+  int64_t m = 0;
+  if (!rows(a_shard, m) || !times(m, key.last_dim ? 1 : world_size, key.M) ||
+      !times(a_shard.shape[a_shard.ndim - 1], key.last_dim ? world_size : 1, key.K)) {
+    return false;
+  }
   for (const TensorRef& b : bs) {
     const int64_t n = columns_of_b(b, b_layout);
-    if (n == 0) return false;
-    key.N += n;  // several Bs: one GEMM's worth of work each, one gather for all
+    // Several Bs: one GEMM's worth of work each, one gather for all.
+    if (n == 0 || __builtin_add_overflow(key.N, n, &key.N)) return false;
   }
-  return finish(comm, a_shard, key);
+  return finish(world_size, gpu, a_shard, key);
 }
 
-bool matmul_reduce_scatter_key(const Communicator& comm, const TensorRef& a, const TensorRef& b, int scatter_dim,
-                               BLayout b_layout, ProblemKey& key) {
-  if (!well_formed(a)) return false;
+bool matmul_reduce_scatter_key(int world_size, const std::string& gpu, const TensorRef& a, const TensorRef& b,
+                               int scatter_dim, BLayout b_layout, ProblemKey& key) {
+  if (!well_formed(a) || world_size < 1) return false;
   key = ProblemKey{};
   key.op = Op::kMatmulReduceScatter;
   key.last_dim = is_last(scatter_dim, a.ndim);
-  key.M = rows(a);
-  key.K = a.shape[a.ndim - 1] * comm.world_size();
+  if (!rows(a, key.M) || !times(a.shape[a.ndim - 1], world_size, key.K)) return false;
   key.N = columns_of_b(b, b_layout);
-  return finish(comm, a, key);
+  return finish(world_size, gpu, a, key);
 }
 
 bool fused_kernel_applies(const ProblemKey& key) {
@@ -111,7 +117,8 @@ OpOptions resolve_all_gather_matmul(const Communicator& comm, const TensorRef& a
                                     const std::vector<TensorRef>& bs, int gather_dim, const OpOptions& options) {
   if (options.algorithm != Algorithm::kAuto) return options;
   ProblemKey key;
-  const bool sized = all_gather_matmul_key(comm, a_shard, bs, gather_dim, options.b_layout, key);
+  const bool sized =
+      all_gather_matmul_key(comm.world_size(), comm.impl().gpu_name, a_shard, bs, gather_dim, options.b_layout, key);
   return with_choice(comm, options, sized, key);
 }
 
@@ -119,7 +126,8 @@ OpOptions resolve_matmul_reduce_scatter(const Communicator& comm, const TensorRe
                                         int scatter_dim, const OpOptions& options) {
   if (options.algorithm != Algorithm::kAuto) return options;
   ProblemKey key;
-  const bool sized = matmul_reduce_scatter_key(comm, a, b, scatter_dim, options.b_layout, key);
+  const bool sized =
+      matmul_reduce_scatter_key(comm.world_size(), comm.impl().gpu_name, a, b, scatter_dim, options.b_layout, key);
   return with_choice(comm, options, sized, key);
 }
 

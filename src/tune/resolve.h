@@ -4,6 +4,7 @@
 // validation then refuses them as it would any algorithm's.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "asynctp/communicator.h"
@@ -12,12 +13,13 @@
 
 namespace asynctp::tune {
 
-// The problem `all_gather_matmul` / `matmul_reduce_scatter` would solve with these arguments, or
-// false where they are too malformed to tell.
-bool all_gather_matmul_key(const Communicator& comm, const TensorRef& a_shard, const std::vector<TensorRef>& bs,
-                           int gather_dim, BLayout b_layout, ProblemKey& key);
-bool matmul_reduce_scatter_key(const Communicator& comm, const TensorRef& a, const TensorRef& b, int scatter_dim,
-                               BLayout b_layout, ProblemKey& key);
+// The problem `all_gather_matmul` / `matmul_reduce_scatter` would solve with these arguments on
+// `world_size` GPUs of model `gpu`, or false where they are too malformed to tell (a size that does not
+// fit in 64 bits among them).
+bool all_gather_matmul_key(int world_size, const std::string& gpu, const TensorRef& a_shard,
+                           const std::vector<TensorRef>& bs, int gather_dim, BLayout b_layout, ProblemKey& key);
+bool matmul_reduce_scatter_key(int world_size, const std::string& gpu, const TensorRef& a, const TensorRef& b,
+                               int scatter_dim, BLayout b_layout, ProblemKey& key);
 
 // Whether `fused` runs its own kernel for the problem (else it runs pipelined underneath).
 bool fused_kernel_applies(const ProblemKey& key);

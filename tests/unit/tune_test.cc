@@ -10,6 +10,7 @@
 #include "tune/choice.h"
 #include "tune/fit.h"
 #include "tune/flat_json.h"
+#include "tune/resolve.h"
 
 namespace asynctp::tune {
 namespace {
@@ -347,6 +348,37 @@ TEST(Resume, ReadsBackTheShapesAFileHolds) {
   { std::ofstream(path, std::ios::app) << "{\"kind\":\"choice\",\"op\":\"ag\"}\n"; }
   EXPECT_THROW(read_measured(path), Error);
   std::remove(path.c_str());
+}
+
+// auto sizes the problem before the arguments are validated, from whatever shapes come: where a size
+// would not fit in 64 bits the problem is unsized (and validation refuses it), with no overflow on the
+// way (the sanitized build halts on one).
+TEST(ProblemKeys, SizesThatOverflowLeaveTheProblemUnsized) {
+  const int64_t big = int64_t{1} << 40;
+  auto ref = [](int64_t rows, int64_t cols) {  // by hand: dense() refuses shapes whose count overflows
+    TensorRef t;
+    t.data = reinterpret_cast<void*>(0x10000000);
+    t.ndim = 2;
+    t.shape[0] = rows, t.shape[1] = cols;
+    return t;
+  };
+  ProblemKey k;
+  EXPECT_TRUE(all_gather_matmul_key(4, "g", ref(1024, 512), {ref(512, 768)}, 0, BLayout::kRowMajor, k));
+  EXPECT_EQ(k.M, 4096);
+  EXPECT_EQ(k.K, 512);
+  EXPECT_EQ(k.N, 768);
+  TensorRef batched = ref(big, 16);
+  batched.ndim = 3;
+  batched.shape[0] = batched.shape[1] = big, batched.shape[2] = 16;  // rows: 2^80
+  EXPECT_FALSE(all_gather_matmul_key(2, "g", batched, {ref(16, 8)}, 0, BLayout::kRowMajor, k));
+  EXPECT_FALSE(all_gather_matmul_key(1 << 30, "g", ref(big, 8), {ref(8, 8)}, 0, BLayout::kRowMajor, k));
+  EXPECT_FALSE(all_gather_matmul_key(1 << 30, "g", ref(8, big), {ref(8, 8)}, -1, BLayout::kRowMajor, k));
+  EXPECT_FALSE(all_gather_matmul_key(2, "g", ref(8, 8), {ref(8, INT64_MAX), ref(8, INT64_MAX)}, 0,
+                                     BLayout::kRowMajor, k));
+  EXPECT_FALSE(matmul_reduce_scatter_key(2, "g", batched, ref(16, 8), 0, BLayout::kRowMajor, k));
+  EXPECT_FALSE(matmul_reduce_scatter_key(1 << 30, "g", ref(8, big), ref(big, 8), 0, BLayout::kRowMajor, k));
+  EXPECT_TRUE(matmul_reduce_scatter_key(2, "g", ref(64, 32), ref(32, 16), 0, BLayout::kRowMajor, k));
+  EXPECT_EQ(k.K, 64);
 }
 
 TEST(BuiltinTuning, ParsesAsAutoWillReadIt) {
