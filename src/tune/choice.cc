@@ -32,10 +32,27 @@ double number(const FlatObject& o, const char* name, const std::string& where) {
   return field(o, name, JsonValue::Kind::kNumber, where).number;
 }
 
-double number_or(const FlatObject& o, const char* name, double fallback) {
-  const auto it = o.find(name);
-  return it != o.end() && it->second.kind == JsonValue::Kind::kNumber ? it->second.number : fallback;
+// `name`'s number, or `fallback` where the line has no such field (one of another kind is an error).
+double number_or(const FlatObject& o, const char* name, double fallback, const std::string& where) {
+  return o.count(name) != 0 ? number(o, name, where) : fallback;
 }
+
+// `name`'s number where it is a whole number in [lo, hi]: sizes, world sizes and piece counts, which
+// are cast to integers (a fraction, a negative or a huge value would be cut, wrapped or undefined).
+int64_t whole(const FlatObject& o, const char* name, int64_t lo, int64_t hi, const std::string& where,
+              const double* fallback = nullptr) {
+  const double v = fallback != nullptr && o.count(name) == 0 ? *fallback : number(o, name, where);
+  if (!(v >= static_cast<double>(lo) && v <= static_cast<double>(hi) && v == std::floor(v))) {
+    std::ostringstream s;
+    s << where << ": \"" << name << "\" must be a whole number from " << lo << " to " << hi << ", not " << v;
+    throw Error(s.str());
+  }
+  return static_cast<int64_t>(v);
+}
+
+// The largest size a line may hold: every whole number up to it is exact in a double.
+constexpr int64_t kMaxSize = int64_t{1} << 53;
+constexpr int64_t kMaxWorldSize = 1 << 20;
 
 Op parse_op(const std::string& s, const std::string& where) {
   if (s == "ag") return Op::kAllGatherMatmul;
@@ -50,30 +67,39 @@ Algorithm parse_algorithm(const std::string& s, const std::string& where) {
   throw Error(where + ": \"algorithm\" must be sequential, pipelined or fused, not \"" + s + "\"");
 }
 
-// "sequential=483.4 pipelined/0=416.6 fused/2=346.1": the overlapped candidates, in order. The field
-// is asynctp-tune's record; a token it would not have written is left out rather than refused.
-std::vector<TuningCache::Measured> parse_measured(const std::string& text) {
+// "sequential=483.4 pipelined/0=416.6 fused/2=346.1": asynctp-tune's record of what it measured; the
+// overlapped candidates are kept, in order. A token it would not have written is an error.
+std::vector<TuningCache::Measured> parse_measured(const std::string& text, const std::string& where) {
   std::vector<TuningCache::Measured> out;
   std::istringstream in(text);
   std::string token;
   while (in >> token) {
-    const size_t slash = token.find('/'), equals = token.find('=');
-    if (slash == std::string::npos || equals == std::string::npos || equals < slash) continue;
-    const std::string name = token.substr(0, slash);
+    const auto refuse = [&] {
+      throw Error(where + ": \"measured\" holds '" + token + "'; expected sequential=US or pipelined/PIECES=US or " +
+                  "fused/PIECES=US, with PIECES 0 to " + std::to_string(kMaxChunksPerRank) + " and US > 0");
+    };
+    const size_t equals = token.find('=');
+    if (equals == std::string::npos) refuse();
+    const size_t slash = token.find('/');
+    char* end = nullptr;
+    const double us = std::strtod(token.c_str() + equals + 1, &end);
+    if (*end != '\0' || !(us > 0) || !std::isfinite(us)) refuse();
+    const std::string name = token.substr(0, std::min(slash, equals));
+    if (name == algorithm_name(Algorithm::kSequential) && slash == std::string::npos) continue;
     TuningCache::Measured m;
     if (name == algorithm_name(Algorithm::kPipelined)) {
       m.algorithm = Algorithm::kPipelined;
     } else if (name == algorithm_name(Algorithm::kFused)) {
       m.algorithm = Algorithm::kFused;
     } else {
-      continue;
+      refuse();
     }
-    char* end = nullptr;
-    const long chunks = std::strtol(token.c_str() + slash + 1, &end, 10);
-    if (end != token.c_str() + equals || chunks < 0 || chunks > kMaxChunksPerRank) continue;
-    m.chunks_per_rank = static_cast<int>(chunks);
-    m.us = std::strtod(token.c_str() + equals + 1, &end);
-    if (*end != '\0' || !(m.us > 0)) continue;
+    if (slash == std::string::npos || slash > equals || slash + 1 == equals) refuse();
+    const std::string pieces = token.substr(slash + 1, equals - slash - 1);
+    if (pieces.find_first_not_of("0123456789") != std::string::npos || pieces.size() > 2) refuse();
+    m.chunks_per_rank = std::stoi(pieces);
+    if (m.chunks_per_rank > kMaxChunksPerRank) refuse();
+    m.us = us;
     out.push_back(m);
   }
   return out;
@@ -82,16 +108,16 @@ std::vector<TuningCache::Measured> parse_measured(const std::string& text) {
 ProblemKey parse_key(const FlatObject& o, const std::string& where) {
   ProblemKey k;
   k.op = parse_op(text(o, "op", where), where);
-  k.M = static_cast<int64_t>(number(o, "M", where));
-  k.N = static_cast<int64_t>(number(o, "N", where));
-  k.K = static_cast<int64_t>(number(o, "K", where));
+  k.M = whole(o, "M", 1, kMaxSize, where);
+  k.N = whole(o, "N", 1, kMaxSize, where);
+  k.K = whole(o, "K", 1, kMaxSize, where);
   const std::string dt = text(o, "dtype", where);
   if (dt != "bf16" && dt != "fp16") throw Error(where + ": \"dtype\" must be \"bf16\" or \"fp16\"");
   k.dtype = dt == "fp16" ? DType::kFP16 : DType::kBF16;
   const std::string dim = text(o, "dim", where);
   if (dim != "0" && dim != "last") throw Error(where + ": \"dim\" must be \"0\" or \"last\"");
   k.last_dim = dim == "last";
-  k.world_size = static_cast<int>(number(o, "world_size", where));
+  k.world_size = static_cast<int>(whole(o, "world_size", 1, kMaxWorldSize, where));
   k.gpu = text(o, "gpu", where);
   return k;
 }
@@ -171,41 +197,38 @@ void TuningCache::add_text(const std::string& body, const std::string& origin) {
     FlatObject o;
     std::string error;
     if (!parse_flat_object(line, o, error)) throw Error(where + ": not a flat JSON object: " + error);
-    const auto kind = o.find("kind");
-    if (kind == o.end() || kind->second.kind != JsonValue::Kind::kString) continue;
-    if (kind->second.text == "choice") {
+    // Lines of other kinds (notes) are for people; every line says which kind it is.
+    const std::string kind = text(o, "kind", where);
+    if (kind == "choice") {
       Entry e;
       e.key = parse_key(o, where);
       e.choice.algorithm = parse_algorithm(text(o, "algorithm", where), where);
-      e.choice.chunks_per_rank = static_cast<int>(number_or(o, "chunks_per_rank", 0));
-      if (e.choice.chunks_per_rank < 0 || e.choice.chunks_per_rank > kMaxChunksPerRank) {
-        throw Error(where + ": \"chunks_per_rank\" must be 0 to " + std::to_string(kMaxChunksPerRank));
-      }
+      const double no_pieces = 0;
+      e.choice.chunks_per_rank = static_cast<int>(whole(o, "chunks_per_rank", 0, kMaxChunksPerRank, where, &no_pieces));
       e.choice.from_cache = true;
-      const auto measured = o.find("measured");
-      if (measured != o.end() && measured->second.kind == JsonValue::Kind::kString) {
-        e.measured = parse_measured(measured->second.text);
-      }
-      e.choice.why = "tuned: " + fmt(number_or(o, "us", 0)) + " us (sequential " + fmt(number_or(o, "sequential_us", 0)) +
-                     " us), " + origin;
+      if (o.count("measured") != 0) e.measured = parse_measured(text(o, "measured", where), where);
+      e.choice.why = "tuned: " + fmt(number_or(o, "us", 0, where)) + " us (sequential " +
+                     fmt(number_or(o, "sequential_us", 0, where)) + " us), " + origin;
       entries_.push_back(std::move(e));
-    } else if (kind->second.text == "rates") {
+    } else if (kind == "rates") {
       RatesEntry r;
       r.gpu = text(o, "gpu", where);
-      r.world_size = static_cast<int>(number(o, "world_size", where));
-      const auto op = o.find("op");
-      if (op != o.end()) r.op = op_key(parse_op(op->second.text, where));
-      Rates d;
-      r.rates.gemm_tflops = number_or(o, "gemm_tflops", d.gemm_tflops);
-      r.rates.gemm_fixed_us = number_or(o, "gemm_fixed_us", d.gemm_fixed_us);
-      r.rates.copy_gbps = number_or(o, "copy_gbps", d.copy_gbps);
-      r.rates.nccl_gbps = number_or(o, "nccl_gbps", d.nccl_gbps);
-      r.rates.nccl_fixed_us = number_or(o, "nccl_fixed_us", d.nccl_fixed_us);
-      r.rates.overlap_fixed_us = number_or(o, "overlap_fixed_us", d.overlap_fixed_us);
-      r.rates.min_gemm_us = number_or(o, "min_gemm_us", d.min_gemm_us);
-      if (!(r.rates.gemm_tflops > 0 && r.rates.copy_gbps > 0 && r.rates.nccl_gbps > 0)) {
-        throw Error(where + ": rates must be positive");
-      }
+      r.world_size = static_cast<int>(whole(o, "world_size", 1, kMaxWorldSize, where));
+      if (o.count("op") != 0) r.op = op_key(parse_op(text(o, "op", where), where));
+      const Rates d;
+      // Rates are > 0; fixed costs and the shortest GEMM worth overlapping >= 0.
+      const auto rate = [&](const char* name, double fallback, bool positive) {
+        const double v = number_or(o, name, fallback, where);
+        if (positive ? !(v > 0) : !(v >= 0)) throw Error(where + ": \"" + name + "\" must be " + (positive ? "> 0" : ">= 0"));
+        return v;
+      };
+      r.rates.gemm_tflops = rate("gemm_tflops", d.gemm_tflops, true);
+      r.rates.gemm_fixed_us = rate("gemm_fixed_us", d.gemm_fixed_us, false);
+      r.rates.copy_gbps = rate("copy_gbps", d.copy_gbps, true);
+      r.rates.nccl_gbps = rate("nccl_gbps", d.nccl_gbps, true);
+      r.rates.nccl_fixed_us = rate("nccl_fixed_us", d.nccl_fixed_us, false);
+      r.rates.overlap_fixed_us = rate("overlap_fixed_us", d.overlap_fixed_us, false);
+      r.rates.min_gemm_us = rate("min_gemm_us", d.min_gemm_us, false);
       rates_.push_back(std::move(r));
     }
   }

@@ -1,6 +1,7 @@
 #include "tune/flat_json.h"
 
 #include <cctype>
+#include <cmath>
 #include <cstdlib>
 
 namespace asynctp::tune {
@@ -46,13 +47,34 @@ class Parser {
     if (word("false")) return v.kind = JsonValue::Kind::kBool, v.boolean = false, true;
     if (word("null")) return v.kind = JsonValue::Kind::kNull, true;
     if (i_ < s_.size() && (s_[i_] == '{' || s_[i_] == '[')) return fail("nested objects and arrays are not used here");
-    const char* begin = s_.c_str() + i_;
-    char* stop = nullptr;
-    v.number = std::strtod(begin, &stop);
-    if (stop == begin) return fail("expected a value");
+    return number(v);
+  }
+
+  // A number as JSON writes it: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?, and finite. strtod
+  // alone would also take nan, inf, hex and 1e400 (as infinity).
+  bool number(JsonValue& v) {
+    const size_t begin = i_;
+    eat('-');
+    if (eat('0')) {
+      if (digits() > 0) return fail("a number with a leading zero");
+    } else if (digits() == 0) {
+      return fail("expected a value");
+    }
+    if (eat('.') && digits() == 0) return fail("expected a digit after '.'");
+    if (eat('e') || eat('E')) {
+      if (!eat('+')) eat('-');
+      if (digits() == 0) return fail("expected a digit in the exponent");
+    }
+    v.number = std::strtod(s_.substr(begin, i_ - begin).c_str(), nullptr);
+    if (!std::isfinite(v.number)) return fail("number out of range");
     v.kind = JsonValue::Kind::kNumber;
-    i_ += static_cast<size_t>(stop - begin);
     return true;
+  }
+
+  size_t digits() {
+    size_t n = 0;
+    while (i_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[i_]))) ++i_, ++n;
+    return n;
   }
 
   bool string(std::string& out) {
@@ -74,9 +96,13 @@ class Parser {
         case 'b': out += '\b'; break;
         case 'f': out += '\f'; break;
         case 'u': {
-          if (i_ + 4 > s_.size()) return fail("short \\u escape");
-          const long code = std::strtol(s_.substr(i_, 4).c_str(), nullptr, 16);
-          i_ += 4;
+          long code = 0;
+          for (int k = 0; k < 4; ++k, ++i_) {
+            if (i_ >= s_.size() || !std::isxdigit(static_cast<unsigned char>(s_[i_]))) {
+              return fail("a \\u escape needs four hex digits");
+            }
+            code = code * 16 + std::stol(std::string(1, s_[i_]), nullptr, 16);
+          }
           if (code > 0x7F) return fail("non-ASCII \\u escapes are not used here");
           out += static_cast<char>(code);
           break;

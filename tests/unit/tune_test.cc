@@ -45,7 +45,12 @@ TEST(FlatJson, RefusesWhatIsNotOneFlatObjectSayingWhere) {
   FlatObject o;
   std::string error;
   for (const char* bad : {"", "[1]", "{\"a\":[1]}", "{\"a\":{}}", "{\"a\":1", "{\"a\" 1}", "{\"a\":1} x", "{\"a\":\"x}",
-                          "{a:1}", "{\"a\":tru}"}) {
+                          "{a:1}", "{\"a\":tru}",
+                          // Numbers as JSON writes them, finite: no nan, inf, hex, leading '+' or zeros.
+                          "{\"a\":nan}", "{\"a\":inf}", "{\"a\":-Infinity}", "{\"a\":1e400}", "{\"a\":0x10}",
+                          "{\"a\":+1}", "{\"a\":01}", "{\"a\":1.}", "{\"a\":.5}", "{\"a\":1e}",
+                          // \u escapes of exactly four hex digits.
+                          "{\"a\":\"\\u00zz\"}", "{\"a\":\"\\u-041\"}", "{\"a\":\"\\u 41\"}"}) {
     EXPECT_FALSE(parse_flat_object(bad, o, error)) << bad;
     EXPECT_NE(error.find("column"), std::string::npos) << bad << ": " << error;
   }
@@ -75,14 +80,37 @@ TEST(TuningCache, FindsTheLastEntryForTheExactKey) {
 }
 
 TEST(TuningCache, ABadLineIsAnErrorNamingTheFileAndLine) {
-  const std::vector<std::pair<std::string, std::string>> cases = {
+  std::vector<std::pair<std::string, std::string>> cases = {
       {"{\"kind\":\"choice\",", "not a flat JSON object"},
       {choice("ag", 4096, "magic", 0), "\"algorithm\" must be sequential, pipelined or fused"},
       {choice("xx", 4096, "fused", 0), "\"op\" must be"},
-      {choice("ag", 4096, "fused", 99), "\"chunks_per_rank\" must be 0 to 16"},
+      {choice("ag", 4096, "fused", 99), "\"chunks_per_rank\" must be a whole number from 0 to 16"},
       {"{\"kind\":\"choice\",\"op\":\"ag\"}", "\"M\" must be a number"},
-      {"{\"kind\":\"rates\",\"gpu\":\"g\",\"world_size\":2,\"gemm_tflops\":-1}", "rates must be positive"},
+      {"{\"kind\":\"rates\",\"gpu\":\"g\",\"world_size\":2,\"gemm_tflops\":-1}", "\"gemm_tflops\" must be > 0"},
+      {"{\"kind\":\"rates\",\"gpu\":\"g\",\"world_size\":2,\"nccl_fixed_us\":-3}", "\"nccl_fixed_us\" must be >= 0"},
+      {"{\"kind\":\"rates\",\"gpu\":\"g\",\"world_size\":2,\"copy_gbps\":\"fast\"}", "\"copy_gbps\" must be a number"},
+      {"{\"kind\":\"rates\",\"gpu\":\"g\",\"world_size\":0}", "\"world_size\" must be a whole number from 1"},
+      {"{\"kind\":\"choice\",\"op\":\"ag\",\"M\":1e400}", "not a flat JSON object: number out of range"},
+      {"{\"kind\":\"choice\",\"op\":\"ag\",\"M\":nan}", "not a flat JSON object"},
+      {"{\"kind\":7}", "\"kind\" must be a string"},
   };
+  // Sizes, world size and pieces are whole numbers in range: a fractional, negative or huge one would be
+  // cast to an integer undefined or wrapped.
+  for (const auto& [field, value] : std::vector<std::pair<std::string, std::string>>{
+           {"M", "4096.5"}, {"M", "-4096"}, {"M", "0"}, {"N", "1e19"}, {"K", "9223372036854775807"},
+           {"world_size", "2.5"}, {"world_size", "3e9"}, {"chunks_per_rank", "1.5"}, {"chunks_per_rank", "-1"}}) {
+    std::string line = choice("ag", 4096, "fused", 2);
+    const std::string at = "\"" + field + "\":";
+    const size_t begin = line.find(at) + at.size(), end = line.find_first_of(",}", begin);
+    line.replace(begin, end - begin, value);
+    cases.push_back({line, "\"" + field + "\" must be"});
+  }
+  // The record of what was measured: a token asynctp-tune would not have written is refused too.
+  for (const char* measured : {"fused/2=abc", "fused/x=3", "pipelined/99=3", "magic/2=3", "fused/2=-1", "fused2"}) {
+    std::string line = choice("ag", 4096, "fused", 2);
+    line.insert(line.size() - 1, std::string(",\"measured\":\"sequential=120 ") + measured + "\"");
+    cases.push_back({line, "\"measured\""});
+  }
   for (const auto& [line, expected] : cases) {
     TuningCache c;
     try {
@@ -379,6 +407,26 @@ TEST(ProblemKeys, SizesThatOverflowLeaveTheProblemUnsized) {
   EXPECT_FALSE(matmul_reduce_scatter_key(1 << 30, "g", ref(8, big), ref(big, 8), 0, BLayout::kRowMajor, k));
   EXPECT_TRUE(matmul_reduce_scatter_key(2, "g", ref(64, 32), ref(32, 16), 0, BLayout::kRowMajor, k));
   EXPECT_EQ(k.K, 64);
+}
+
+// A run stopped while it wrote a line leaves the file without its last newline: a resumed run cuts
+// the partial line off (and measures that shape again); a whole last line only gets its newline.
+TEST(Resume, ALineCutShortAtTheEndIsRemovedAndAWholeOneKept) {
+  const std::string path = "/tmp/asynctp_truncated_test.jsonl";
+  const std::string whole = choice("ag", 2048, "fused", 2) + "\n";
+  { std::ofstream(path) << whole << choice("rs", 4096, "fused", 2).substr(0, 40); }
+  EXPECT_THROW(read_measured(path), Error);  // as an interrupted run left it
+  EXPECT_EQ(drop_truncated_last_line(path), choice("rs", 4096, "fused", 2).substr(0, 40));
+  EXPECT_EQ(read_measured(path).size(), 1u);
+  EXPECT_EQ(drop_truncated_last_line(path), "");  // nothing more to do
+  { std::ofstream(path, std::ios::app) << choice("rs", 4096, "fused", 2); }  // whole, no newline
+  EXPECT_EQ(drop_truncated_last_line(path), "");
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, whole + choice("rs", 4096, "fused", 2) + "\n");
+  EXPECT_EQ(read_measured(path).size(), 2u);
+  EXPECT_EQ(drop_truncated_last_line("/nonexistent/none.jsonl"), "");
+  std::remove(path.c_str());
 }
 
 TEST(BuiltinTuning, ParsesAsAutoWillReadIt) {

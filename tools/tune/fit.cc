@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "asynctp/error.h"
 #include "tune/flat_json.h"
 
 namespace asynctp::tune {
@@ -65,6 +67,30 @@ std::map<std::string, Measured> read_measured(const std::string& path) {
     out[problem_key_text(m.key)] = m;
   }
   return out;
+}
+
+std::string drop_truncated_last_line(const std::string& path) {
+  std::string body;
+  {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return "";
+    std::ostringstream all;
+    all << in.rdbuf();
+    body = all.str();
+  }
+  if (body.empty() || body.back() == '\n') return "";
+  const size_t start = body.rfind('\n') == std::string::npos ? 0 : body.rfind('\n') + 1;
+  const std::string last = body.substr(start);
+  FlatObject o;
+  std::string error;
+  if (parse_flat_object(last, o, error)) {
+    std::ofstream(path, std::ios::app) << "\n";
+    return "";
+  }
+  std::error_code ec;
+  std::filesystem::resize_file(path, start, ec);
+  if (ec) throw Error("asynctp-tune: could not cut the truncated last line off " + path + ": " + ec.message());
+  return last;
 }
 
 Rates fit_rates(const std::vector<Measured>& shapes) {

@@ -23,6 +23,10 @@ struct Measured {
 // The tuned shapes a cache file holds, by problem_key_text of their keys (empty if there is no
 // file); resuming asynctp-tune skips them. Throws asynctp::Error where a line is not valid.
 std::map<std::string, Measured> read_measured(const std::string& path);
+// Where `path` ends in a line with no newline (a run that was stopped while writing it): a line that
+// is not a whole object is cut off, and returned; a whole one gets its newline, and "" is returned.
+// Run once, before the ranks read the file, so that a resumed run appends on a line of its own.
+std::string drop_truncated_last_line(const std::string& path);
 std::string problem_key_text(const ProblemKey& key);
 
 // Rates for one (GPU model, world size, op): least squares for the GEMM (time = FLOPs / rate + fixed)

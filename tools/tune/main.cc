@@ -25,7 +25,8 @@ const char* const kUsage =
     "overlapped one with every piece count of --pieces) against a reference, times the correct ones\n"
     "in rounds, and appends the fastest to FILE as a JSON line (kind \"choice\"); an overlapped one\n"
     "must take at most 0.95x sequential's time, else sequential is chosen. Shapes FILE already\n"
-    "holds for this GPU model, world size, dtype and dims are skipped, so an interrupted run resumes.\n"
+    "holds for this GPU model, world size, dtype and dims are skipped, so an interrupted run resumes\n"
+    "(a last line it cut short is removed first, and that shape measured again).\n"
     "At the end it appends the rates auto's model uses for untuned shapes (kind \"rates\"), fitted to\n"
     "every tuned shape in FILE. Progress goes to stderr.\n"
     "\n"
@@ -219,6 +220,18 @@ int main(int argc, char** argv) {
   if (args.help) {
     std::fputs(tune::kUsage, stdout);
     return 0;
+  }
+  if (!args.fresh) {
+    try {
+      const std::string dropped = tune::drop_truncated_last_line(args.out);
+      if (!dropped.empty()) {
+        std::fprintf(stderr, "asynctp-tune: %s ended in a line cut short (a run stopped while writing it); removed: %s\n",
+                     args.out.c_str(), dropped.c_str());
+      }
+    } catch (const Error& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      return 1;
+    }
   }
   return bench::launch_tool("asynctp-tune", args.bench.gpus, args.bench.ranks_per_gpu,
                             [&](RankContext& ctx) { return tune::run_rank(ctx, args); });
