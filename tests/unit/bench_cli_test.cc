@@ -21,7 +21,7 @@ TEST(BenchCli, Defaults) {
 TEST(BenchCli, EveryOption) {
   const Args a = parse_args({"--gpus", "2", "--ranks-per-gpu", "3", "--shapes", "128x256x512,7x9x11", "--op", "rs", "--dtype", "fp16",
                              "--gather-dim", "last", "--scatter-dim", "last", "--b-layout", "col", "--algorithms",
-                             "sequential,fused", "--chunks", "3", "--iters", "5", "--warmup", "0", "--flush-l2", "--json", "x.json"});
+                             "sequential,fused", "--chunks", "3", "--iters", "5", "--warmup", "0", "--flush-l2", "--json", "/tmp/x.json"});
   EXPECT_EQ(a.gpus, 2);
   EXPECT_EQ(a.ranks_per_gpu, 3);
   ASSERT_EQ(a.shapes.size(), 2u);
@@ -36,7 +36,7 @@ TEST(BenchCli, EveryOption) {
   EXPECT_EQ(a.chunks_per_rank, 3);
   EXPECT_EQ(a.iters, 5);
   EXPECT_EQ(a.warmup, 0);
-  EXPECT_EQ(a.json, "x.json");
+  EXPECT_EQ(a.json, "/tmp/x.json");
 }
 
 TEST(BenchCli, BadValuesNameTheOption) {
@@ -53,12 +53,33 @@ TEST(BenchCli, BadValuesNameTheOption) {
   EXPECT_NE(msg({"--op", "ar"}).find("--op 'ar' is not valid; expected ag, rs or both"), std::string::npos);
   EXPECT_NE(msg({"--algorithms", "sequential,magic"}).find("--algorithms 'magic'"), std::string::npos);
   EXPECT_NE(msg({"--gather-dim", "1"}).find("expected 0 or last"), std::string::npos);
-  EXPECT_NE(msg({"--iters", "0"}).find("--iters '0' is not valid; expected an integer >= 1"), std::string::npos);
+  EXPECT_NE(msg({"--iters", "0"}).find("--iters '0' is not valid; expected an integer from 1 to 2147483647"), std::string::npos);
   EXPECT_NE(msg({"--iters"}).find("--iters needs a value"), std::string::npos);
-  EXPECT_NE(msg({"--ranks-per-gpu", "0"}).find("--ranks-per-gpu '0' is not valid; expected an integer >= 1"),
+  EXPECT_NE(msg({"--ranks-per-gpu", "0"}).find("--ranks-per-gpu '0' is not valid; expected an integer from 1 to"),
             std::string::npos);
-  EXPECT_NE(msg({"--chunks", "17"}).find("--chunks '17' is not valid; expected 0 to 16"), std::string::npos);
+  EXPECT_NE(msg({"--chunks", "17"}).find("--chunks '17' is not valid; expected an integer from 0 to 16"), std::string::npos);
   EXPECT_NE(msg({"--frobnicate", "1"}).find("unknown option --frobnicate"), std::string::npos);
+  // Numbers past what the option's int holds are refused, not cut to 32 bits (4294967298 was 2 GPUs,
+  // 4294967296 iterations 0, 4294967297 pieces 1).
+  EXPECT_NE(msg({"--gpus", "4294967298"}).find("--gpus '4294967298' is not valid; expected an integer from 1 to"),
+            std::string::npos);
+  EXPECT_NE(msg({"--iters", "4294967296"}).find("--iters '4294967296' is not valid"), std::string::npos);
+  EXPECT_NE(msg({"--warmup", "2147483648"}).find("--warmup '2147483648' is not valid"), std::string::npos);
+  EXPECT_NE(msg({"--chunks", "4294967297"}).find("--chunks '4294967297' is not valid; expected an integer from 0 to 16"),
+            std::string::npos);
+  EXPECT_NE(msg({"--ranks-per-gpu", "99999999999"}).find("--ranks-per-gpu '99999999999' is not valid"),
+            std::string::npos);
+  EXPECT_NE(msg({"--shapes", "99999999999999999999x1x1"}).find("--shapes '99999999999999999999' is not valid"),
+            std::string::npos);
+  EXPECT_NE(msg({"--gpus", " 2"}).find("--gpus ' 2' is not valid"), std::string::npos);
+  // No shapes at all, or an empty one in the list, is refused rather than running nothing.
+  EXPECT_NE(msg({"--shapes", ""}).find("--shapes '' is not valid"), std::string::npos);
+  EXPECT_NE(msg({"--shapes", "seeds,"}).find("--shapes '' is not valid"), std::string::npos);
+  EXPECT_NE(msg({"--algorithms", ""}).find("--algorithms '' is not valid"), std::string::npos);
+  // A --json file that cannot be written is refused before the run, not after it.
+  EXPECT_NE(msg({"--json", "/nonexistent-dir/x.json"}).find("--json '/nonexistent-dir/x.json' cannot be written"),
+            std::string::npos);
+  EXPECT_NE(msg({"--json", ""}).find("--json '' is not valid"), std::string::npos);
 }
 
 TEST(BenchJson, OneObjectPerLineWithEscapesAndNulls) {

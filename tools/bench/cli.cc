@@ -1,7 +1,12 @@
 #include "bench/cli.h"
 
+#include <unistd.h>
+
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <limits>
 #include <sstream>
 
 #include "asynctp/error.h"
@@ -66,14 +71,27 @@ namespace {
   throw Error("asynctp-bench: " + option + " '" + value + "' is not valid; expected " + expected);
 }
 
-int64_t parse_int(const std::string& option, const std::string& text, int64_t min) {
+// A decimal integer in [min, max], the whole of `text` (strtoll alone would skip leading spaces and
+// the caller's cast would cut what does not fit its int).
+int64_t parse_int(const std::string& option, const std::string& text, int64_t min,
+                  int64_t max = std::numeric_limits<int>::max()) {
   errno = 0;
   char* end = nullptr;
   const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || errno != 0 || *end != '\0' || v < min) {
-    bad(option, text, "an integer >= " + std::to_string(min));
+  const bool digits_first = !text.empty() && (std::isdigit(static_cast<unsigned char>(text[0])) || text[0] == '-');
+  if (!digits_first || errno != 0 || *end != '\0' || v < min || v > max) {
+    bad(option, text, "an integer from " + std::to_string(min) + " to " + std::to_string(max));
   }
   return v;
+}
+
+// Whether `path` can be written (appended to) without creating it: the run would otherwise find out
+// only at its end.
+bool writable(const std::string& path) {
+  if (::access(path.c_str(), F_OK) == 0) return ::access(path.c_str(), W_OK) == 0;
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  return ::access(dir.c_str(), W_OK | X_OK) == 0;
 }
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -128,7 +146,9 @@ Args parse_args(const std::vector<std::string>& argv) {
       a.ranks_per_gpu = static_cast<int>(parse_int(f, v, 1));
     } else if (f == "--shapes") {
       a.shapes.clear();
+      if (v.empty()) bad(f, v, "MxNxK, 'seeds' or 'sweep', or a comma-separated list of them");
       for (const auto& s : split(v, ',')) {
+        if (s.empty()) bad(f, s, "MxNxK, 'seeds' or 'sweep'");
         if (s == "seeds" || s == "sweep") {
           const auto set = s == "seeds" ? seed_shapes() : sweep_shapes();
           a.shapes.insert(a.shapes.end(), set.begin(), set.end());
@@ -152,15 +172,17 @@ Args parse_args(const std::vector<std::string>& argv) {
       a.b_layout = v == "row" ? BLayout::kRowMajor : BLayout::kColMajor;
     } else if (f == "--algorithms") {
       a.algorithms.clear();
+      if (v.empty()) bad(f, v, "a comma-separated list of sequential, pipelined, fused and auto");
       for (const auto& s : split(v, ',')) a.algorithms.push_back(parse_algorithm(s));
     } else if (f == "--chunks") {
-      a.chunks_per_rank = static_cast<int>(parse_int(f, v, 0));
-      if (a.chunks_per_rank > kMaxChunksPerRank) bad(f, v, "0 to " + std::to_string(kMaxChunksPerRank));
+      a.chunks_per_rank = static_cast<int>(parse_int(f, v, 0, kMaxChunksPerRank));
     } else if (f == "--iters") {
       a.iters = static_cast<int>(parse_int(f, v, 1));
     } else if (f == "--warmup") {
       a.warmup = static_cast<int>(parse_int(f, v, 0));
     } else if (f == "--json") {
+      if (v.empty()) bad(f, v, "a file to append JSON lines to");
+      if (!writable(v)) throw Error("asynctp-bench: --json '" + v + "' cannot be written (" + std::strerror(errno) + ")");
       a.json = v;
     } else {
       throw Error("asynctp-bench: unknown option " + f + " (see --help)");

@@ -3,8 +3,11 @@
 #include <cuda_runtime_api.h>
 #include <unistd.h>
 
+#include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <limits>
 #include <fstream>
 #include <sstream>
 
@@ -49,9 +52,11 @@ struct SoakArgs {
 
 int64_t parse_count(const std::string& flag, const std::string& v, int64_t min) {
   char* end = nullptr;
+  errno = 0;
   const long long n = std::strtoll(v.c_str(), &end, 10);
-  ASYNCTP_CHECK(!v.empty() && *end == '\0' && n >= min, "asynctp-soak: ", flag, " '", v,
-                "' is not valid; expected an integer >= ", min);
+  const bool digits_first = !v.empty() && std::isdigit(static_cast<unsigned char>(v[0]));
+  ASYNCTP_CHECK(digits_first && errno == 0 && *end == '\0' && n >= min, "asynctp-soak: ", flag, " '", v,
+                "' is not valid; expected an integer from ", min, " to ", std::numeric_limits<long long>::max());
   return n;
 }
 
