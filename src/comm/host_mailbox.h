@@ -24,13 +24,22 @@ class HostMailbox {
 
   // Publishes `mine` (kSlots values) as this rank's record for call `seq` (1, 2, ... in order on every
   // rank), waits until every rank has published `seq`, and returns the records, rank by rank
-  // (size * kSlots values, valid until the next call). Throws asynctp::Error naming the ranks that did
-  // not arrive within timeout_ms.
+  // (size * kSlots values, valid until the next call). Throws asynctp::Error naming a rank that did
+  // not arrive within timeout_ms; every rank then fails the call, a late one as it arrives (never does
+  // one rank give up while another runs the call). After a failed call the ranks make no further
+  // call on this mailbox (the communicator breaks): a rank still waiting for call `seq` takes a later
+  // call opened by another rank as proof that every rank joined `seq`.
   const int64_t* exchange(const int64_t* mine, uint64_t seq, int timeout_ms, const char* what);
+
+  // For tests: a pause between a rank's deadline passing and its giving up, in this process, so that a
+  // peer can arrive in between (a moment too short to hit by timing alone).
+  static void pause_before_giving_up_for_tests(int microseconds);
 
  private:
   HostMailbox() = default;
+  struct Header;
   struct Slot;
+  Header* header() const;
   Slot* slot(int rank, uint64_t seq) const;
   void* base_ = nullptr;
   size_t bytes_ = 0;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <string>
 
 #include "asynctp/error.h"
@@ -82,6 +83,60 @@ TEST(HostMailbox, ARankThatNeverArrivesEndsTheWaitWithAnErrorAndALateOneFailsToo
         }
         ctx.allgather("");
         return code;
+      },
+      options());
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
+// Rank 1 arrives after rank 0's deadline has passed but before rank 0 has given up (held there by the
+// test's pause): rank 0 must see it and run the call with it, not give up while rank 1 runs it alone.
+TEST(HostMailbox, ARankArrivingWhileAnotherIsGivingUpRunsTheCallWithIt) {
+  const std::string name = "/asynctp-test-giving-up-" + std::to_string(::getpid());
+  const LaunchResult r = launch(
+      2,
+      [&](RankContext& ctx) {
+        auto box = open_box(ctx, name);
+        int64_t mine[HostMailbox::kSlots] = {};
+        mine[0] = 100 + ctx.rank;
+        ctx.barrier();
+        if (ctx.rank == 0) HostMailbox::pause_before_giving_up_for_tests(200000);
+        if (ctx.rank == 1) ::usleep(100000);  // past rank 0's 50 ms deadline, inside its pause
+        const int64_t* all = box->exchange(mine, 1, 50, "test");
+        return all[0] == 100 && all[HostMailbox::kSlots] == 101 ? 0 : 31;
+      },
+      options());
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
+// A rank that arrives just as another gives up: whatever the timing, both ranks fail the call or both
+// run it. Rank 1 arrives around rank 0's deadline, a little before or after, trial after trial (each
+// on a fresh mailbox: after a failed call the ranks make no further call on it).
+TEST(HostMailbox, ARankArrivingAsAnotherGivesUpFailsOrRunsTheCallWithIt) {
+  const LaunchResult r = launch(
+      2,
+      [&](RankContext& ctx) {
+        constexpr int kTrials = 300, kTimeoutUs = 2000;
+        int both_ran = 0, both_failed = 0;
+        for (int t = 0; t < kTrials; ++t) {
+          auto box = open_box(ctx, "/asynctp-test-edge-" + std::to_string(::getppid()) + "-" + std::to_string(t));
+          ctx.barrier();
+          if (ctx.rank == 1) ::usleep(kTimeoutUs * 3 / 4 + (t * 7919) % (kTimeoutUs / 2));
+          int64_t mine[HostMailbox::kSlots] = {};
+          bool ran = true;
+          try {
+            box->exchange(mine, 1, kTimeoutUs / 1000, "test");
+          } catch (const Error&) {
+            ran = false;
+          }
+          const auto all = ctx.allgather(ran ? "ran" : "failed");
+          if (all[0] != all[1]) {
+            std::fprintf(stderr, "trial %d: rank 0 %s, rank 1 %s\n", t, all[0].c_str(), all[1].c_str());
+            return 30;
+          }
+          ++(ran ? both_ran : both_failed);
+        }
+        std::printf("rank %d: %d trials ran on both ranks, %d failed on both\n", ctx.rank, both_ran, both_failed);
+        return 0;
       },
       options());
   EXPECT_TRUE(r.ok) << r.message;
