@@ -122,6 +122,7 @@ class Communicator {
 
  private:
   explicit Communicator(std::unique_ptr<Impl> impl);
+  static std::unique_ptr<Communicator> made(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -73,7 +73,6 @@ template <typename MakeTransport>
 std::unique_ptr<Communicator::Impl> make_impl(int rank, int device, int sharing, const CommunicatorOptions& options,
                                               MakeTransport make_transport) {
   auto impl = std::make_unique<Communicator::Impl>();
-  detail::set_process_rank(rank);
   impl->rank = rank;
   impl->device = device;
   impl->timeout_ms = detail::resolve_timeout_ms(options.timeout_ms);
@@ -264,7 +263,7 @@ std::unique_ptr<Communicator> Communicator::create(int rank, int world_size, con
   ASYNCTP_CHECK(world_size >= 1, "Communicator::create: world_size must be >= 1, got ", world_size);
   ASYNCTP_CHECK(rank >= 0 && rank < world_size, "Communicator::create: rank must be in [0, ", world_size,
                 "), got ", rank);
-  detail::set_process_rank(rank);
+  const detail::RankScope scope(rank);
   check_nccl_versions_match(nccl_runtime_version(), nccl_build_version());
   int device = options.device;
   if (device < 0) ASYNCTP_CUDA_CHECK(cudaGetDevice(&device));
@@ -289,7 +288,7 @@ std::unique_ptr<Communicator> Communicator::create(int rank, int world_size, con
     if (!owned) ncclCommAbort(comm);
     throw;
   }
-  return std::unique_ptr<Communicator>(new Communicator(std::move(impl)));
+  return made(std::move(impl));
 }
 
 std::unique_ptr<Communicator> Communicator::wrap(ncclComm_t comm, const CommunicatorOptions& options) {
@@ -298,10 +297,11 @@ std::unique_ptr<Communicator> Communicator::wrap(ncclComm_t comm, const Communic
   int rank = 0, device = 0;
   ASYNCTP_NCCL_CHECK(ncclCommUserRank(comm, &rank));
   ASYNCTP_NCCL_CHECK(ncclCommCuDevice(comm, &device));
+  const detail::RankScope scope(rank);
   auto impl = make_impl(rank, device, /*sharing=*/1, options, [comm](Impl* m) {
     return comm::make_nccl_transport(comm, /*owns=*/false, bounded_wait(m));
   });
-  return std::unique_ptr<Communicator>(new Communicator(std::move(impl)));
+  return made(std::move(impl));
 }
 
 std::unique_ptr<Communicator> Communicator::create(const RankContext& ctx, const CommunicatorOptions& options) {
@@ -316,7 +316,7 @@ std::unique_ptr<Communicator> Communicator::create_in_process(const std::shared_
   ASYNCTP_CHECK(group != nullptr, "Communicator::create_in_process: group is null; make one with InProcessGroup::create");
   ASYNCTP_CHECK(rank >= 0 && rank < group->world_size(), "Communicator::create_in_process: rank must be in [0, ",
                 group->world_size(), "), got ", rank);
-  detail::set_process_rank(rank);
+  const detail::RankScope scope(rank);
   const int device = group->device_of(rank);
   ASYNCTP_CHECK(options.device < 0 || options.device == device, "Communicator::create_in_process: options.device is ",
                 options.device, " but the group runs rank ", rank, " on GPU ", device, "; leave it -1");
@@ -324,7 +324,14 @@ std::unique_ptr<Communicator> Communicator::create_in_process(const std::shared_
     const kernels::WaitContext ctx{m->fault, static_cast<uint64_t>(m->timeout_ms) * 1000000ull, rank};
     return comm::make_in_process_transport(group, rank, m->timeout_ms, ctx);
   });
-  return std::unique_ptr<Communicator>(new Communicator(std::move(impl)));
+  return made(std::move(impl));
+}
+
+std::unique_ptr<Communicator> Communicator::made(std::unique_ptr<Impl> impl) {
+  const int rank = impl->rank;
+  std::unique_ptr<Communicator> comm(new Communicator(std::move(impl)));
+  detail::set_thread_rank(rank);  // only now: a creation that failed leaves no rank behind
+  return comm;
 }
 
 Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
@@ -358,6 +365,7 @@ Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
 
 Communicator::~Communicator() {
   Impl& m = *impl_;
+  const detail::RankScope scope(impl_->rank);
   cudaSetDevice(m.device);
   // After a kernel trapped (a wait timed out) the context is gone, and a broken communicator may have
   // peers that are gone or an NCCL kernel that still waits: collective teardown could hang, and so
@@ -397,12 +405,14 @@ cublasLtContext* Communicator::cublaslt() const { return impl_->cublaslt; }
 SignalPad& Communicator::signals() { return *impl_->signals; }
 
 int Communicator::lsa_to_world(int lsa_rank) const {
+  const detail::RankScope scope(impl_->rank);
   ASYNCTP_CHECK(lsa_rank >= 0 && lsa_rank < impl_->lsa.size, "lsa_to_world: lsa_rank must be in [0, ",
                 impl_->lsa.size, "), got ", lsa_rank);
   return impl_->transport->lsa_to_world(lsa_rank);
 }
 
 SymmetricBuffer& Communicator::workspace(size_t bytes) {
+  const detail::RankScope scope(impl_->rank);
   impl_->require_usable("Communicator::workspace");
   ASYNCTP_CHECK(bytes > 0, "Communicator::workspace: bytes must be > 0");
   if (!impl_->workspace || impl_->workspace->size() < bytes) {
@@ -416,14 +426,19 @@ SymmetricBuffer& Communicator::workspace(size_t bytes) {
 }
 
 void Communicator::synchronize(cudaStream_t stream) const {
+  const detail::RankScope scope(impl_->rank);
   // Twice the device-side bound, so a kernel's own timeout report (which names the flag and the
   // peer) arrives before this host-side one.
   impl_->wait_bounded(stream, 2 * static_cast<int64_t>(impl_->timeout_ms), "Communicator::synchronize");
 }
 
-bool Communicator::all_ok(bool local_ok) { return impl_->failing_ranks(local_ok).empty(); }
+bool Communicator::all_ok(bool local_ok) {
+  const detail::RankScope scope(impl_->rank);
+  return impl_->failing_ranks(local_ok).empty();
+}
 
 void Communicator::require_hopper(const char* what) const {
+  const detail::RankScope scope(impl_->rank);
   check_hopper(impl_->cc_major, impl_->cc_minor, impl_->gpu_name.c_str(), impl_->device, what);
 }
 

@@ -17,6 +17,7 @@ __global__ void wait_flag_kernel(const uint32_t* flag, uint32_t expected, int ow
 }  // namespace
 
 std::unique_ptr<SignalPad> SignalPad::create(Communicator& comm, int count) {
+  const detail::RankScope scope(comm.rank());
   ASYNCTP_CHECK(count > 0, "SignalPad::create: count must be > 0, got ", count);
   std::unique_ptr<SignalPad> pad(new SignalPad());
   pad->comm_ = &comm;
@@ -34,6 +35,7 @@ uint32_t* const* SignalPad::device_peers() const {
 }
 
 void SignalPad::check_flag(int owner, int index, const char* what) const {
+  const detail::RankScope scope(comm_->rank());
   ASYNCTP_CHECK(owner >= 0 && owner < buffer_->lsa_size(), "SignalPad::", what, ": owner must be an LSA rank in [0, ",
                 buffer_->lsa_size(), "), got ", owner);
   ASYNCTP_CHECK(index >= 0 && index < count_, "SignalPad::", what, ": index must be in [0, ", count_, "), got ", index);

@@ -8,6 +8,7 @@
 namespace asynctp {
 
 std::unique_ptr<SymmetricBuffer> SymmetricBuffer::create(Communicator& comm, size_t bytes) {
+  const detail::RankScope scope(comm.rank());
   ASYNCTP_CHECK(bytes > 0, "SymmetricBuffer::create: bytes must be > 0");
   Communicator::Impl& m = comm.impl();
   m.require_usable("SymmetricBuffer::create");
@@ -25,6 +26,7 @@ std::unique_ptr<SymmetricBuffer> SymmetricBuffer::create(Communicator& comm, siz
 
 SymmetricBuffer::~SymmetricBuffer() {
   Communicator::Impl& m = comm_->impl();
+  const detail::RankScope scope(m.rank);
   auto& live = m.symmetric_buffers;
   live.erase(std::remove(live.begin(), live.end(), this), live.end());
   cudaSetDevice(m.device);
@@ -45,6 +47,7 @@ SymmetricBuffer::~SymmetricBuffer() {
 }
 
 void* SymmetricBuffer::peer(int lsa_rank) const {
+  const detail::RankScope scope(comm_->rank());
   ASYNCTP_CHECK(lsa_rank >= 0 && lsa_rank < lsa_size(), "SymmetricBuffer::peer: lsa_rank must be in [0, ", lsa_size(),
                 "), got ", lsa_rank);
   return peers_[lsa_rank];

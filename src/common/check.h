@@ -1,5 +1,5 @@
 // Internal: how asynctp raises errors and checks the return codes of CUDA, the driver, NCCL and
-// cuBLASLt. Every failure becomes an asynctp::Error whose message starts with this process's rank.
+// cuBLASLt. Every failure becomes an asynctp::Error whose message starts with the calling rank.
 #pragma once
 
 #include <sstream>
@@ -10,12 +10,26 @@
 
 namespace asynctp::detail {
 
-// The rank this process (or, for the ranks of an in-process group, this thread) plays, set when its
-// Communicator is made; -1 before that.
-void set_process_rank(int rank);
-int process_rank();
+// The rank an error names: inside a call on a communicator, that communicator's (RankScope); else the
+// rank of the last communicator made on this thread (set_thread_rank, once it is made); else none.
+// Per thread, not per process: the ranks of an in-process group are threads of one process, and one
+// process may hold communicators of different ranks.
+void set_thread_rank(int rank);
+int current_rank();
 
-// "rank R: " + message (or just message before a rank is known).
+// Opened by every public entry that takes a communicator, for the length of the call.
+class RankScope {
+ public:
+  explicit RankScope(int rank);
+  ~RankScope();
+  RankScope(const RankScope&) = delete;
+  RankScope& operator=(const RankScope&) = delete;
+
+ private:
+  int outer_;
+};
+
+// "rank R: " + message (or just message where no rank is known).
 std::string with_rank(const std::string& message);
 
 [[noreturn]] void raise(const std::string& message);

@@ -3,32 +3,28 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
-#include <atomic>
-
 #include "common/check.h"
 #include "common/device_fault.h"
 #include "common/driver_api.h"
 
 namespace asynctp::detail {
 namespace {
-std::atomic<int> g_rank{-1};
-// The rank of the calling thread where it set one: the ranks of an in-process group are threads of
-// one process.
-thread_local int t_rank = -1;
+thread_local int t_made_rank = -1;  // the last communicator made on this thread
+thread_local int t_call_rank = -1;  // the communicator whose call this thread is in
 
 std::string where(const char* expr, const char* file, int line) {
   return cat(expr, " (", file, ":", line, ")");
 }
 }  // namespace
 
-void set_process_rank(int rank) {
-  g_rank.store(rank);
-  t_rank = rank;
-}
-int process_rank() { return t_rank >= 0 ? t_rank : g_rank.load(); }
+void set_thread_rank(int rank) { t_made_rank = rank; }
+int current_rank() { return t_call_rank >= 0 ? t_call_rank : t_made_rank; }
+
+RankScope::RankScope(int rank) : outer_(t_call_rank) { t_call_rank = rank; }
+RankScope::~RankScope() { t_call_rank = outer_; }
 
 std::string with_rank(const std::string& message) {
-  const int rank = process_rank();
+  const int rank = current_rank();
   return rank >= 0 ? cat("rank ", rank, ": ", message) : message;
 }
 

@@ -66,6 +66,7 @@ void all_gather_matmul(Communicator& comm, const TensorRef& a_shard, const std::
                        const std::vector<TensorRef>& outputs, const TensorRef& gathered_a, cudaStream_t stream,
                        const OpOptions& requested) {
   const char* op = "all_gather_matmul";
+  const detail::RankScope scope(comm.rank());
   kernels::fused::CallTimeline::note_op_entry();
   comm.impl().require_usable(op);
   // kAuto becomes a concrete algorithm first, so that the ranks compare what they will run.
@@ -101,6 +102,7 @@ void all_gather_matmul(Communicator& comm, const TensorRef& a_shard, const std::
 void matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const TensorRef& b, int scatter_dim,
                            ReduceOp reduce_op, const TensorRef& output, cudaStream_t stream, const OpOptions& requested) {
   const char* op = "matmul_reduce_scatter";
+  const detail::RankScope scope(comm.rank());
   kernels::fused::CallTimeline::note_op_entry();
   comm.impl().require_usable(op);
   const OpOptions options = tune::resolve_matmul_reduce_scatter(comm, a, b, scatter_dim, requested);

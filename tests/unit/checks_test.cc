@@ -1,6 +1,8 @@
 // Version, argument and environment checks, and the shape of error messages. No GPU needed.
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include <cublasLt.h>
 
 #include <cstdlib>
@@ -60,11 +62,33 @@ TEST(Communicator, BadRankOrWorldSizeIsRefusedBeforeAnyGpuWork) {
 }
 
 TEST(Errors, MessagesStartWithTheRankOnceKnown) {
-  detail::set_process_rank(-1);
+  detail::set_thread_rank(-1);
   EXPECT_EQ(message_of([] { ASYNCTP_CHECK(false, "x was ", 3); }), "x was 3");
-  detail::set_process_rank(5);
+  detail::set_thread_rank(5);
   EXPECT_EQ(message_of([] { ASYNCTP_CHECK(false, "x was ", 3); }), "rank 5: x was 3");
-  detail::set_process_rank(-1);
+  detail::set_thread_rank(-1);
+}
+
+// The rank in a message is that of the communicator whose call raised it: inside a call (RankScope,
+// which every public entry taking a communicator opens) its rank, whatever other communicators this
+// process or thread made; outside any call, the last communicator made on this thread, and none for a
+// thread that made none (another thread's rank is not this one's).
+TEST(Errors, TheRankIsTheCallingCommunicatorsNotTheProcesss) {
+  detail::set_thread_rank(3);  // this thread made rank 3's communicator
+  {
+    const detail::RankScope call(1);  // a call on rank 1's communicator, made elsewhere
+    EXPECT_EQ(message_of([] { ASYNCTP_CHECK(false, "x"); }), "rank 1: x");
+    {
+      const detail::RankScope nested(1);
+      EXPECT_EQ(message_of([] { ASYNCTP_CHECK(false, "x"); }), "rank 1: x");
+    }
+    EXPECT_EQ(message_of([] { ASYNCTP_CHECK(false, "x"); }), "rank 1: x");
+  }
+  EXPECT_EQ(message_of([] { ASYNCTP_CHECK(false, "x"); }), "rank 3: x");
+  std::string other;
+  std::thread([&] { other = message_of([] { ASYNCTP_CHECK(false, "x"); }); }).join();
+  EXPECT_EQ(other, "x");
+  detail::set_thread_rank(-1);
 }
 
 TEST(Errors, LibraryCallFailuresNameTheCallAndTheCause) {
