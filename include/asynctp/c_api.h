@@ -58,7 +58,8 @@ int asynctp_get_unique_id(unsigned char* id);
  * tuning_cache NULL or "": the defaults of CommunicatorOptions. Collective. */
 int asynctp_comm_create(int rank, int world_size, const unsigned char* id, int device, int timeout_ms,
                         const char* tuning_cache, asynctp_comm** comm);
-/* Collective. Accepts NULL. */
+/* Collective. Accepts NULL. A handle destroyed already (or not made here), or one another thread's
+ * call is still using, is refused with an error and not touched. */
 int asynctp_comm_destroy(asynctp_comm* comm);
 
 /* asynctp::InProcessGroup::create: world_size ranks as threads of this process, for running

@@ -7,7 +7,9 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "asynctp/communicator.h"
@@ -52,10 +54,71 @@ const T& require(const T* p, const char* function, const char* argument) {
   return *p;
 }
 
-asynctp::Communicator& require_comm(const asynctp_comm* c, const char* function) {
-  if (c == nullptr || !c->comm) raise(cat(function, ": comm is NULL (never created, or destroyed)"));
-  return *c->comm;
+// The handles this library made and has not destroyed, each with its calls in flight: a handle that
+// was destroyed (or never made) is refused by name instead of being read, and one is not destroyed
+// while another thread's call is still using it.
+class Registry {
+ public:
+  void add(const void* handle) {
+    std::lock_guard<std::mutex> lock(mu_);
+    live_[handle] = 0;
+  }
+  void enter(const void* handle, const char* function, const char* argument, const char* kind) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = live_.find(handle);
+    if (it == live_.end()) raise(cat(function, ": ", argument, " is not a live ", kind, " (destroyed, or never made)"));
+    ++it->second;
+  }
+  void leave(const void* handle) {
+    std::lock_guard<std::mutex> lock(mu_);
+    --live_.at(handle);
+  }
+  // Forgets `handle`, which its caller then frees; false for NULL (nothing to do).
+  bool remove(const void* handle, const char* function, const char* argument, const char* kind) {
+    if (handle == nullptr) return false;
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = live_.find(handle);
+    if (it == live_.end()) {
+      raise(cat(function, ": ", argument, " is not a live ", kind, " (destroyed already, or never made)"));
+    }
+    if (it->second > 0) {
+      raise(cat(function, ": ", argument, " is in use by ", it->second, " call(s) on other threads; destroy it once ",
+                "they have returned"));
+    }
+    live_.erase(it);
+    return true;
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<const void*, int> live_;
+};
+
+Registry& comms() {
+  static Registry* r = new Registry();  // never destroyed: a handle may be used during static destruction
+  return *r;
 }
+
+Registry& groups() {
+  static Registry* r = new Registry();
+  return *r;
+}
+
+// A live communicator handle, held for the length of one call.
+class CommUse {
+ public:
+  CommUse(const asynctp_comm* c, const char* function) : handle_(c) {
+    if (c == nullptr) raise(cat(function, ": comm is NULL (never created, or destroyed)"));
+    comms().enter(c, function, "comm", "communicator");
+  }
+  ~CommUse() { comms().leave(handle_); }
+  CommUse(const CommUse&) = delete;
+  CommUse& operator=(const CommUse&) = delete;
+  asynctp::Communicator& comm() const { return *handle_->comm; }
+
+ private:
+  const asynctp_comm* handle_;
+};
 
 asynctp::TensorRef to_ref(const asynctp_tensor& t, const char* function, const std::string& argument) {
   asynctp::TensorRef r;
@@ -155,12 +218,15 @@ int asynctp_comm_create(int rank, int world_size, const unsigned char* id, int d
     if (tuning_cache != nullptr) options.tuning_cache = tuning_cache;
     auto made = std::make_unique<asynctp_comm>();
     made->comm = asynctp::Communicator::create(rank, world_size, nccl_id, options);
+    comms().add(made.get());
     *comm = made.release();
   });
 }
 
 int asynctp_comm_destroy(asynctp_comm* comm) {
-  return guarded([&] { delete comm; });
+  return guarded([&] {
+    if (comms().remove(comm, "asynctp_comm_destroy", "comm", "communicator")) delete comm;
+  });
 }
 
 int asynctp_in_process_group_create(int world_size, const int* devices, int num_devices, asynctp_group** group) {
@@ -174,12 +240,15 @@ int asynctp_in_process_group_create(int world_size, const int* devices, int num_
     if (num_devices > 0) options.devices.assign(devices, devices + num_devices);
     auto made = std::make_unique<asynctp_group>();
     made->group = asynctp::InProcessGroup::create(world_size, options);
+    groups().add(made.get());
     *group = made.release();
   });
 }
 
 int asynctp_in_process_group_destroy(asynctp_group* group) {
-  return guarded([&] { delete group; });
+  return guarded([&] {
+    if (groups().remove(group, "asynctp_in_process_group_destroy", "group", "in-process group")) delete group;
+  });
 }
 
 int asynctp_comm_create_in_process(asynctp_group* group, int rank, int timeout_ms, const char* tuning_cache,
@@ -188,13 +257,19 @@ int asynctp_comm_create_in_process(asynctp_group* group, int rank, int timeout_m
     const char* fn = "asynctp_comm_create_in_process";
     if (comm == nullptr) raise(cat(fn, ": comm (the result) is NULL"));
     *comm = nullptr;
-    if (group == nullptr || !group->group) raise(cat(fn, ": group is NULL (never created, or destroyed)"));
+    if (group == nullptr) raise(cat(fn, ": group is NULL (never created, or destroyed)"));
+    groups().enter(group, fn, "group", "in-process group");
+    struct Leave {
+      const asynctp_group* g;
+      ~Leave() { groups().leave(g); }
+    } leave{group};
     asynctp::CommunicatorOptions options;
     options.timeout_ms = timeout_ms;
     options.sm_budget = sm_budget;
     if (tuning_cache != nullptr) options.tuning_cache = tuning_cache;
     auto made = std::make_unique<asynctp_comm>();
     made->comm = asynctp::Communicator::create_in_process(group->group, rank, options);
+    comms().add(made.get());
     *comm = made.release();
   });
 }
@@ -203,7 +278,7 @@ int asynctp_comm_rank(const asynctp_comm* comm, int* rank) {
   return guarded([&] {
     const char* fn = "asynctp_comm_rank";
     require(rank, fn, "rank");
-    *rank = require_comm(comm, fn).rank();
+    *rank = CommUse(comm, fn).comm().rank();
   });
 }
 
@@ -211,7 +286,7 @@ int asynctp_comm_world_size(const asynctp_comm* comm, int* world_size) {
   return guarded([&] {
     const char* fn = "asynctp_comm_world_size";
     require(world_size, fn, "world_size");
-    *world_size = require_comm(comm, fn).world_size();
+    *world_size = CommUse(comm, fn).comm().world_size();
   });
 }
 
@@ -219,7 +294,7 @@ int asynctp_comm_device(const asynctp_comm* comm, int* device) {
   return guarded([&] {
     const char* fn = "asynctp_comm_device";
     require(device, fn, "device");
-    *device = require_comm(comm, fn).device();
+    *device = CommUse(comm, fn).comm().device();
   });
 }
 
@@ -228,7 +303,8 @@ int asynctp_all_gather_matmul(asynctp_comm* comm, const asynctp_tensor* a_shard,
                               void* stream, const asynctp_op_options* options) {
   return guarded([&] {
     const char* fn = "asynctp_all_gather_matmul";
-    asynctp::Communicator& c = require_comm(comm, fn);
+    const CommUse use(comm, fn);
+    asynctp::Communicator& c = use.comm();
     const asynctp::TensorRef a = to_ref(require(a_shard, fn, "a_shard"), fn, "a_shard");
     if (num_bs < 1) raise(cat(fn, ": num_bs is ", num_bs, "; expected at least 1 (one output per B)"));
     require(bs, fn, "bs");
@@ -249,7 +325,8 @@ int asynctp_matmul_reduce_scatter(asynctp_comm* comm, const asynctp_tensor* a, c
                                   const asynctp_op_options* options) {
   return guarded([&] {
     const char* fn = "asynctp_matmul_reduce_scatter";
-    asynctp::Communicator& c = require_comm(comm, fn);
+    const CommUse use(comm, fn);
+    asynctp::Communicator& c = use.comm();
     asynctp::ReduceOp op;
     switch (reduce_op) {
       case ASYNCTP_SUM: op = asynctp::ReduceOp::kSum; break;
@@ -264,7 +341,7 @@ int asynctp_matmul_reduce_scatter(asynctp_comm* comm, const asynctp_tensor* a, c
 
 int asynctp_comm_synchronize(const asynctp_comm* comm, void* stream) {
   return guarded([&] {
-    require_comm(comm, "asynctp_comm_synchronize").synchronize(static_cast<cudaStream_t>(stream));
+    CommUse(comm, "asynctp_comm_synchronize").comm().synchronize(static_cast<cudaStream_t>(stream));
   });
 }
 
