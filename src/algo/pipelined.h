@@ -33,6 +33,9 @@ void pipelined_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduce
 // Throws unless every rank's memory is reachable from every other (the LSA team is the whole world,
 // numbered as the world).
 void require_one_node(Communicator& comm, const char* op);
+// Whether every rank reaches every other's memory (the LSA team is the world, numbered alike): where
+// pipelined and fused can run.
+bool one_node(const Communicator& comm);
 
 // The number of pieces per rank a call uses: `requested`, or the default where it is 0, at most `rows`.
 int resolve_chunks(int requested, bool gather_last, int64_t rows);

@@ -8,11 +8,16 @@
 
 namespace asynctp::algo {
 
-void require_one_node(Communicator& comm, const char* op) {
+bool one_node(const Communicator& comm) {
   const Communicator::Impl& m = comm.impl();
   bool numbered_as_world = m.lsa.size == m.world_size;
   for (int i = 0; numbered_as_world && i < m.lsa.size; ++i) numbered_as_world = comm.lsa_to_world(i) == i;
-  ASYNCTP_CHECK(numbered_as_world, op, ": algorithm 'pipelined' needs every rank's GPU to reach every other's memory "
+  return numbered_as_world;
+}
+
+void require_one_node(Communicator& comm, const char* op) {
+  const Communicator::Impl& m = comm.impl();
+  ASYNCTP_CHECK(one_node(comm), op, ": algorithm 'pipelined' needs every rank's GPU to reach every other's memory "
                 "(one node); this communicator has ", m.world_size, " ranks but an NVLink/P2P (LSA) team of ",
                 m.lsa.size, ": use 'sequential'");
 }

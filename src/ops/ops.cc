@@ -60,6 +60,14 @@ std::pair<Plan, algo::AgreeFn> plan_and_agree(Communicator& comm, const char* op
           }};
 }
 
+// Where the algorithm cannot run on these GPUs, a refusal like a bad argument's (inside the plan, so
+// that it goes through the agreement and every rank fails together): pipelined and fused need every
+// rank to reach every other's memory, and fused a Hopper GPU.
+void check_runs_here(Communicator& comm, const char* op, Algorithm algorithm) {
+  if (algorithm == Algorithm::kPipelined || algorithm == Algorithm::kFused) algo::require_one_node(comm, op);
+  if (algorithm == Algorithm::kFused) comm.require_hopper(detail::cat(op, " with algorithm 'fused'").c_str());
+}
+
 }  // namespace
 
 void all_gather_matmul(Communicator& comm, const TensorRef& a_shard, const std::vector<TensorRef>& bs, int gather_dim,
@@ -86,7 +94,11 @@ void all_gather_matmul(Communicator& comm, const TensorRef& a_shard, const std::
   for (size_t i = 0; i < bs.size(); ++i) inputs.emplace_back(detail::cat("bs[", i, "]"), bs[i]);
   const auto [plan, agree] = plan_and_agree<ops::AllGatherMatmulPlan>(
       comm, op, std::move(signature), options, stream,
-      [&] { return ops::plan_all_gather_matmul(comm.world_size(), a_shard, bs, gather_dim, outputs, gathered_a, options); },
+      [&] {
+        auto p = ops::plan_all_gather_matmul(comm.world_size(), a_shard, bs, gather_dim, outputs, gathered_a, options);
+        check_runs_here(comm, op, options.algorithm);
+        return p;
+      },
       inputs);
   if (options.algorithm == Algorithm::kPipelined) {
     algo::pipelined_all_gather_matmul(comm, plan, a_shard, a_symmetric, bs, outputs, gathered_a, stream, agree,
@@ -109,7 +121,9 @@ void matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const TensorR
   const auto [plan, agree] = plan_and_agree<ops::MatmulReduceScatterPlan>(
       comm, op, ops::signature_of(op, a, {b}, scatter_dim, options, static_cast<int64_t>(reduce_op)), options, stream,
       [&] {
-        return ops::plan_matmul_reduce_scatter(comm.world_size(), a, b, scatter_dim, reduce_op, output, options);
+        auto p = ops::plan_matmul_reduce_scatter(comm.world_size(), a, b, scatter_dim, reduce_op, output, options);
+        check_runs_here(comm, op, options.algorithm);
+        return p;
       },
       NamedInputs{{"a", a}, {"b", b}});
   if (options.algorithm == Algorithm::kPipelined) {

@@ -2,6 +2,7 @@
 
 #include "comm/communicator_impl.h"
 #include "algo/fused.h"
+#include "algo/pipelined.h"
 
 namespace asynctp::tune {
 namespace {
@@ -82,20 +83,23 @@ bool fused_kernel_applies(const ProblemKey& key) {
 }
 
 Choice choose_for(const Communicator& comm, const ProblemKey& key) {
-  return choose(key, tuning_cache(comm.impl().tuning_cache), fused_kernel_applies(key));
+  // The fused kernel is built for Hopper only (sm_90a).
+  const bool hopper = comm.impl().cc_major == 9;
+  return choose(key, tuning_cache(comm.impl().tuning_cache), hopper && fused_kernel_applies(key));
 }
 
 namespace {
 
 constexpr size_t kMaxRememberedChoices = 4096;
 
-// `options` with auto's choice for `key`, or sequential where the arguments could not be sized. The
-// choice is remembered per communicator: the host time of a call is part of its cost.
+// `options` with auto's choice for `key`, or sequential where the arguments could not be sized or where
+// not every rank reaches every other's memory (across nodes only sequential runs). The choice is
+// remembered per communicator: the host time of a call is part of its cost.
 OpOptions with_choice(const Communicator& comm, const OpOptions& options, bool sized, const ProblemKey& key) {
   OpOptions resolved = options;
   resolved.algorithm = Algorithm::kSequential;
   resolved.chunks_per_rank = 0;
-  if (!sized) return resolved;
+  if (!sized || !algo::one_node(comm)) return resolved;
   auto& memo = comm.impl().auto_choices;
   const std::array<int64_t, 6> k{static_cast<int64_t>(key.op), key.M, key.N, key.K, static_cast<int64_t>(key.dtype),
                                  key.last_dim ? 1 : 0};
