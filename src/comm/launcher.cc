@@ -480,6 +480,9 @@ int run_threads(RankContext& process, int world_size, const RankMain& main, cons
         if (out->codes[static_cast<size_t>(r)] < 0) hung += detail::cat(hung.empty() ? "" : ", ", r);
       }
       const std::string why = detail::cat("rank(s) ", hung, " did not return within ", deadline_ms, " ms");
+      // Said at once: should ending the others' waits hang too, the caller still learns how far it got.
+      std::fprintf(stderr, "in-process ranks: %s; ending the others' waits\n", why.c_str());
+      std::fflush(stderr);
       lock.unlock();
       abort_all(why);
       lock.lock();
