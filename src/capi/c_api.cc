@@ -104,20 +104,28 @@ Registry& groups() {
   return *r;
 }
 
-// A live communicator handle, held for the length of one call.
-class CommUse {
+// A live handle, held for the length of one call: it cannot be destroyed meanwhile.
+template <typename Handle>
+class Held {
  public:
-  CommUse(const asynctp_comm* c, const char* function) : handle_(c) {
-    if (c == nullptr) raise(cat(function, ": comm is NULL (never created, or destroyed)"));
-    comms().enter(c, function, "comm", "communicator");
+  Held(Registry& registry, const Handle* handle, const char* function, const char* argument, const char* kind)
+      : registry_(registry), handle_(handle) {
+    if (handle == nullptr) raise(cat(function, ": ", argument, " is NULL (never created, or destroyed)"));
+    registry.enter(handle, function, argument, kind);
   }
-  ~CommUse() { comms().leave(handle_); }
-  CommUse(const CommUse&) = delete;
-  CommUse& operator=(const CommUse&) = delete;
-  asynctp::Communicator& comm() const { return *handle_->comm; }
+  ~Held() { registry_.leave(handle_); }
+  Held(const Held&) = delete;
+  Held& operator=(const Held&) = delete;
+  const Handle* operator->() const { return handle_; }
 
  private:
-  const asynctp_comm* handle_;
+  Registry& registry_;
+  const Handle* handle_;
+};
+
+struct CommUse : Held<asynctp_comm> {
+  CommUse(const asynctp_comm* c, const char* function) : Held(comms(), c, function, "comm", "communicator") {}
+  asynctp::Communicator& comm() const { return *(*this)->comm; }
 };
 
 asynctp::TensorRef to_ref(const asynctp_tensor& t, const char* function, const std::string& argument) {
@@ -257,12 +265,7 @@ int asynctp_comm_create_in_process(asynctp_group* group, int rank, int timeout_m
     const char* fn = "asynctp_comm_create_in_process";
     if (comm == nullptr) raise(cat(fn, ": comm (the result) is NULL"));
     *comm = nullptr;
-    if (group == nullptr) raise(cat(fn, ": group is NULL (never created, or destroyed)"));
-    groups().enter(group, fn, "group", "in-process group");
-    struct Leave {
-      const asynctp_group* g;
-      ~Leave() { groups().leave(g); }
-    } leave{group};
+    const Held<asynctp_group> held(groups(), group, fn, "group", "in-process group");
     asynctp::CommunicatorOptions options;
     options.timeout_ms = timeout_ms;
     options.sm_budget = sm_budget;
