@@ -21,8 +21,11 @@ int nccl_runtime_version();
 // address with 2.28.9 headers on a 2.28.3 library). Codes are NCCL_VERSION_CODE values.
 void check_nccl_versions_match(int runtime, int built);
 
-// Throws asynctp::Error naming `what` unless (cc_major, cc_minor) is Hopper (9.0), the only
-// architecture the fused (wgmma/TMA) kernels are built for.
+// Whether (cc_major, cc_minor) is Hopper (9.0), the only architecture the fused (wgmma/TMA) kernels
+// are built for.
+constexpr bool is_hopper(int cc_major, int cc_minor) { return cc_major == 9 && cc_minor == 0; }
+
+// Throws asynctp::Error naming `what` unless is_hopper(cc_major, cc_minor).
 void check_hopper(int cc_major, int cc_minor, const char* gpu_name, int device, const char* what);
 
 }  // namespace asynctp

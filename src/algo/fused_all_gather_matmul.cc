@@ -79,7 +79,6 @@ void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan&
   timeline.mark("entry");
   agree();
   timeline.mark("agreed");
-  require_one_node(comm, "all_gather_matmul");
   Communicator::Impl& m = comm.impl();
   const int ws = m.world_size, me = m.rank;
   const size_t es = dtype_size(plan.dtype);

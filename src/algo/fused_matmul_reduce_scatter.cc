@@ -124,7 +124,6 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
   timeline.mark("entry");
   agree();
   timeline.mark("agreed");
-  require_one_node(comm, "matmul_reduce_scatter");
   Communicator::Impl& m = comm.impl();
   const int ws = m.world_size, me = m.rank;
   const int64_t rows = plan.out_rows;

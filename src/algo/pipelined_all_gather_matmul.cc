@@ -48,7 +48,6 @@ void pipelined_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulP
                                  const std::vector<TensorRef>& outputs, const TensorRef& gathered_a,
                                  cudaStream_t stream, const AgreeFn& agree, int chunks_per_rank) {
   agree();
-  require_one_node(comm, "all_gather_matmul");
   Communicator::Impl& m = comm.impl();
   const int ws = m.world_size, me = m.rank;
   const size_t es = dtype_size(plan.dtype);

@@ -26,7 +26,6 @@ void pipelined_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduce
                                      const TensorRef& b, const TensorRef& output, cudaStream_t stream,
                                      const AgreeFn& agree, int chunks_per_rank, RsSum sum) {
   agree();
-  require_one_node(comm, "matmul_reduce_scatter");
   Communicator::Impl& m = comm.impl();
   const int ws = m.world_size, me = m.rank;
   const size_t es = dtype_size(plan.dtype);

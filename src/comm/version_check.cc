@@ -30,7 +30,7 @@ void check_nccl_versions_match(int runtime, int built) {
 }
 
 void check_hopper(int cc_major, int cc_minor, const char* gpu_name, int device, const char* what) {
-  ASYNCTP_CHECK(cc_major == 9 && cc_minor == 0, what, " needs a Hopper GPU (compute capability 9.0: H100, H200); ",
+  ASYNCTP_CHECK(is_hopper(cc_major, cc_minor), what, " needs a Hopper GPU (compute capability 9.0: H100, H200); ",
                 "GPU ", device, " (", gpu_name ? gpu_name : "unknown", ") has compute capability ", cc_major, ".",
                 cc_minor, ". Use algorithm 'sequential' or 'pipelined' on this GPU.");
 }

@@ -10,6 +10,7 @@
 #include "algo/sequential.h"
 #include "asynctp/communicator.h"
 #include "asynctp/error.h"
+#include "asynctp/version.h"
 #include "comm/communicator_impl.h"
 #include "common/check.h"
 #include "kernels/fused/tile_trace.h"
@@ -65,7 +66,10 @@ std::pair<Plan, algo::AgreeFn> plan_and_agree(Communicator& comm, const char* op
 // rank to reach every other's memory, and fused a Hopper GPU.
 void check_runs_here(Communicator& comm, const char* op, Algorithm algorithm) {
   if (algorithm == Algorithm::kPipelined || algorithm == Algorithm::kFused) algo::require_one_node(comm, op);
-  if (algorithm == Algorithm::kFused) comm.require_hopper(detail::cat(op, " with algorithm 'fused'").c_str());
+  const Communicator::Impl& m = comm.impl();
+  if (algorithm == Algorithm::kFused && !is_hopper(m.cc_major, m.cc_minor)) {
+    comm.require_hopper(detail::cat(op, " with algorithm 'fused'").c_str());
+  }
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include "comm/communicator_impl.h"
 #include "algo/fused.h"
 #include "algo/pipelined.h"
+#include "asynctp/version.h"
 
 namespace asynctp::tune {
 namespace {
@@ -83,9 +84,8 @@ bool fused_kernel_applies(const ProblemKey& key) {
 }
 
 Choice choose_for(const Communicator& comm, const ProblemKey& key) {
-  // The fused kernel is built for Hopper only (sm_90a).
-  const bool hopper = comm.impl().cc_major == 9;
-  return choose(key, tuning_cache(comm.impl().tuning_cache), hopper && fused_kernel_applies(key));
+  const Communicator::Impl& m = comm.impl();
+  return choose(key, tuning_cache(m.tuning_cache), is_hopper(m.cc_major, m.cc_minor) && fused_kernel_applies(key));
 }
 
 namespace {
@@ -99,7 +99,7 @@ OpOptions with_choice(const Communicator& comm, const OpOptions& options, bool s
   OpOptions resolved = options;
   resolved.algorithm = Algorithm::kSequential;
   resolved.chunks_per_rank = 0;
-  if (!sized || !algo::one_node(comm)) return resolved;
+  if (!sized) return resolved;
   auto& memo = comm.impl().auto_choices;
   const std::array<int64_t, 6> k{static_cast<int64_t>(key.op), key.M, key.N, key.K, static_cast<int64_t>(key.dtype),
                                  key.last_dim ? 1 : 0};
@@ -107,7 +107,7 @@ OpOptions with_choice(const Communicator& comm, const OpOptions& options, bool s
   if (it == memo.end()) {
     // Bounded for jobs whose shapes keep changing; a forgotten choice is only recomputed.
     if (memo.size() >= kMaxRememberedChoices) memo.clear();
-    const Choice c = choose_for(comm, key);
+    const Choice c = algo::one_node(comm) ? choose_for(comm, key) : Choice{};  // across nodes: sequential
     it = memo.emplace(k, std::make_pair(static_cast<int>(c.algorithm), c.chunks_per_rank)).first;
   }
   resolved.algorithm = static_cast<Algorithm>(it->second.first);
