@@ -111,7 +111,7 @@ SymmetricBuffer& OverlapResources::inbox(size_t bytes, cudaStream_t stream) {
     ASYNCTP_CHECK(!capturing(stream), "fused: this call needs an inbox (symmetric memory peers push into) of ",
                   bytes, " bytes, larger than the one made so far, and symmetric memory cannot be allocated while a "
                   "CUDA graph is being captured; make one call of the largest shape before capturing");
-    inbox_.reset();  // collective: drains the GPU first
+    comm_.impl().retire(std::move(inbox_));  // freed (collective: drains the GPU first) or kept for graphs
     inbox_ = SymmetricBuffer::create(comm_, bytes);
   }
   return *inbox_;

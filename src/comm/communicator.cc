@@ -228,13 +228,21 @@ void* Communicator::Impl::scratch_for(size_t bytes, cudaStream_t stream) {
                   "communicator holds ", scratch_bytes, "; it cannot grow under CUDA graph capture: make one call of ",
                   "this size outside capture first");
     // Stream-ordered: the old scratch's last use (this rank's previous call) is ordered before `stream`.
-    if (scratch) ASYNCTP_CUDA_CHECK(cudaFreeAsync(scratch, stream));
+    if (scratch && graphs_captured) {
+      retired_scratch.push_back(scratch);
+    } else if (scratch) {
+      ASYNCTP_CUDA_CHECK(cudaFreeAsync(scratch, stream));
+    }
     scratch = nullptr;
     scratch_bytes = 0;
     ASYNCTP_CUDA_CHECK(cudaMallocAsync(&scratch, bytes, stream));
     scratch_bytes = bytes;
   }
   return scratch;
+}
+
+void Communicator::Impl::retire(std::unique_ptr<SymmetricBuffer> buffer) {
+  if (buffer && graphs_captured) retired_buffers.push_back(std::move(buffer));
 }
 
 void* Communicator::Impl::tail_split_workspace(cudaStream_t stream) {
@@ -374,6 +382,8 @@ Communicator::~Communicator() {
   if (healthy) {
     m.overlap.reset();
     m.workspace.reset();
+    m.retired_buffers.clear();
+    for (void* p : m.retired_scratch) cudaFree(p);
     m.barrier_pad.reset();
     m.signals.reset();
     cudaFree(m.barrier_epoch);
@@ -384,6 +394,7 @@ Communicator::~Communicator() {
   } else {
     (void)m.overlap.release();
     (void)m.workspace.release();
+    for (auto& b : m.retired_buffers) (void)b.release();
     (void)m.barrier_pad.release();
     (void)m.signals.release();
   }
@@ -419,7 +430,7 @@ SymmetricBuffer& Communicator::workspace(size_t bytes) {
     // Grow geometrically so a sequence of slightly larger requests does not reallocate every time.
     size_t grown = impl_->workspace ? impl_->workspace->size() : 0;
     grown = std::max(bytes, grown + grown / 2);
-    impl_->workspace.reset();
+    impl_->retire(std::move(impl_->workspace));
     impl_->workspace = SymmetricBuffer::create(*this, grown);
   }
   return *impl_->workspace;

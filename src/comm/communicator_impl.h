@@ -62,6 +62,14 @@ struct Communicator::Impl {
   uint64_t check_seq = 0;                // argument checks made so far
   void* scratch = nullptr;            // ordinary device memory for the algorithms' local buffers
   size_t scratch_bytes = 0;
+  // Once a call has been captured in a CUDA graph, the graph may replay at any time with the pointers
+  // it was captured with: what a growth outgrows is then kept here until the communicator goes, not
+  // freed (docs/design/communicator.md, "Memory").
+  bool graphs_captured = false;
+  std::vector<void*> retired_scratch;
+  std::vector<std::unique_ptr<SymmetricBuffer>> retired_buffers;  // the same on every rank, in order
+  // Keeps `buffer` alive where a captured graph may use it, else frees it (collective).
+  void retire(std::unique_ptr<SymmetricBuffer> buffer);
   std::vector<const SymmetricBuffer*> symmetric_buffers;  // every live buffer made on this communicator
   std::unique_ptr<algo::OverlapResources> overlap;       // made by the first pipelined or fused call
   void* tail_split = nullptr;  // the fused GEMM's split-K workspace (kernels/fused/tail_split.h)

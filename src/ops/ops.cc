@@ -61,6 +61,14 @@ std::pair<Plan, algo::AgreeFn> plan_and_agree(Communicator& comm, const char* op
           }};
 }
 
+// A call captured in a CUDA graph may be replayed at any time later: from then on the communicator
+// keeps what it outgrows instead of freeing it (Communicator::Impl::graphs_captured).
+void note_capture(Communicator& comm, cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  ASYNCTP_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  if (status != cudaStreamCaptureStatusNone) comm.impl().graphs_captured = true;
+}
+
 // Where the algorithm cannot run on these GPUs, a refusal like a bad argument's (inside the plan, so
 // that it goes through the agreement and every rank fails together): pipelined and fused need every
 // rank to reach every other's memory, and fused a Hopper GPU.
@@ -81,6 +89,7 @@ void all_gather_matmul(Communicator& comm, const TensorRef& a_shard, const std::
   const detail::RankScope scope(comm.rank());
   kernels::fused::CallTimeline::note_op_entry();
   comm.impl().require_usable(op);
+  note_capture(comm, stream);
   // kAuto becomes a concrete algorithm first, so that the ranks compare what they will run.
   const OpOptions options = tune::resolve_all_gather_matmul(comm, a_shard, bs, gather_dim, requested);
   ops::Signature signature = ops::signature_of(op, a_shard, bs, gather_dim, options, gathered_a.defined() ? 1 : 0);
@@ -121,6 +130,7 @@ void matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const TensorR
   const detail::RankScope scope(comm.rank());
   kernels::fused::CallTimeline::note_op_entry();
   comm.impl().require_usable(op);
+  note_capture(comm, stream);
   const OpOptions options = tune::resolve_matmul_reduce_scatter(comm, a, b, scatter_dim, requested);
   const auto [plan, agree] = plan_and_agree<ops::MatmulReduceScatterPlan>(
       comm, op, ops::signature_of(op, a, {b}, scatter_dim, options, static_cast<int64_t>(reduce_op)), options, stream,

@@ -419,5 +419,10 @@ TEST(FusedOps, ReduceScatterWithAPeerThatNeverComesEndsWithTheTimeoutReport) {
   });
 }
 
+// A graph captured before the communicator's buffers grow replays right after (ops_problems.h).
+TEST(FusedOps, AGraphCapturedBeforeBuffersGrowStillReplaysRight) {
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) { return replays_after_growth(ctx, with(Algorithm::kFused)); });
+}
+
 }  // namespace
 }  // namespace asynctp

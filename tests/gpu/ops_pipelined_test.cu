@@ -180,5 +180,10 @@ TEST(PipelinedOps, APeerThatNeverComesEndsWithTheTimeoutReport) {
   RUN_EVERY_WORLD_SIZE([](RankContext& ctx) { return absent_peer_times_out(ctx, pipelined()); });
 }
 
+// A graph captured before the communicator's buffers grow replays right after (ops_problems.h).
+TEST(PipelinedOps, AGraphCapturedBeforeBuffersGrowStillReplaysRight) {
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) { return replays_after_growth(ctx, pipelined()); });
+}
+
 }  // namespace
 }  // namespace asynctp

@@ -166,6 +166,57 @@ inline int graph_replays(RankContext& ctx, const OpOptions& ag_options, const Op
   return 0;
 }
 
+// One call of each op captured at the small shapes, then, in turn, eager calls at ever larger shapes
+// (each grows the communicator's scratch, workspace and fused inbox) and replays of the graph, every
+// result checked. The graph holds the pointers it was captured with: had a growth freed them, a replay
+// would read and write freed memory (wrong results, or a fault), the pattern of decode graphs captured
+// at start and prefill run eagerly.
+inline int replays_after_growth(RankContext& ctx, const OpOptions& options) {
+  BothOps t(ctx);
+  auto& comm = t.comm;
+  auto& st = t.st;
+  const int ws = t.ws, r = t.r;
+  InputSets small(t.ag, t.rs, 1, r, t.fp32, st.s);
+  auto step = [&] {
+    all_gather_matmul(*comm, t.ag.a_ref(small.ag_a[0]->p), {t.ag.b_ref()}, 0, {t.ag.out_ref(small.ag_out[0]->p)},
+                      TensorRef{}, st.s, options);
+    matmul_reduce_scatter(*comm, t.rs.a_ref(small.rs_a[0]->p), t.rs.b_ref(), 0, ReduceOp::kSum,
+                          t.rs.out_ref(small.rs_out[0]->p), st.s, options);
+  };
+  auto check_small = [&](const std::string& what) {
+    t.ag.check(small.ag_out[0]->p, small.ag_ref[0]->f(), ("all_gather_matmul " + what).c_str(), st.s);
+    t.rs.check(small.rs_out[0]->p, small.rs_ref[0]->f(), r, ws, ("matmul_reduce_scatter " + what).c_str(), st.s);
+  };
+  step();  // outside capture: what the small calls need is made here
+  comm->synchronize(st.s);
+  check_small("before capture");
+  cudaGraph_t graph;
+  RANK_CUDA(cudaStreamBeginCapture(st.s, cudaStreamCaptureModeThreadLocal));
+  step();
+  RANK_CUDA(cudaStreamEndCapture(st.s, &graph));
+  cudaGraphExec_t exec = executable_on_every_rank(ctx, graph, st.s);
+  for (const int64_t scale : {2, 4, 8}) {
+    AgProblem ag(ws, 256 * scale, 512, 384, st.s);
+    RsProblem rs(ws, r, 256 * ws * scale, 384, 256 * ws, st.s);
+    InputSets big(ag, rs, 1, r, t.fp32, st.s);
+    all_gather_matmul(*comm, ag.a_ref(big.ag_a[0]->p), {ag.b_ref()}, 0, {ag.out_ref(big.ag_out[0]->p)}, TensorRef{},
+                      st.s, options);
+    matmul_reduce_scatter(*comm, rs.a_ref(big.rs_a[0]->p), rs.b_ref(), 0, ReduceOp::kSum, rs.out_ref(big.rs_out[0]->p),
+                          st.s, options);
+    ag.check(big.ag_out[0]->p, big.ag_ref[0]->f(), detail::cat("all_gather_matmul at ", scale, "x rows").c_str(), st.s);
+    rs.check(big.rs_out[0]->p, big.rs_ref[0]->f(), r, ws,
+             detail::cat("matmul_reduce_scatter at ", scale, "x rows").c_str(), st.s);
+    reference::poison(small.ag_out[0]->p, t.ag.M * t.ag.N * 2, st.s);
+    reference::poison(small.rs_out[0]->p, t.rs.rows * t.rs.N * 2, st.s);
+    RANK_CUDA(cudaGraphLaunch(exec, st.s));
+    check_small(detail::cat("replayed after growing to ", scale, "x rows"));
+  }
+  ctx.barrier();  // every rank's replays are done before any frees what they used
+  RANK_CUDA(cudaGraphExecDestroy(exec));
+  RANK_CUDA(cudaGraphDestroy(graph));
+  return 0;
+}
+
 // A communicator with timeout `timeout_ms` and one small problem of either op, for the tests in which
 // a peer fails or stays away. call() runs all_gather_matmul (gather_dim 0, A [ag_m, ag_kn] per rank,
 // N ag_kn), or where `reduce_scatter` matmul_reduce_scatter (scatter_dim 0, rs_rows rows per rank, N

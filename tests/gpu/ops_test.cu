@@ -4,7 +4,7 @@
 // with the outputs untouched. The pipelined algorithm's own cases (pieces, a shard in symmetric memory,
 // calls back to back, CUDA graph replays, an absent peer) are in ops_pipelined_test.cu, the fused
 // algorithm's in ops_fused_test.cu.
-#include "ops_test_cases.h"
+#include "ops_problems.h"
 
 namespace asynctp {
 namespace {
@@ -150,6 +150,15 @@ TEST(SequentialOps, CapturedInACudaGraph) {
     RANK_CUDA(cudaGraphDestroy(graph));
     RANK_CUDA(cudaStreamDestroy(s));
     return 0;
+  });
+}
+
+// A graph captured before the communicator's buffers grow replays right after (ops_problems.h).
+TEST(SequentialOps, AGraphCapturedBeforeBuffersGrowStillReplaysRight) {
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) {
+    OpOptions o;
+    o.algorithm = Algorithm::kSequential;
+    return replays_after_growth(ctx, o);
   });
 }
 
