@@ -69,6 +69,28 @@ void note_capture(Communicator& comm, cudaStream_t stream) {
   if (status != cudaStreamCaptureStatusNone) comm.impl().graphs_captured = true;
 }
 
+// Every tensor must be memory this rank's GPU addresses as its own: device memory of that GPU, or
+// managed memory. Host memory (pinned or not) and another GPU's memory would fault in a kernel or be
+// read across PCIe unnoticed; they are refused by name (inside the plan, so on every rank together).
+void check_on_this_gpu(const Communicator& comm, const char* op, const NamedInputs& tensors) {
+  for (const auto& [name, t] : tensors) {
+    if (!t.defined()) continue;
+    cudaPointerAttributes attr{};
+    const cudaError_t e = cudaPointerGetAttributes(&attr, t.data);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      detail::raise(detail::cat(op, ": ", name, " (", t.data, ") is not memory CUDA knows (", cudaGetErrorString(e),
+                                "); expected device memory of this rank's GPU ", comm.device()));
+    }
+    if (attr.type == cudaMemoryTypeManaged) continue;
+    ASYNCTP_CHECK(attr.type == cudaMemoryTypeDevice, op, ": ", name, " is ",
+                  attr.type == cudaMemoryTypeHost ? "pinned host memory" : "host memory",
+                  "; expected device memory of this rank's GPU ", comm.device());
+    ASYNCTP_CHECK(attr.device == comm.device(), op, ": ", name, " is memory of GPU ", attr.device,
+                  "; expected memory of this rank's GPU ", comm.device());
+  }
+}
+
 // Where the algorithm cannot run on these GPUs, a refusal like a bad argument's (inside the plan, so
 // that it goes through the agreement and every rank fails together): pipelined and fused need every
 // rank to reach every other's memory, and fused a Hopper GPU.
@@ -109,6 +131,10 @@ void all_gather_matmul(Communicator& comm, const TensorRef& a_shard, const std::
       comm, op, std::move(signature), options, stream,
       [&] {
         auto p = ops::plan_all_gather_matmul(comm.world_size(), a_shard, bs, gather_dim, outputs, gathered_a, options);
+        NamedInputs all = inputs;
+        for (size_t i = 0; i < outputs.size(); ++i) all.emplace_back(detail::cat("outputs[", i, "]"), outputs[i]);
+        all.emplace_back("gathered_a", gathered_a);
+        check_on_this_gpu(comm, op, all);
         check_runs_here(comm, op, options.algorithm);
         return p;
       },
@@ -136,6 +162,7 @@ void matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const TensorR
       comm, op, ops::signature_of(op, a, {b}, scatter_dim, options, static_cast<int64_t>(reduce_op)), options, stream,
       [&] {
         auto p = ops::plan_matmul_reduce_scatter(comm.world_size(), a, b, scatter_dim, reduce_op, output, options);
+        check_on_this_gpu(comm, op, {{"a", a}, {"b", b}, {"output", output}});
         check_runs_here(comm, op, options.algorithm);
         return p;
       },

@@ -97,6 +97,65 @@ TEST(Inputs, NonFiniteInputsAreNamedWithRankTensorAndIndexUnderCheckNan) {
 
 // C has 32768 x 65664 = 2,151,677,952 elements (more than 2^31) and the reduce-scatter's partial
 // product as many: every offset past 2^31 must be computed in 64 bits, by every algorithm.
+// Rank 1 passes one tensor from host memory (pinned, then unregistered): with every algorithm and both
+// ops, its call names the tensor and the memory, every other rank's names rank 1, and no rank's output
+// is written.
+int tensors_off_the_gpu_are_refused(RankContext& ctx) {
+  auto comm = make_comm(ctx);
+  Stream st;
+  const int ws = ctx.world_size;
+  AgProblem p(ws, 128, 256, 256, st.s);
+  RsProblem q(ws, ctx.rank, 256 * ws, 256, 256 * ws, st.s);
+  Buf a(p.m * p.K * 2), out(p.M * p.N * 2), rs_a(q.M * q.kl * 2), rs_out(q.rows * q.N * 2);
+  void* pinned = nullptr;
+  RANK_CUDA(cudaMallocHost(&pinned, std::max(p.K * p.N, q.rows * q.N) * 2));
+  std::vector<char> unregistered(static_cast<size_t>(std::max(p.K * p.N, q.rows * q.N) * 2) + 16);
+  void* plain = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(unregistered.data()) + 15) / 16 * 16);
+  for (const Algorithm algorithm : {Algorithm::kSequential, Algorithm::kPipelined, Algorithm::kFused}) {
+    for (void* host : {pinned, plain}) {
+      const char* kind = host == pinned ? "pinned host memory" : "host memory";
+      OpOptions o;
+      o.algorithm = algorithm;
+      RANK_CUDA(cudaMemsetAsync(out.p, 0x5A, p.M * p.N * 2, st.s));
+      RANK_CUDA(cudaMemsetAsync(rs_out.p, 0x5A, q.rows * q.N * 2, st.s));
+      RANK_CUDA(cudaStreamSynchronize(st.s));
+      const bool mine = ctx.rank == 1;
+      std::string ag_error, rs_error;
+      const TensorRef b = mine ? TensorRef::dense(host, DType::kBF16, {p.K, p.N}) : p.b_ref();
+      try {
+        all_gather_matmul(*comm, p.a_ref(a.p), {b}, 0, {p.out_ref(out.p)}, TensorRef{}, st.s, o);
+      } catch (const Error& e) {
+        ag_error = e.what();
+      }
+      try {
+        matmul_reduce_scatter(*comm, q.a_ref(rs_a.p), q.b_ref(), 0, ReduceOp::kSum,
+                              mine ? TensorRef::dense(host, DType::kBF16, {q.rows, q.N}) : q.out_ref(rs_out.p), st.s, o);
+      } catch (const Error& e) {
+        rs_error = e.what();
+      }
+      const std::string expected_ag = mine ? detail::cat("all_gather_matmul: bs[0] is ", kind, "; expected device memory")
+                                           : std::string("all_gather_matmul: rank 1 refused its arguments");
+      const std::string expected_rs = mine ? detail::cat("matmul_reduce_scatter: output is ", kind, "; expected device memory")
+                                           : std::string("matmul_reduce_scatter: rank 1 refused its arguments");
+      RANK_CHECK(contains(ag_error, expected_ag), algorithm_name(algorithm), ", ", kind, ": ", ag_error);
+      RANK_CHECK(contains(rs_error, expected_rs), algorithm_name(algorithm), ", ", kind, ": ", rs_error);
+      std::vector<unsigned char> ag_host(p.M * p.N * 2), rs_host(q.rows * q.N * 2);
+      RANK_CUDA(cudaMemcpyAsync(ag_host.data(), out.p, ag_host.size(), cudaMemcpyDeviceToHost, st.s));
+      RANK_CUDA(cudaMemcpyAsync(rs_host.data(), rs_out.p, rs_host.size(), cudaMemcpyDeviceToHost, st.s));
+      comm->synchronize(st.s);
+      for (unsigned char v : ag_host) RANK_CHECK(v == 0x5A, "all_gather_matmul's output was written to");
+      for (unsigned char v : rs_host) RANK_CHECK(v == 0x5A, "matmul_reduce_scatter's output was written to");
+    }
+  }
+  RANK_CUDA(cudaFreeHost(pinned));
+  std::printf("rank %d: host tensors refused with every algorithm\n", ctx.rank);
+  return 0;
+}
+
+TEST(Inputs, TensorsOffTheGpuAreRefusedByNameOnEveryRank) {
+  RUN_EVERY_WORLD_SIZE(tensors_off_the_gpu_are_refused);
+}
+
 TEST(Inputs, TensorsOfMoreThan2Pow31ElementsAreRight) {
   REQUIRE_GPUS(2);
   RUN_RANKS(2, [](RankContext& ctx) {
