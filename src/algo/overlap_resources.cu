@@ -108,9 +108,8 @@ uint32_t* OverlapResources::pad_of(int peer) const { return pad_->peer(peer); }
 
 SymmetricBuffer& OverlapResources::inbox(size_t bytes, cudaStream_t stream) {
   if (!inbox_ || inbox_->size() < bytes) {
-    ASYNCTP_CHECK(!capturing(stream), "fused: this call needs an inbox (symmetric memory peers push into) of ",
-                  bytes, " bytes, larger than the one made so far, and symmetric memory cannot be allocated while a "
-                  "CUDA graph is being captured; make one call of the largest shape before capturing");
+    Communicator::Impl::refuse_growth_under_capture(stream, "fused inbox (symmetric memory peers push into)", bytes,
+                                                    inbox_ ? inbox_->size() : 0);
     comm_.impl().retire(std::move(inbox_));  // freed (collective: drains the GPU first) or kept for graphs
     inbox_ = SymmetricBuffer::create(comm_, bytes);
   }

@@ -64,7 +64,7 @@ void pipelined_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulP
 
   OverlapResources& pr = OverlapResources::of(comm, stream);
   // Peers read the shard where the caller keeps it, if that is symmetric memory; else from a copy.
-  const SymmetricBuffer* source = a_symmetric ? a_symmetric : &comm.workspace(shard_bytes);
+  const SymmetricBuffer* source = a_symmetric ? a_symmetric : &m.workspace_for(comm, shard_bytes, stream);
   const size_t source_offset = a_symmetric ? bytes(a_shard.data) - bytes(a_symmetric->local()) : 0;
   char* gathered = plan.return_a ? bytes(gathered_a.data)
                                  : static_cast<char*>(m.scratch_for(static_cast<size_t>(plan.M) * row_bytes, stream));

@@ -68,7 +68,7 @@ void pipelined_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduce
   OverlapResources& pr = OverlapResources::of(comm, stream);
   const bool in_gemm = resolve_rs_sum(ws, rows, sum) == RsSum::kInGemm;
   const size_t slot_bytes = align_up(static_cast<size_t>(rows) * row_bytes);
-  SymmetricBuffer& partials = comm.workspace(ws * slot_bytes);  // slot d: this rank's partial for rank d
+  SymmetricBuffer& partials = m.workspace_for(comm, ws * slot_bytes, stream);  // slot d: this rank's partial for rank d
   char* landed = static_cast<char*>(m.scratch_for(ws * slot_bytes, stream));  // slot q: rank q's partial for this rank
   char* own = bytes(partials.local()) + me * slot_bytes;
   // Summed in the GEMM, the own piece j waits for the landed piece j: with one piece the whole pull

@@ -222,11 +222,7 @@ void Communicator::Impl::wait_bounded(cudaStream_t stream, int64_t wait_ms, cons
 
 void* Communicator::Impl::scratch_for(size_t bytes, cudaStream_t stream) {
   if (bytes > scratch_bytes) {
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    ASYNCTP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-    ASYNCTP_CHECK(capture == cudaStreamCaptureStatusNone, "this call needs ", bytes, " bytes of scratch and the ",
-                  "communicator holds ", scratch_bytes, "; it cannot grow under CUDA graph capture: make one call of ",
-                  "this size outside capture first");
+    refuse_growth_under_capture(stream, "scratch", bytes, scratch_bytes);
     // Stream-ordered: the old scratch's last use (this rank's previous call) is ordered before `stream`.
     if (scratch && graphs_captured) {
       retired_scratch.push_back(scratch);
@@ -239,6 +235,22 @@ void* Communicator::Impl::scratch_for(size_t bytes, cudaStream_t stream) {
     scratch_bytes = bytes;
   }
   return scratch;
+}
+
+SymmetricBuffer& Communicator::Impl::workspace_for(Communicator& comm, size_t bytes, cudaStream_t stream) {
+  if (!workspace || workspace->size() < bytes) {
+    refuse_growth_under_capture(stream, "symmetric workspace", bytes, workspace ? workspace->size() : 0);
+  }
+  return comm.workspace(bytes);
+}
+
+void Communicator::Impl::refuse_growth_under_capture(cudaStream_t stream, const char* what, size_t needed,
+                                                      size_t held) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  ASYNCTP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  ASYNCTP_CHECK(capture == cudaStreamCaptureStatusNone, "this call needs ", needed, " bytes of ", what,
+                " and the communicator holds ", held, "; it cannot grow under CUDA graph capture: make one call of ",
+                "this size outside capture first");
 }
 
 void Communicator::Impl::retire(std::unique_ptr<SymmetricBuffer> buffer) {

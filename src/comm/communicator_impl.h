@@ -108,6 +108,13 @@ struct Communicator::Impl {
   // is not drained: other ranks' kernels on a shared GPU may wait for this rank's next work), so not
   // during graph capture.
   void* scratch_for(size_t bytes, cudaStream_t stream);
+  // The communicator's workspace of at least `bytes`, for a call on `stream`: as
+  // Communicator::workspace, but a growth while `stream` is being captured is refused (every rank
+  // needs the same growth at the same call, so every rank refuses it alike).
+  SymmetricBuffer& workspace_for(Communicator& comm, size_t bytes, cudaStream_t stream);
+  // Refuses, while `stream` is being captured, a growth of `what` (scratch, workspace, inbox) from
+  // `held` to `needed` bytes: one message for every such growth.
+  static void refuse_growth_under_capture(cudaStream_t stream, const char* what, size_t needed, size_t held);
 
   // The fused GEMM's workspace for splitting its last round of tiles, allocated (counters zeroed) on
   // first use; null where that first use is being captured into a CUDA graph, which allocates nothing

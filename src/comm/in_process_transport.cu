@@ -194,9 +194,9 @@ class InProcessTransport final : public Transport {
   // transport goes: a peer's collective that reads it may still be queued.
   const SymmetricMapping& staging(size_t bytes, cudaStream_t stream, const char* what) {
     if (stagings_.empty() || stagings_.back().bytes < bytes) {
-      ASYNCTP_CHECK(!capturing(stream), "in-process ", what, ": its staging must grow to ", bytes,
-                    " bytes, which cannot happen under CUDA graph capture; make one call of this size outside "
-                    "capture first");
+      ASYNCTP_CHECK(!capturing(stream), "in-process ", what, ": this call needs ", bytes, " bytes of staging and the ",
+                    "transport holds ", stagings_.empty() ? 0 : stagings_.back().bytes, "; it cannot grow under CUDA ",
+                    "graph capture: make one call of this size outside capture first");
       const size_t grown = stagings_.empty() ? 0 : stagings_.back().bytes;
       stagings_.push_back(map_symmetric(std::max(bytes, grown + grown / 2)));
     }

@@ -424,5 +424,10 @@ TEST(FusedOps, AGraphCapturedBeforeBuffersGrowStillReplaysRight) {
   RUN_EVERY_WORLD_SIZE([](RankContext& ctx) { return replays_after_growth(ctx, with(Algorithm::kFused)); });
 }
 
+// A call under capture that would have to grow the communicator's memory is refused (ops_problems.h).
+TEST(FusedOps, GrowthUnderCaptureIsRefusedOnEveryRank) {
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) { return growth_under_capture_is_refused(ctx, with(Algorithm::kFused)); });
+}
+
 }  // namespace
 }  // namespace asynctp

@@ -185,5 +185,10 @@ TEST(PipelinedOps, AGraphCapturedBeforeBuffersGrowStillReplaysRight) {
   RUN_EVERY_WORLD_SIZE([](RankContext& ctx) { return replays_after_growth(ctx, pipelined()); });
 }
 
+// A call under capture that would have to grow the communicator's memory is refused (ops_problems.h).
+TEST(PipelinedOps, GrowthUnderCaptureIsRefusedOnEveryRank) {
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) { return growth_under_capture_is_refused(ctx, pipelined()); });
+}
+
 }  // namespace
 }  // namespace asynctp

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 
 #include "ops_test_cases.h"
 
@@ -212,6 +213,69 @@ inline int replays_after_growth(RankContext& ctx, const OpOptions& options) {
     check_small(detail::cat("replayed after growing to ", scale, "x rows"));
   }
   ctx.barrier();  // every rank's replays are done before any frees what they used
+  RANK_CUDA(cudaGraphExecDestroy(exec));
+  RANK_CUDA(cudaGraphDestroy(graph));
+  return 0;
+}
+
+// A call under capture that needs more memory than the communicator holds is refused on every rank
+// with the same message (growing would allocate, and free what a replay may need); the stream is left
+// capturing nothing, and the same call outside capture, then captured, runs right.
+inline int growth_under_capture_is_refused(RankContext& ctx, const OpOptions& options) {
+  BothOps t(ctx);
+  auto& comm = t.comm;
+  auto& st = t.st;
+  const int ws = t.ws, r = t.r;
+  InputSets small(t.ag, t.rs, 1, r, t.fp32, st.s);
+  all_gather_matmul(*comm, t.ag.a_ref(small.ag_a[0]->p), {t.ag.b_ref()}, 0, {t.ag.out_ref(small.ag_out[0]->p)},
+                    TensorRef{}, st.s, options);
+  matmul_reduce_scatter(*comm, t.rs.a_ref(small.rs_a[0]->p), t.rs.b_ref(), 0, ReduceOp::kSum,
+                        t.rs.out_ref(small.rs_out[0]->p), st.s, options);
+  comm->synchronize(st.s);
+  AgProblem ag(ws, 256 * 8, 512, 384, st.s);
+  RsProblem rs(ws, r, 256 * ws * 8, 384, 256 * ws, st.s);
+  InputSets big(ag, rs, 1, r, t.fp32, st.s);
+  auto call_ag = [&] {
+    all_gather_matmul(*comm, ag.a_ref(big.ag_a[0]->p), {ag.b_ref()}, 0, {ag.out_ref(big.ag_out[0]->p)}, TensorRef{},
+                      st.s, options);
+  };
+  auto call_rs = [&] {
+    matmul_reduce_scatter(*comm, rs.a_ref(big.rs_a[0]->p), rs.b_ref(), 0, ReduceOp::kSum, rs.out_ref(big.rs_out[0]->p),
+                          st.s, options);
+  };
+  for (const auto& [what, call] : {std::pair<const char*, std::function<void()>>{"all_gather_matmul", call_ag},
+                                   std::pair<const char*, std::function<void()>>{"matmul_reduce_scatter", call_rs}}) {
+    RANK_CUDA(cudaStreamBeginCapture(st.s, cudaStreamCaptureModeThreadLocal));
+    std::string message;
+    try {
+      call();
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    cudaGraph_t discarded = nullptr;
+    const cudaError_t ended = cudaStreamEndCapture(st.s, &discarded);
+    if (discarded != nullptr) cudaGraphDestroy(discarded);
+    RANK_CHECK(ended == cudaSuccess, what, ": the capture could not be ended: ", cudaGetErrorString(ended));
+    RANK_CHECK(contains(message, "under CUDA graph capture") && contains(message, "outside capture first"), what,
+               ": ", message.empty() ? std::string("not refused") : message);
+  }
+  ctx.barrier();
+  call_ag();
+  call_rs();
+  ag.check(big.ag_out[0]->p, big.ag_ref[0]->f(), "all_gather_matmul after the refusal", st.s);
+  rs.check(big.rs_out[0]->p, big.rs_ref[0]->f(), r, ws, "matmul_reduce_scatter after the refusal", st.s);
+  cudaGraph_t graph;
+  RANK_CUDA(cudaStreamBeginCapture(st.s, cudaStreamCaptureModeThreadLocal));
+  call_ag();
+  call_rs();
+  RANK_CUDA(cudaStreamEndCapture(st.s, &graph));
+  cudaGraphExec_t exec = executable_on_every_rank(ctx, graph, st.s);
+  reference::poison(big.ag_out[0]->p, ag.M * ag.N * 2, st.s);
+  reference::poison(big.rs_out[0]->p, rs.rows * rs.N * 2, st.s);
+  RANK_CUDA(cudaGraphLaunch(exec, st.s));
+  ag.check(big.ag_out[0]->p, big.ag_ref[0]->f(), "all_gather_matmul replayed", st.s);
+  rs.check(big.rs_out[0]->p, big.rs_ref[0]->f(), r, ws, "matmul_reduce_scatter replayed", st.s);
+  ctx.barrier();
   RANK_CUDA(cudaGraphExecDestroy(exec));
   RANK_CUDA(cudaGraphDestroy(graph));
   return 0;

@@ -162,5 +162,14 @@ TEST(SequentialOps, AGraphCapturedBeforeBuffersGrowStillReplaysRight) {
   });
 }
 
+// A call under capture that would have to grow the communicator's memory is refused (ops_problems.h).
+TEST(SequentialOps, GrowthUnderCaptureIsRefusedOnEveryRank) {
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) {
+    OpOptions o;
+    o.algorithm = Algorithm::kSequential;
+    return growth_under_capture_is_refused(ctx, o);
+  });
+}
+
 }  // namespace
 }  // namespace asynctp
