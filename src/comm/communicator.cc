@@ -244,6 +244,21 @@ SymmetricBuffer& Communicator::Impl::workspace_for(Communicator& comm, size_t by
   return comm.workspace(bytes);
 }
 
+Communicator::Impl::OrderedCall::OrderedCall(Impl& m, cudaStream_t stream)
+    : m_(m), lock_(m.call_mutex), stream_(stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  ASYNCTP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  captured_ = capture != cudaStreamCaptureStatusNone;
+  if (!captured_ && m.last_stream != nullptr && m.last_stream != stream) {
+    ASYNCTP_CUDA_CHECK(cudaStreamWaitEvent(stream, m.last_call_end, 0));
+  }
+}
+
+Communicator::Impl::OrderedCall::~OrderedCall() {
+  if (captured_ || cudaEventRecord(m_.last_call_end, stream_) != cudaSuccess) return;
+  m_.last_stream = stream_;
+}
+
 void Communicator::Impl::refuse_growth_under_capture(cudaStream_t stream, const char* what, size_t needed,
                                                       size_t held) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -371,6 +386,7 @@ Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
                               "team; check `nvidia-smi topo -p2p r` and that P2P is not disabled (NCCL_P2P_DISABLE)."));
   }
 
+  ASYNCTP_CUDA_CHECK(cudaEventCreateWithFlags(&m.last_call_end, cudaEventDisableTiming));
   ASYNCTP_CUBLAS_CHECK(cublasLtCreate(&m.cublaslt));
   m.gemm.init(m.cublaslt);
   open_mailbox(m);
@@ -413,6 +429,7 @@ Communicator::~Communicator() {
   m.gemm.reset(/*free_device_memory=*/m.broken.empty());  // plans go before the handle they were made with
   if (m.cublaslt) cublasLtDestroy(m.cublaslt);
   if (m.setup_stream) cudaStreamDestroy(m.setup_stream);
+  if (m.last_call_end) cudaEventDestroy(m.last_call_end);
   m.transport->shutdown(healthy);
 }
 

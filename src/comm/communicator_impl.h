@@ -6,6 +6,7 @@
 #include <array>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,14 @@ struct Communicator::Impl {
   Team lsa;
   cublasLtHandle_t cublaslt = nullptr;
   cudaStream_t setup_stream = nullptr;   // for the library's own blocking set-up work
+  // One call at a time: the ops and barrier() hold it for their host part, so that calls from several
+  // threads run one after another (each rank must still make its calls in the same order).
+  std::mutex call_mutex;
+  // The last uncaptured call's stream and its end, which a call on another stream waits for: the
+  // calls share scratch, workspace, flags and events, so they must also run one after another on the
+  // GPU (OrderedCall).
+  cudaStream_t last_stream = nullptr;
+  cudaEvent_t last_call_end = nullptr;
   detail::DeviceFault* fault = nullptr;  // where this process's kernels report a timeout
 
   std::unique_ptr<SignalPad> signals;
@@ -112,6 +121,23 @@ struct Communicator::Impl {
   // Communicator::workspace, but a growth while `stream` is being captured is refused (every rank
   // needs the same growth at the same call, so every rank refuses it alike).
   SymmetricBuffer& workspace_for(Communicator& comm, size_t bytes, cudaStream_t stream);
+  // Held for one call on `stream`: serialises it with other threads' calls, and orders it on the GPU
+  // after the last call where that was on another stream (not under capture: a captured call runs when
+  // its graph is launched, ordered by the stream the caller launches it on).
+  class OrderedCall {
+   public:
+    OrderedCall(Impl& m, cudaStream_t stream);
+    ~OrderedCall();
+    OrderedCall(const OrderedCall&) = delete;
+    OrderedCall& operator=(const OrderedCall&) = delete;
+
+   private:
+    Impl& m_;
+    std::lock_guard<std::mutex> lock_;
+    cudaStream_t stream_;
+    bool captured_ = false;
+  };
+
   // Refuses, while `stream` is being captured, a growth of `what` (scratch, workspace, inbox) from
   // `held` to `needed` bytes: one message for every such growth.
   static void refuse_growth_under_capture(cudaStream_t stream, const char* what, size_t needed, size_t held);

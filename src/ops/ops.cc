@@ -109,6 +109,7 @@ void all_gather_matmul(Communicator& comm, const TensorRef& a_shard, const std::
                        const OpOptions& requested) {
   const char* op = "all_gather_matmul";
   const detail::RankScope scope(comm.rank());
+  const Communicator::Impl::OrderedCall ordered(comm.impl(), stream);
   kernels::fused::CallTimeline::note_op_entry();
   comm.impl().require_usable(op);
   note_capture(comm, stream);
@@ -154,6 +155,7 @@ void matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const TensorR
                            ReduceOp reduce_op, const TensorRef& output, cudaStream_t stream, const OpOptions& requested) {
   const char* op = "matmul_reduce_scatter";
   const detail::RankScope scope(comm.rank());
+  const Communicator::Impl::OrderedCall ordered(comm.impl(), stream);
   kernels::fused::CallTimeline::note_op_entry();
   comm.impl().require_usable(op);
   note_capture(comm, stream);
