@@ -73,7 +73,7 @@ struct Communicator::Impl {
   size_t scratch_bytes = 0;
   // Once a call has been captured in a CUDA graph, the graph may replay at any time with the pointers
   // it was captured with: what a growth outgrows is then kept here until the communicator goes, not
-  // freed (docs/design/communicator.md, "Memory").
+  // freed (docs/design/architecture.md, "Who owns which memory").
   bool graphs_captured = false;
   std::vector<void*> retired_scratch;
   std::vector<std::unique_ptr<SymmetricBuffer>> retired_buffers;  // the same on every rank, in order
