@@ -114,7 +114,8 @@ void all_gather_matmul(Communicator& comm, const TensorRef& a_shard, const std::
   comm.impl().require_usable(op);
   note_capture(comm, stream);
   // kAuto becomes a concrete algorithm first, so that the ranks compare what they will run.
-  const OpOptions options = tune::resolve_all_gather_matmul(comm, a_shard, bs, gather_dim, requested);
+  std::string auto_refusal;
+  const OpOptions options = tune::resolve_all_gather_matmul(comm, a_shard, bs, gather_dim, requested, auto_refusal);
   ops::Signature signature = ops::signature_of(op, a_shard, bs, gather_dim, options, gathered_a.defined() ? 1 : 0);
   // Pipelined: peers read a shard in symmetric memory in place, so every rank must keep it at the same
   // offset. Looked up before validation, so only where the tensor is well formed enough to measure.
@@ -131,6 +132,7 @@ void all_gather_matmul(Communicator& comm, const TensorRef& a_shard, const std::
   const auto [plan, agree] = plan_and_agree<ops::AllGatherMatmulPlan>(
       comm, op, std::move(signature), options, stream,
       [&] {
+        if (!auto_refusal.empty()) throw Error(auto_refusal);
         auto p = ops::plan_all_gather_matmul(comm.world_size(), a_shard, bs, gather_dim, outputs, gathered_a, options);
         NamedInputs all = inputs;
         for (size_t i = 0; i < outputs.size(); ++i) all.emplace_back(detail::cat("outputs[", i, "]"), outputs[i]);
@@ -159,10 +161,12 @@ void matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const TensorR
   kernels::fused::CallTimeline::note_op_entry();
   comm.impl().require_usable(op);
   note_capture(comm, stream);
-  const OpOptions options = tune::resolve_matmul_reduce_scatter(comm, a, b, scatter_dim, requested);
+  std::string auto_refusal;
+  const OpOptions options = tune::resolve_matmul_reduce_scatter(comm, a, b, scatter_dim, requested, auto_refusal);
   const auto [plan, agree] = plan_and_agree<ops::MatmulReduceScatterPlan>(
       comm, op, ops::signature_of(op, a, {b}, scatter_dim, options, static_cast<int64_t>(reduce_op)), options, stream,
       [&] {
+        if (!auto_refusal.empty()) throw Error(auto_refusal);
         auto p = ops::plan_matmul_reduce_scatter(comm.world_size(), a, b, scatter_dim, reduce_op, output, options);
         check_on_this_gpu(comm, op, {{"a", a}, {"b", b}, {"output", output}});
         check_runs_here(comm, op, options.algorithm);

@@ -3,6 +3,7 @@
 #include "comm/communicator_impl.h"
 #include "algo/fused.h"
 #include "algo/pipelined.h"
+#include "asynctp/error.h"
 #include "asynctp/version.h"
 
 namespace asynctp::tune {
@@ -115,24 +116,38 @@ OpOptions with_choice(const Communicator& comm, const OpOptions& options, bool s
   return resolved;
 }
 
+OpOptions with_choice_or_refusal(const Communicator& comm, const OpOptions& options, bool sized, const ProblemKey& key,
+                                  std::string& refusal) {
+  try {
+    return with_choice(comm, options, sized, key);
+  } catch (const Error& e) {
+    refusal = e.what();
+    OpOptions fallback = options;
+    fallback.algorithm = Algorithm::kSequential;
+    fallback.chunks_per_rank = 0;
+    return fallback;
+  }
+}
+
 }  // namespace
 
 OpOptions resolve_all_gather_matmul(const Communicator& comm, const TensorRef& a_shard,
-                                    const std::vector<TensorRef>& bs, int gather_dim, const OpOptions& options) {
+                                    const std::vector<TensorRef>& bs, int gather_dim, const OpOptions& options,
+                                    std::string& refusal) {
   if (options.algorithm != Algorithm::kAuto) return options;
   ProblemKey key;
   const bool sized =
       all_gather_matmul_key(comm.world_size(), comm.impl().gpu_name, a_shard, bs, gather_dim, options.b_layout, key);
-  return with_choice(comm, options, sized, key);
+  return with_choice_or_refusal(comm, options, sized, key, refusal);
 }
 
 OpOptions resolve_matmul_reduce_scatter(const Communicator& comm, const TensorRef& a, const TensorRef& b,
-                                        int scatter_dim, const OpOptions& options) {
+                                        int scatter_dim, const OpOptions& options, std::string& refusal) {
   if (options.algorithm != Algorithm::kAuto) return options;
   ProblemKey key;
   const bool sized =
       matmul_reduce_scatter_key(comm.world_size(), comm.impl().gpu_name, a, b, scatter_dim, options.b_layout, key);
-  return with_choice(comm, options, sized, key);
+  return with_choice_or_refusal(comm, options, sized, key, refusal);
 }
 
 }  // namespace asynctp::tune

@@ -3,6 +3,7 @@
 // different protocols; a cache file that cannot be read or parsed is an error naming it.
 #include <unistd.h>
 
+#include <chrono>
 #include <fstream>
 
 #include "comm/communicator_impl.h"
@@ -125,6 +126,37 @@ TEST(AutoOps, RanksWhoseCachesDisagreeFailTogether) {
       RANK_CHECK(contains(e.what(), "all_gather_matmul: ranks disagree on"), e.what());
     }
     if (!path.empty()) std::remove(path.c_str());
+    return 0;
+  });
+}
+
+// Only rank 1's cache cannot be parsed: its call fails naming the file and line, and every other rank's
+// at once with "rank 1 refused its arguments" (not after waiting out the timeout for it).
+TEST(AutoOps, ACacheThatCannotBeParsedOnOneRankFailsEveryRankAtOnce) {
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) {
+    const std::string bad =
+        ctx.rank == 1 ? write_cache(ctx, {"{\"kind\":\"note\"}", "{\"kind\":\"choice\",\"op\":\"ag\",\"M\":[1]}"})
+                      : std::string();
+    auto comm = comm_with_cache(ctx, bad);
+    Stream st;
+    const int64_t m = 256, K = 512, N = 384, M = m * ctx.world_size;
+    Buf a(m * K * 2), b(K * N * 2), out(M * N * 2);
+    const auto start = std::chrono::steady_clock::now();
+    std::string message;
+    try {
+      all_gather_matmul(*comm, TensorRef::dense(a.p, DType::kBF16, {m, K}), {TensorRef::dense(b.p, DType::kBF16, {K, N})},
+                        0, {TensorRef::dense(out.p, DType::kBF16, {M, N})}, TensorRef{}, st.s, auto_options());
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (ctx.rank == 1) {
+      RANK_CHECK(contains(message, bad + ", line 2: not a flat JSON object"), message);
+      std::remove(bad.c_str());
+    } else {
+      RANK_CHECK(contains(message, "all_gather_matmul: rank 1 refused its arguments"), message);
+    }
+    RANK_CHECK(took < comm->timeout_ms() / 2000.0, "the call took ", took, " s to fail");
     return 0;
   });
 }
