@@ -13,6 +13,7 @@
 #include <nccl.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -34,6 +35,9 @@ class SymmetricBuffer {
   void* local() const { return local_; }
   void* peer(int lsa_rank) const;
   void* const* device_peers() const { return device_peers_; }
+  // Which buffer of its communicator this is: 1 for the first made, 2 for the next, and so on. Made
+  // collectively, so the same buffer has the same number on every rank.
+  uint64_t serial() const { return serial_; }
   ncclWindow_t window() const { return window_; }
 
  private:
@@ -41,6 +45,7 @@ class SymmetricBuffer {
   Communicator* comm_ = nullptr;
   void* local_ = nullptr;
   size_t size_ = 0;
+  uint64_t serial_ = 0;
   ncclWindow_t window_ = nullptr;
   std::vector<void*> peers_;
   void** device_peers_ = nullptr;

@@ -80,6 +80,7 @@ struct Communicator::Impl {
   // Keeps `buffer` alive where a captured graph may use it, else frees it (collective).
   void retire(std::unique_ptr<SymmetricBuffer> buffer);
   std::vector<const SymmetricBuffer*> symmetric_buffers;  // every live buffer made on this communicator
+  uint64_t symmetric_buffers_made = 0;                    // SymmetricBuffer::serial of the last one made
   std::unique_ptr<algo::OverlapResources> overlap;       // made by the first pipelined or fused call
   void* tail_split = nullptr;  // the fused GEMM's split-K workspace (kernels/fused/tail_split.h)
   int tail_split_sms = 0;      // the SM count it is sized for

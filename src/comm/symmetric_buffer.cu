@@ -20,6 +20,7 @@ std::unique_ptr<SymmetricBuffer> SymmetricBuffer::create(Communicator& comm, siz
   buf->window_ = mapping.window;
   buf->peers_ = std::move(mapping.peers);
   buf->device_peers_ = mapping.device_peers;
+  buf->serial_ = ++m.symmetric_buffers_made;
   m.symmetric_buffers.push_back(buf.get());
   return buf;
 }

@@ -123,6 +123,7 @@ void all_gather_matmul(Communicator& comm, const TensorRef& a_shard, const std::
   if (options.algorithm == Algorithm::kPipelined || options.algorithm == Algorithm::kFused) {
     const bool well_formed = a_shard.data != nullptr && a_shard.ndim > 0 && a_shard.ndim <= TensorRef::kMaxDims;
     a_symmetric = well_formed ? comm.impl().find_symmetric(a_shard.data, a_shard.bytes()) : nullptr;
+    signature.add("a_shard's symmetric buffer (0: none)", a_symmetric ? static_cast<int64_t>(a_symmetric->serial()) : 0);
     signature.add("a_shard's offset in symmetric memory (-1: none)",
                   a_symmetric ? static_cast<const char*>(a_shard.data) - static_cast<const char*>(a_symmetric->local())
                               : -1);

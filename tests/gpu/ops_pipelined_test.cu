@@ -101,6 +101,30 @@ TEST(PipelinedOps, ShardInSymmetricMemoryIsReadInPlace) {
   });
 }
 
+// Peers read a shard in symmetric memory in place, at its offset in the same buffer of theirs: rank 0's
+// shard in one buffer and the others' in another, at the same offset, is refused on every rank.
+TEST(PipelinedOps, ShardsInDifferentSymmetricBuffersAcrossRanksAreRefused) {
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) {
+    auto comm = make_comm(ctx);
+    Stream st;
+    AgProblem p(ctx.world_size, 192, 256, 320, st.s);
+    auto first = SymmetricBuffer::create(*comm, p.m * p.K * 2);
+    auto second = SymmetricBuffer::create(*comm, p.m * p.K * 2);
+    void* a = (ctx.rank == 0 ? first : second)->local();
+    Buf out(p.M * p.N * 2);
+    std::string message;
+    try {
+      all_gather_matmul(*comm, p.a_ref(a), {p.b_ref()}, 0, {p.out_ref(out.p)}, TensorRef{}, st.s, pipelined());
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    RANK_CHECK(contains(message, "all_gather_matmul: ranks disagree on a_shard's symmetric buffer"), message);
+    comm->barrier(st.s);
+    comm->synchronize(st.s);
+    return 0;
+  });
+}
+
 TEST(PipelinedOps, CallsBackToBackWithoutWaiting) {
   RUN_EVERY_WORLD_SIZE([](RankContext& ctx) { return calls_back_to_back(ctx, pipelined(), pipelined()); });
 }
