@@ -131,6 +131,7 @@ struct Communicator::Impl {
     ~OrderedCall();
     OrderedCall(const OrderedCall&) = delete;
     OrderedCall& operator=(const OrderedCall&) = delete;
+    bool captured() const { return captured_; }  // whether `stream` is being captured
 
    private:
     Impl& m_;

@@ -63,10 +63,8 @@ std::pair<Plan, algo::AgreeFn> plan_and_agree(Communicator& comm, const char* op
 
 // A call captured in a CUDA graph may be replayed at any time later: from then on the communicator
 // keeps what it outgrows instead of freeing it (Communicator::Impl::graphs_captured).
-void note_capture(Communicator& comm, cudaStream_t stream) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  ASYNCTP_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
-  if (status != cudaStreamCaptureStatusNone) comm.impl().graphs_captured = true;
+void note_capture(Communicator& comm, const Communicator::Impl::OrderedCall& call) {
+  if (call.captured()) comm.impl().graphs_captured = true;
 }
 
 // Every tensor must be memory this rank's GPU addresses as its own: device memory of that GPU, or
@@ -112,7 +110,7 @@ void all_gather_matmul(Communicator& comm, const TensorRef& a_shard, const std::
   const Communicator::Impl::OrderedCall ordered(comm.impl(), stream);
   kernels::fused::CallTimeline::note_op_entry();
   comm.impl().require_usable(op);
-  note_capture(comm, stream);
+  note_capture(comm, ordered);
   // kAuto becomes a concrete algorithm first, so that the ranks compare what they will run.
   std::string auto_refusal;
   const OpOptions options = tune::resolve_all_gather_matmul(comm, a_shard, bs, gather_dim, requested, auto_refusal);
@@ -161,7 +159,7 @@ void matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const TensorR
   const Communicator::Impl::OrderedCall ordered(comm.impl(), stream);
   kernels::fused::CallTimeline::note_op_entry();
   comm.impl().require_usable(op);
-  note_capture(comm, stream);
+  note_capture(comm, ordered);
   std::string auto_refusal;
   const OpOptions options = tune::resolve_matmul_reduce_scatter(comm, a, b, scatter_dim, requested, auto_refusal);
   const auto [plan, agree] = plan_and_agree<ops::MatmulReduceScatterPlan>(
