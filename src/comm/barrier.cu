@@ -44,8 +44,7 @@ void enqueue_barrier(uint32_t* const* pads, uint32_t* epoch, int me, int n, cons
 void Communicator::barrier(cudaStream_t stream) {
   Impl& m = *impl_;
   const detail::RankScope scope(m.rank);
-  const Impl::OrderedCall ordered(m, stream);
-  m.require_usable("Communicator::barrier");
+  const Impl::OrderedCall ordered(m, stream, "Communicator::barrier");
   const kernels::WaitContext ctx{m.fault, timeout_ns(*this), m.rank};
   comm::enqueue_barrier(m.barrier_pad->device_peers(), m.barrier_epoch, m.lsa.rank, m.lsa.size, ctx, stream);
 }

@@ -244,8 +244,9 @@ SymmetricBuffer& Communicator::Impl::workspace_for(Communicator& comm, size_t by
   return comm.workspace(bytes);
 }
 
-Communicator::Impl::OrderedCall::OrderedCall(Impl& m, cudaStream_t stream)
+Communicator::Impl::OrderedCall::OrderedCall(Impl& m, cudaStream_t stream, const char* what)
     : m_(m), lock_(m.call_mutex), stream_(stream) {
+  m.require_usable(what);
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   ASYNCTP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
   captured_ = capture != cudaStreamCaptureStatusNone;

@@ -122,12 +122,14 @@ struct Communicator::Impl {
   // Communicator::workspace, but a growth while `stream` is being captured is refused (every rank
   // needs the same growth at the same call, so every rank refuses it alike).
   SymmetricBuffer& workspace_for(Communicator& comm, size_t bytes, cudaStream_t stream);
-  // Held for one call on `stream`: serialises it with other threads' calls, and orders it on the GPU
-  // after the last call where that was on another stream (not under capture: a captured call runs when
-  // its graph is launched, ordered by the stream the caller launches it on).
+  // Held for one call `what` on `stream`: serialises it with other threads' calls, refuses it where the
+  // communicator can no longer be used (before anything touches the stream: after a device fault every
+  // CUDA call fails), and orders it on the GPU after the last call where that was on another stream
+  // (not under capture: a captured call runs when its graph is launched, ordered by the stream the
+  // caller launches it on).
   class OrderedCall {
    public:
-    OrderedCall(Impl& m, cudaStream_t stream);
+    OrderedCall(Impl& m, cudaStream_t stream, const char* what);
     ~OrderedCall();
     OrderedCall(const OrderedCall&) = delete;
     OrderedCall& operator=(const OrderedCall&) = delete;

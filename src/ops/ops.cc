@@ -107,9 +107,8 @@ void all_gather_matmul(Communicator& comm, const TensorRef& a_shard, const std::
                        const OpOptions& requested) {
   const char* op = "all_gather_matmul";
   const detail::RankScope scope(comm.rank());
-  const Communicator::Impl::OrderedCall ordered(comm.impl(), stream);
+  const Communicator::Impl::OrderedCall ordered(comm.impl(), stream, op);
   kernels::fused::CallTimeline::note_op_entry();
-  comm.impl().require_usable(op);
   note_capture(comm, ordered);
   // kAuto becomes a concrete algorithm first, so that the ranks compare what they will run.
   std::string auto_refusal;
@@ -156,9 +155,8 @@ void matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const TensorR
                            ReduceOp reduce_op, const TensorRef& output, cudaStream_t stream, const OpOptions& requested) {
   const char* op = "matmul_reduce_scatter";
   const detail::RankScope scope(comm.rank());
-  const Communicator::Impl::OrderedCall ordered(comm.impl(), stream);
+  const Communicator::Impl::OrderedCall ordered(comm.impl(), stream, op);
   kernels::fused::CallTimeline::note_op_entry();
-  comm.impl().require_usable(op);
   note_capture(comm, ordered);
   std::string auto_refusal;
   const OpOptions options = tune::resolve_matmul_reduce_scatter(comm, a, b, scatter_dim, requested, auto_refusal);
