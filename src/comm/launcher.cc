@@ -428,6 +428,7 @@ int run_threads(RankContext& process, int world_size, const RankMain& main, cons
     int finished = 0;
     int first_failed = -1;
     std::string first_error;
+    bool past_deadline = false;  // a rank failing from then on failed because its waits were ended
   };
   auto out = std::make_shared<Outcomes>();
   out->codes.assign(static_cast<size_t>(world_size), -1);
@@ -460,7 +461,7 @@ int run_threads(RankContext& process, int world_size, const RankMain& main, cons
       }
       std::lock_guard<std::mutex> lock(out->mu);
       out->codes[static_cast<size_t>(r)] = code;
-      if (code != 0 && out->first_failed < 0) {
+      if (code != 0 && out->first_failed < 0 && !out->past_deadline) {
         out->first_failed = r;
         out->first_error = error;
       }
@@ -483,14 +484,23 @@ int run_threads(RankContext& process, int world_size, const RankMain& main, cons
       // Said at once: should ending the others' waits hang too, the caller still learns how far it got.
       std::fprintf(stderr, "in-process ranks: %s; ending the others' waits\n", why.c_str());
       std::fflush(stderr);
+      out->past_deadline = true;
       lock.unlock();
       abort_all(why);
       lock.lock();
-      if (out->first_failed < 0) {
-        out->first_error = why + " (the launch timeout bounds in-process ranks)";
-        out->first_failed = std::stoi(hung);
-      }
       out->done.wait_for(lock, std::chrono::milliseconds(2000), [&] { return out->finished == world_size; });
+      // The ranks to name are those that did not return even once the others' waits ended: the ones
+      // that returned then were waiting on them.
+      std::string still;
+      for (int r = 0; r < world_size; ++r) {
+        if (out->codes[static_cast<size_t>(r)] < 0) still += detail::cat(still.empty() ? "" : ", ", r);
+      }
+      if (still.empty()) still = hung;
+      if (out->first_failed < 0) {
+        out->first_error = detail::cat("rank(s) ", still, " did not return within ", deadline_ms,
+                                       " ms (the launch timeout bounds in-process ranks)");
+        out->first_failed = std::stoi(still);
+      }
     }
     for (int r = 0; r < world_size; ++r) line += detail::cat(r == 0 ? "" : ",", out->codes[static_cast<size_t>(r)]);
     line += detail::cat(";", out->first_failed, ";", out->first_error);
