@@ -41,6 +41,7 @@ int two_threads(RankContext& ctx) {
       for (int k = 0; k < kThreads; ++k) {
         threads.emplace_back([&, k] {
           try {
+            RANK_CUDA(cudaSetDevice(ctx.device));  // a new thread starts on GPU 0; this rank's buffers go on its own
             Stream s;
             Buf ag_out(t.ag.M * t.ag.N * 2), rs_out(t.rs.rows * t.rs.N * 2);
             for (int i = 0; i < kCalls; ++i) {

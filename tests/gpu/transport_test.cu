@@ -99,9 +99,9 @@ void check_reduce_scatter(Communicator& comm, DType dtype, size_t count, ReduceO
   RANK_CUDA(cudaMemcpyAsync(d_send, send.data(), send.size() * sizeof(T), cudaMemcpyHostToDevice, s));
   RANK_CUDA(cudaMemsetAsync(d_recv, 0xFF, count * sizeof(T), s));
   comm.impl().transport->reduce_scatter(d_send, d_recv, count, dtype, op, s);
+  comm.synchronize(s);  // bounded; the copy into pageable memory below would wait for the collective unbounded
   std::vector<T> got(count);
-  RANK_CUDA(cudaMemcpyAsync(got.data(), d_recv, count * sizeof(T), cudaMemcpyDeviceToHost, s));
-  comm.synchronize(s);
+  RANK_CUDA(cudaMemcpy(got.data(), d_recv, count * sizeof(T), cudaMemcpyDeviceToHost));
   for (size_t i = 0; i < count; ++i) {
     double sum = 0;
     for (int q = 0; q < n; ++q) sum += value(q, comm.rank() * count + i);
@@ -130,9 +130,9 @@ int collectives_match_the_host(RankContext& ctx) {
     RANK_CUDA(cudaMemcpyAsync(d_send, mine.data(), bytes, cudaMemcpyHostToDevice, s));
     RANK_CUDA(cudaMemsetAsync(d_recv, 0, bytes * n, s));
     comm->impl().transport->all_gather(d_send, d_recv, bytes, s);
+    comm->synchronize(s);  // bounded, as in check_reduce_scatter
     std::vector<unsigned char> all(bytes * n);
-    RANK_CUDA(cudaMemcpyAsync(all.data(), d_recv, all.size(), cudaMemcpyDeviceToHost, s));
-    comm->synchronize(s);
+    RANK_CUDA(cudaMemcpy(all.data(), d_recv, all.size(), cudaMemcpyDeviceToHost));
     for (int q = 0; q < n; ++q) {
       for (size_t i = 0; i < bytes; ++i) {
         const auto expect = static_cast<unsigned char>(i * 31 + q * 101 + 7);
