@@ -33,10 +33,6 @@ enum class Algorithm {
 
 const char* algorithm_name(Algorithm algorithm);
 
-// How B is stored. kRowMajor: [K, N], N contiguous. kColMajor: [N, K], K contiguous, the way
-// torch.nn.Linear stores its weight (so C = A @ W.T).
-enum class BLayout { kRowMajor, kColMajor };
-
 enum class ReduceOp { kSum, kAvg };
 
 struct OpOptions {

@@ -13,6 +13,10 @@ enum class DType { kBF16, kFP16, kFP32 };
 const char* dtype_name(DType dtype);
 size_t dtype_size(DType dtype);
 
+// How B is stored. kRowMajor: [K, N], N contiguous. kColMajor: [N, K], K contiguous, the way
+// torch.nn.Linear stores its weight (so C = A @ W.T).
+enum class BLayout { kRowMajor, kColMajor };
+
 struct TensorRef {
   static constexpr int kMaxDims = 6;
 

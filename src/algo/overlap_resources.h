@@ -33,9 +33,13 @@
 #include "asynctp/signal.h"
 #include "asynctp/symmetric.h"
 #include "kernels/fused/done_signal.h"
+#include "kernels/fused/piece_slots.h"
 #include "kernels/wait_context.h"
 
 namespace asynctp::algo {
+
+// The kernels index their flag and counter slots by piece with a stride of their own.
+static_assert(kernels::fused::kPieceSlots == kMaxChunksPerRank, "the kernels' slots per rank must match kMaxChunksPerRank");
 
 class OverlapResources {
  public:

@@ -10,7 +10,6 @@
 
 #include <cstdint>
 
-#include "asynctp/ops.h"
 #include "asynctp/tensor.h"
 #include "kernels/fused/chunk_flags.h"
 #include "kernels/fused/done_signal.h"

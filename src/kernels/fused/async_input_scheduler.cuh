@@ -36,7 +36,7 @@
 #include "kernels/fused/reduce_scatter_tiles.h"
 #include "kernels/fused/tail_split.h"
 #include "kernels/fused/tile_trace.h"
-#include "asynctp/ops.h"
+#include "kernels/fused/piece_slots.h"
 #include "kernels/signal.cuh"
 
 namespace asynctp::kernels::fused {
@@ -325,7 +325,7 @@ class AsyncInputTileScheduler {
     // its last; zeroed before the release below, the counts start from zero in the peer's next call,
     // which pushes only once it has seen this done.
     if (params_.rs.pushed != nullptr) {
-      for (int j = 0; j < kMaxChunksPerRank; ++j) params_.rs.pushed[j] = 0;
+      for (int j = 0; j < kPieceSlots; ++j) params_.rs.pushed[j] = 0;
     }
     const uint32_t epoch = params_.rs.begin_epoch != 0 ? params_.rs.begin_epoch : *done.epoch;
     for (int p = 0; p < done.peers; ++p) st_release_sys(done.flag[p], epoch);

@@ -30,7 +30,6 @@
 
 #include <type_traits>
 
-#include "asynctp/ops.h"
 #include "kernels/fused/ag_gemm.h"
 #include "kernels/fused/reduce_scatter_tiles.h"
 #include "kernels/fused/row_window_epilogue.cuh"

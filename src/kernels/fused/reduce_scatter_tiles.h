@@ -21,7 +21,7 @@
 
 #include <cstdint>
 
-#include "asynctp/ops.h"
+#include "kernels/fused/piece_slots.h"
 #include "kernels/fused/tail_split.h"
 #include "kernels/fused/tile_shape.h"
 #include "kernels/wait_context.h"
@@ -48,7 +48,7 @@ struct ReduceScatterTiles {
   int32_t tiles_n = 0;         // tiles along N
   bool reduce_in_epilogue = false;       // see above; two ranks only
   uint32_t* staging = nullptr;           // epilogue: [M, N]; fixup: [rank d][tile of d's rows][word][thread]
-  uint32_t* staged = nullptr;            // [rank d * kMaxChunksPerRank + piece]: += staged_count_per_tile per tile
+  uint32_t* staged = nullptr;            // [rank d * kPieceSlots + piece]: += staged_count_per_tile per tile
   const uint32_t* inbox = nullptr;       // epilogue: [rank q][m, N]; fixup: [rank q][tile][word][thread]
   const uint32_t* arrived = nullptr;     // arrived(q, piece) at arrived[q * flag_stride + piece]
   const uint32_t* epoch = nullptr;       // arrived when >= *epoch
@@ -71,7 +71,7 @@ struct ReduceScatterTiles {
   // counts from zero.
   uint32_t* push_inbox = nullptr;       // the peer's inbox at this rank's slot: [m, N]
   uint32_t* push_count = nullptr;       // the peer's pad: pushed(this rank, piece) at [piece]
-  uint32_t* pushed = nullptr;           // this rank's pad: pushed(peer, piece) at [piece], kMaxChunksPerRank
+  uint32_t* pushed = nullptr;           // this rank's pad: pushed(peer, piece) at [piece], kPieceSlots
   const uint32_t* peer_done = nullptr;  // this rank's pad: the peer's done flag
   int32_t push_pad_index = 0;           // index of pushed[0] in this rank's pad, for the timeout report
 
@@ -93,7 +93,7 @@ struct ReduceScatterTiles {
   }
   template <class Div>
   ASYNCTP_RS_HOST_DEVICE int32_t staged_index(int32_t row0, Div const& by_rank, Div const& by_piece) const {
-    return owner_of(row0, by_rank) * kMaxChunksPerRank + piece_of(row0, by_rank, by_piece);
+    return owner_of(row0, by_rank) * kPieceSlots + piece_of(row0, by_rank, by_piece);
   }
   // A reduce-scatter's tile of another rank's rows.
   template <class Div>
