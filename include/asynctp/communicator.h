@@ -23,6 +23,10 @@ struct cublasLtContext;  // cublasLtHandle_t, without pulling cublasLt.h into ev
 
 namespace asynctp {
 
+namespace detail {
+struct CommunicatorAccess;
+}  // namespace detail
+
 class SymmetricBuffer;
 class SignalPad;
 
@@ -116,11 +120,10 @@ class Communicator {
   // Throws asynctp::Error naming `what` unless this rank's GPU is Hopper (sm_90).
   void require_hopper(const char* what) const;
 
-  struct Impl;
-  Impl& impl() { return *impl_; }  // for asynctp's own kernels and algorithms
-  const Impl& impl() const { return *impl_; }
+  struct Impl;  // what the library holds for it (internal)
 
  private:
+  friend struct detail::CommunicatorAccess;
   explicit Communicator(std::unique_ptr<Impl> impl);
   static std::unique_ptr<Communicator> made(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

@@ -31,6 +31,10 @@
 
 namespace asynctp {
 
+namespace detail {
+struct InProcessGroupAccess;
+}  // namespace detail
+
 struct InProcessOptions {
   // CUDA devices the ranks are spread over, rank r on devices[r % devices.size()]. Empty: every
   // device visible to the process.
@@ -58,10 +62,10 @@ class InProcessGroup {
   // Empty while the group has not been aborted, else the first reason.
   std::string aborted() const;
 
-  struct Impl;
-  Impl& impl() { return *impl_; }
+  struct Impl;  // the group's shared state (internal)
 
  private:
+  friend struct detail::InProcessGroupAccess;
   explicit InProcessGroup(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

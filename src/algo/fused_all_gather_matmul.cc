@@ -19,7 +19,7 @@ int resolve_fused_pieces(int requested, int64_t rows_per_rank) {
 }
 
 void attach_grid(Communicator& comm, kernels::fused::AgGemmArgs& g, cudaStream_t stream) {
-  Communicator::Impl& m = comm.impl();
+  Communicator::Impl& m = impl_of(comm);
   g.sms = m.sm_budget;
   g.split_workspace = m.tail_split_workspace(stream);
   g.split_sms = m.tail_split_sms;
@@ -79,7 +79,7 @@ void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan&
   timeline.mark("entry");
   agree();
   timeline.mark("agreed");
-  Communicator::Impl& m = comm.impl();
+  Communicator::Impl& m = impl_of(comm);
   const int ws = m.world_size, me = m.rank;
   const size_t es = dtype_size(plan.dtype);
   const int64_t rows = plan.m_local;

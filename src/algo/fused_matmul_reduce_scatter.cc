@@ -7,8 +7,6 @@
 // the kernel's fixup().
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <vector>
 
 #include "algo/bytes.h"
@@ -17,6 +15,7 @@
 #include "algo/pipelined.h"
 #include "comm/communicator_impl.h"
 #include "common/check.h"
+#include "common/env.h"
 #include "kernels/fused/ag_gemm.h"
 #include "kernels/fused/staged_layout.h"
 #include "kernels/fused/tail_split.h"
@@ -35,13 +34,7 @@ constexpr int64_t kEpilogueFromRounds = 5;
 // fixup|epilogue overrides it for measurement, and must be set alike on every rank (the staged
 // tiles' layout follows it); epilogue takes two ranks.
 bool reduce_in_epilogue(int world_size, int64_t tiles, int sms) {
-  static const int forced = [] {
-    const char* v = std::getenv("ASYNCTP_FUSED_RS_REDUCE");
-    if (v == nullptr || *v == '\0') return 0;
-    if (std::strcmp(v, "epilogue") == 0) return 1;
-    if (std::strcmp(v, "fixup") == 0) return 2;
-    detail::raise(detail::cat("ASYNCTP_FUSED_RS_REDUCE is '", v, "'; expected epilogue or fixup"));
-  }();
+  static const int forced = detail::knob_word(detail::Knob::kFusedRsReduce) + 1;  // 0 unset, 1 epilogue, 2 fixup
   if (forced == 1) {
     ASYNCTP_CHECK(world_size == 2, "ASYNCTP_FUSED_RS_REDUCE=epilogue takes two ranks; this communicator has ", world_size);
   }
@@ -55,12 +48,7 @@ bool reduce_in_epilogue(int world_size, int64_t tiles, int sms) {
 // rank; copy-engine by default, because the kernel's way has not yet run on two GPUs
 // (docs/design/fused_matmul_reduce_scatter.md, "Pushed from the kernel").
 bool push_from_kernel() {
-  static const bool kernel = [] {
-    const char* v = std::getenv("ASYNCTP_FUSED_RS_PUSH");
-    if (v == nullptr || *v == '\0' || std::strcmp(v, "copy-engine") == 0) return false;
-    if (std::strcmp(v, "kernel") == 0) return true;
-    detail::raise(detail::cat("ASYNCTP_FUSED_RS_PUSH is '", v, "'; expected kernel or copy-engine"));
-  }();
+  static const bool kernel = detail::knob_word(detail::Knob::kFusedRsPush) == 1;  // copy-engine|kernel
   return kernel;
 }
 
@@ -124,7 +112,7 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
   timeline.mark("entry");
   agree();
   timeline.mark("agreed");
-  Communicator::Impl& m = comm.impl();
+  Communicator::Impl& m = impl_of(comm);
   const int ws = m.world_size, me = m.rank;
   const int64_t rows = plan.out_rows;
   const float scale = plan.reduce_op == ReduceOp::kAvg ? 1.0f / static_cast<float>(ws) : 1.0f;

@@ -45,7 +45,7 @@ void OverlapResources::FlagList::add(int f, int o) {
 }
 
 OverlapResources& OverlapResources::of(Communicator& comm, cudaStream_t stream) {
-  Communicator::Impl& m = comm.impl();
+  Communicator::Impl& m = impl_of(comm);
   if (!m.overlap) {
     ASYNCTP_CHECK(!capturing(stream),
                   "pipelined/fused: the first pipelined or fused call on a communicator sets up streams, flags and "
@@ -56,7 +56,7 @@ OverlapResources& OverlapResources::of(Communicator& comm, cudaStream_t stream) 
 }
 
 OverlapResources::OverlapResources(Communicator& comm) : comm_(comm) {
-  Communicator::Impl& m = comm.impl();
+  Communicator::Impl& m = impl_of(comm);
   lsa_size_ = m.lsa.size;
   pad_ = SignalPad::create(comm, lsa_size_ * kPadWordsPerPeer);
   ASYNCTP_CUDA_CHECK(cudaMalloc(&epoch_, sizeof(uint32_t)));
@@ -85,7 +85,7 @@ OverlapResources::OverlapResources(Communicator& comm) : comm_(comm) {
   }
   m.gemm.reserve();
   ranks_share_device_ = m.ranks_on_device > 1;
-  eager_calls_ = ranks_share_device_ || detail::env_flag("ASYNCTP_PIPELINED_EAGER");
+  eager_calls_ = ranks_share_device_ || detail::knob_flag(detail::Knob::kPipelinedEager);
   // Loads the small kernels now: CUDA loads a kernel at its first launch, and a load can wait for the
   // device to go idle, which a fused kernel spinning on a flag that a peer sets only later would not.
   cudaFuncAttributes attributes;
@@ -99,7 +99,7 @@ OverlapResources::OverlapResources(Communicator& comm) : comm_(comm) {
 }
 
 kernels::WaitContext OverlapResources::wait_context() const {
-  return kernels::WaitContext{comm_.impl().fault, timeout_ns(comm_), comm_.rank()};
+  return kernels::WaitContext{impl_of(comm_).fault, timeout_ns(comm_), comm_.rank()};
 }
 
 uint32_t* OverlapResources::pad() const { return pad_->local(); }
@@ -110,7 +110,7 @@ SymmetricBuffer& OverlapResources::inbox(size_t bytes, cudaStream_t stream) {
   if (!inbox_ || inbox_->size() < bytes) {
     Communicator::Impl::refuse_growth_under_capture(stream, "fused inbox (symmetric memory peers push into)", bytes,
                                                     inbox_ ? inbox_->size() : 0);
-    comm_.impl().retire(std::move(inbox_));  // freed (collective: drains the GPU first) or kept for graphs
+    impl_of(comm_).retire(std::move(inbox_));  // freed (collective: drains the GPU first) or kept for graphs
     inbox_ = SymmetricBuffer::create(comm_, bytes);
   }
   return *inbox_;
@@ -147,7 +147,7 @@ void OverlapResources::follow(cudaStream_t to, cudaStream_t from) { follow(to, r
 
 void OverlapResources::wait_previous_done_without_sm(cudaStream_t stream) {
   ASYNCTP_CHECK(host_knows_epoch_, "overlapped op: the host does not know the epoch (a call was captured)");
-  const int me = comm_.impl().lsa.rank;
+  const int me = impl_of(comm_).lsa.rank;
   // One batch: each API call costs microseconds of the host's time, and these come right after the
   // kernel's launch, ahead of the pushes that the kernel's peers wait for.
   std::vector<CUstreamBatchMemOpParams> waits;
@@ -176,7 +176,7 @@ void OverlapResources::launch_done_kernel(cudaStream_t stream, bool wait, bool a
   const bool knows = !recording_ && knows_epoch(capturing_now);
   if (advance && knows) ++host_epoch_;
   const int zero_words = reset_staged ? static_cast<int>(staged_bytes() / sizeof(uint32_t)) : 0;
-  begin_epoch_kernel<<<1, 32, 0, stream>>>(pad_->local(), epoch_, lsa_size_, comm_.impl().lsa.rank, wait, advance,
+  begin_epoch_kernel<<<1, 32, 0, stream>>>(pad_->local(), epoch_, lsa_size_, impl_of(comm_).lsa.rank, wait, advance,
                                            staged_, zero_words, wait_context());
   ASYNCTP_CUDA_CHECK(cudaGetLastError());
 }

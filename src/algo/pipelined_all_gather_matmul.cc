@@ -48,7 +48,7 @@ void pipelined_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulP
                                  const std::vector<TensorRef>& outputs, const TensorRef& gathered_a,
                                  cudaStream_t stream, const AgreeFn& agree, int chunks_per_rank) {
   agree();
-  Communicator::Impl& m = comm.impl();
+  Communicator::Impl& m = impl_of(comm);
   const int ws = m.world_size, me = m.rank;
   const size_t es = dtype_size(plan.dtype);
   const int64_t shard_rows = plan.m_local;  // a shard is [m_local, k_local] either way

@@ -26,7 +26,7 @@ void pipelined_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduce
                                      const TensorRef& b, const TensorRef& output, cudaStream_t stream,
                                      const AgreeFn& agree, int chunks_per_rank, RsSum sum) {
   agree();
-  Communicator::Impl& m = comm.impl();
+  Communicator::Impl& m = impl_of(comm);
   const int ws = m.world_size, me = m.rank;
   const size_t es = dtype_size(plan.dtype);
   const bool col = plan.b_layout == BLayout::kColMajor;

@@ -10,7 +10,7 @@ void sequential_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmul
                                   const std::vector<TensorRef>& bs, const std::vector<TensorRef>& outputs,
                                   const TensorRef& gathered_a, cudaStream_t stream, const AgreeFn& agree) {
   agree();  // the all-gather comes first: nothing local to hide the check behind
-  Communicator::Impl& m = comm.impl();
+  Communicator::Impl& m = impl_of(comm);
   const size_t es = dtype_size(plan.dtype);
   const size_t gathered_bytes = static_cast<size_t>(plan.M) * plan.K * es;
   // Gather-last lands rank by rank ([world][M][K/world]) and is then interleaved into [M, K].
@@ -45,7 +45,7 @@ void sequential_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmul
 void sequential_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScatterPlan& plan, const TensorRef& a,
                                       const TensorRef& b, const TensorRef& output, cudaStream_t stream,
                                       const AgreeFn& agree) {
-  Communicator::Impl& m = comm.impl();
+  Communicator::Impl& m = impl_of(comm);
   const size_t es = dtype_size(plan.dtype);
   char* partial = static_cast<char*>(m.scratch_for(static_cast<size_t>(plan.M) * plan.N * es, stream));
   gemm::Problem p;

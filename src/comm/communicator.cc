@@ -82,12 +82,9 @@ std::unique_ptr<Communicator::Impl> make_impl(int rank, int device, int sharing,
   impl->sm_budget = resolve_sm_budget(options.sm_budget, device, sharing);
   impl->ranks_on_device = sharing;
   impl->signal_count = options.signal_count;
-  impl->check_nonfinite = detail::env_flag("ASYNCTP_CHECK_NAN");
+  impl->check_nonfinite = detail::knob_flag(detail::Knob::kCheckNan);
   impl->tuning_cache = options.tuning_cache;
-  if (impl->tuning_cache.empty()) {
-    const char* env = std::getenv("ASYNCTP_TUNING_CACHE");
-    if (env != nullptr) impl->tuning_cache = env;
-  }
+  if (impl->tuning_cache.empty()) impl->tuning_cache = detail::knob_text(detail::Knob::kTuningCache);
   ASYNCTP_CUDA_CHECK(cudaSetDevice(device));
   cudaDeviceProp prop{};
   ASYNCTP_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));

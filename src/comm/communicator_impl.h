@@ -1,4 +1,4 @@
-// Internal: what a Communicator holds. Kernels and algorithms reach it through Communicator::impl().
+// Internal: what a Communicator holds. The library's algorithms and kernels reach it through impl_of().
 #pragma once
 
 #include <cublasLt.h>
@@ -164,5 +164,16 @@ struct Communicator::Impl {
 
 // Lowest level of every wait: the values a kernel's WaitContext carries.
 uint64_t timeout_ns(const Communicator& comm);
+
+namespace detail {
+struct CommunicatorAccess {
+  static Communicator::Impl& of(Communicator& comm) { return *comm.impl_; }
+  static const Communicator::Impl& of(const Communicator& comm) { return *comm.impl_; }
+};
+}  // namespace detail
+
+// What `comm` holds; for the library's own algorithms, kernels, tools and tests only.
+inline Communicator::Impl& impl_of(Communicator& comm) { return detail::CommunicatorAccess::of(comm); }
+inline const Communicator::Impl& impl_of(const Communicator& comm) { return detail::CommunicatorAccess::of(comm); }
 
 }  // namespace asynctp

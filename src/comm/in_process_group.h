@@ -38,4 +38,13 @@ struct InProcessGroup::Impl {
   std::vector<uint64_t> rounds_;    // per rank: exchanges entered
 };
 
+namespace detail {
+struct InProcessGroupAccess {
+  static InProcessGroup::Impl& of(InProcessGroup& group) { return *group.impl_; }
+};
+}  // namespace detail
+
+// The shared state of `group`; for the library's own transport and launcher.
+inline InProcessGroup::Impl& impl_of(InProcessGroup& group) { return detail::InProcessGroupAccess::of(group); }
+
 }  // namespace asynctp

@@ -56,7 +56,7 @@ class InProcessTransport final : public Transport {
   int lsa_to_world(int lsa_rank) const override { return lsa_rank; }
 
   std::vector<std::string> exchange(const std::string& mine, const char* what) override {
-    return group_->impl().exchange(rank_, mine, timeout_ms_, what);
+    return impl_of(*group_).exchange(rank_, mine, timeout_ms_, what);
   }
 
   size_t alignment() const override { return kAlignment; }

@@ -144,7 +144,7 @@ class Job {
   LaunchResult run(const RankMain& main) {
     const int timeout_ms = options_.timeout_ms > 0
                                ? options_.timeout_ms
-                               : detail::env_positive_int("ASYNCTP_LAUNCH_TIMEOUT_MS", detail::kDefaultLaunchTimeoutMs);
+                               : detail::knob_int(detail::Knob::kLaunchTimeoutMs, detail::kDefaultLaunchTimeoutMs);
     if (!start(main)) return finish();
     const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
     while (running_count() > 0 && result_.failed_rank < 0) {
@@ -531,7 +531,7 @@ LaunchResult launch_in_process(int world_size, const RankMain& main, const Launc
   one.make_nccl_id = false;
   const int timeout_ms = options.timeout_ms > 0
                              ? options.timeout_ms
-                             : detail::env_positive_int("ASYNCTP_LAUNCH_TIMEOUT_MS", detail::kDefaultLaunchTimeoutMs);
+                             : detail::knob_int(detail::Knob::kLaunchTimeoutMs, detail::kDefaultLaunchTimeoutMs);
   one.timeout_ms = timeout_ms;
   // The ranks' own deadline comes first, so that a stuck rank is named before the process is stopped.
   const int deadline_ms = std::max(1, timeout_ms - std::min(timeout_ms / 5, 10000));
@@ -571,7 +571,7 @@ LaunchResult launch_in_process(int world_size, const RankMain& main, const Launc
 }  // namespace
 
 std::vector<std::string> RankContext::allgather(const std::string& mine) const {
-  if (exchanges) return exchanges->impl().exchange(rank, mine, detail::resolve_timeout_ms(0), "RankContext::allgather");
+  if (exchanges) return impl_of(*exchanges).exchange(rank, mine, detail::resolve_timeout_ms(0), "RankContext::allgather");
   if (!send_framed(up_fd, mine)) {
     throw Error(detail::cat("rank ", rank, ": the launcher is gone (exchange send failed)"));
   }

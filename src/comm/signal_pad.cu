@@ -59,7 +59,7 @@ void SignalPad::wait(cudaStream_t stream, int owner, int index, uint32_t value, 
                                                           CU_STREAM_WAIT_VALUE_GEQ));
     return;
   }
-  const kernels::WaitContext ctx{comm_->impl().fault, timeout_ns(*comm_), comm_->rank()};
+  const kernels::WaitContext ctx{impl_of(*comm_).fault, timeout_ns(*comm_), comm_->rank()};
   wait_flag_kernel<<<1, 1, 0, stream>>>(flag, value, comm_->lsa_to_world(owner), index, ctx);
   ASYNCTP_CUDA_CHECK(cudaGetLastError());
 }

@@ -10,7 +10,7 @@ namespace asynctp {
 std::unique_ptr<SymmetricBuffer> SymmetricBuffer::create(Communicator& comm, size_t bytes) {
   const detail::RankScope scope(comm.rank());
   ASYNCTP_CHECK(bytes > 0, "SymmetricBuffer::create: bytes must be > 0");
-  Communicator::Impl& m = comm.impl();
+  Communicator::Impl& m = impl_of(comm);
   m.require_usable("SymmetricBuffer::create");
   std::unique_ptr<SymmetricBuffer> buf(new SymmetricBuffer());
   buf->comm_ = &comm;
@@ -26,7 +26,7 @@ std::unique_ptr<SymmetricBuffer> SymmetricBuffer::create(Communicator& comm, siz
 }
 
 SymmetricBuffer::~SymmetricBuffer() {
-  Communicator::Impl& m = comm_->impl();
+  Communicator::Impl& m = impl_of(*comm_);
   const detail::RankScope scope(m.rank);
   auto& live = m.symmetric_buffers;
   live.erase(std::remove(live.begin(), live.end(), this), live.end());

@@ -18,7 +18,7 @@ void agree_across_ranks(Communicator& comm, const char* op, const Signature& sig
     if (!local_error.empty()) throw Error(local_error);
     return;
   }
-  Communicator::Impl& m = comm.impl();
+  Communicator::Impl& m = impl_of(comm);
   const size_t n = signature.fields.size();
   ASYNCTP_CHECK(n + 2 <= static_cast<size_t>(kCheckSlots), op, ": too many arguments to compare across ranks (", n,
                 " values; at most ", kCheckSlots - 2, "): pass fewer B");

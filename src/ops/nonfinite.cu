@@ -45,7 +45,7 @@ std::string describe_nonfinite(Communicator& comm, const char* op, const NamedIn
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   ASYNCTP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
   if (capture != cudaStreamCaptureStatusNone || inputs.empty()) return {};
-  Communicator::Impl& m = comm.impl();
+  Communicator::Impl& m = impl_of(comm);
   // {count, first index} per input, on the device and pinned on the host.
   const size_t bytes = 2 * sizeof(unsigned long long) * inputs.size();
   if (m.nonfinite_inputs < inputs.size()) {

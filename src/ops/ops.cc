@@ -50,7 +50,7 @@ std::pair<Plan, algo::AgreeFn> plan_and_agree(Communicator& comm, const char* op
   } catch (const Error& e) {
     refusal = e.what();
   }
-  if (refusal.empty() && comm.impl().check_nonfinite) refusal = ops::describe_nonfinite(comm, op, inputs, stream);
+  if (refusal.empty() && impl_of(comm).check_nonfinite) refusal = ops::describe_nonfinite(comm, op, inputs, stream);
   if (!refusal.empty()) {
     if (options.check_across_ranks) ops::agree_across_ranks(comm, op, signature, refusal, stream);
     throw Error(refusal);
@@ -64,7 +64,7 @@ std::pair<Plan, algo::AgreeFn> plan_and_agree(Communicator& comm, const char* op
 // A call captured in a CUDA graph may be replayed at any time later: from then on the communicator
 // keeps what it outgrows instead of freeing it (Communicator::Impl::graphs_captured).
 void note_capture(Communicator& comm, const Communicator::Impl::OrderedCall& call) {
-  if (call.captured()) comm.impl().graphs_captured = true;
+  if (call.captured()) impl_of(comm).graphs_captured = true;
 }
 
 // Every tensor must be memory this rank's GPU addresses as its own: device memory of that GPU, or
@@ -94,7 +94,7 @@ void check_on_this_gpu(const Communicator& comm, const char* op, const NamedInpu
 // rank to reach every other's memory, and fused a Hopper GPU.
 void check_runs_here(Communicator& comm, const char* op, Algorithm algorithm) {
   if (algorithm == Algorithm::kPipelined || algorithm == Algorithm::kFused) algo::require_one_node(comm, op);
-  const Communicator::Impl& m = comm.impl();
+  const Communicator::Impl& m = impl_of(comm);
   if (algorithm == Algorithm::kFused && !is_hopper(m.cc_major, m.cc_minor)) {
     comm.require_hopper(detail::cat(op, " with algorithm 'fused'").c_str());
   }
@@ -107,7 +107,7 @@ void all_gather_matmul(Communicator& comm, const TensorRef& a_shard, const std::
                        const OpOptions& requested) {
   const char* op = "all_gather_matmul";
   const detail::RankScope scope(comm.rank());
-  const Communicator::Impl::OrderedCall ordered(comm.impl(), stream, op);
+  const Communicator::Impl::OrderedCall ordered(impl_of(comm), stream, op);
   kernels::fused::CallTimeline::note_op_entry();
   note_capture(comm, ordered);
   // kAuto becomes a concrete algorithm first, so that the ranks compare what they will run.
@@ -119,7 +119,7 @@ void all_gather_matmul(Communicator& comm, const TensorRef& a_shard, const std::
   const SymmetricBuffer* a_symmetric = nullptr;
   if (options.algorithm == Algorithm::kPipelined || options.algorithm == Algorithm::kFused) {
     const bool well_formed = a_shard.data != nullptr && a_shard.ndim > 0 && a_shard.ndim <= TensorRef::kMaxDims;
-    a_symmetric = well_formed ? comm.impl().find_symmetric(a_shard.data, a_shard.bytes()) : nullptr;
+    a_symmetric = well_formed ? impl_of(comm).find_symmetric(a_shard.data, a_shard.bytes()) : nullptr;
     signature.add("a_shard's symmetric buffer (0: none)", a_symmetric ? static_cast<int64_t>(a_symmetric->serial()) : 0);
     signature.add("a_shard's offset in symmetric memory (-1: none)",
                   a_symmetric ? static_cast<const char*>(a_shard.data) - static_cast<const char*>(a_symmetric->local())
@@ -155,7 +155,7 @@ void matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const TensorR
                            ReduceOp reduce_op, const TensorRef& output, cudaStream_t stream, const OpOptions& requested) {
   const char* op = "matmul_reduce_scatter";
   const detail::RankScope scope(comm.rank());
-  const Communicator::Impl::OrderedCall ordered(comm.impl(), stream, op);
+  const Communicator::Impl::OrderedCall ordered(impl_of(comm), stream, op);
   kernels::fused::CallTimeline::note_op_entry();
   note_capture(comm, ordered);
   std::string auto_refusal;

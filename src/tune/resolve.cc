@@ -85,7 +85,7 @@ bool fused_kernel_applies(const ProblemKey& key) {
 }
 
 Choice choose_for(const Communicator& comm, const ProblemKey& key) {
-  const Communicator::Impl& m = comm.impl();
+  const Communicator::Impl& m = impl_of(comm);
   return choose(key, tuning_cache(m.tuning_cache), is_hopper(m.cc_major, m.cc_minor) && fused_kernel_applies(key));
 }
 
@@ -101,7 +101,7 @@ OpOptions with_choice(const Communicator& comm, const OpOptions& options, bool s
   resolved.algorithm = Algorithm::kSequential;
   resolved.chunks_per_rank = 0;
   if (!sized) return resolved;
-  auto& memo = comm.impl().auto_choices;
+  auto& memo = impl_of(comm).auto_choices;
   const std::array<int64_t, 6> k{static_cast<int64_t>(key.op), key.M, key.N, key.K, static_cast<int64_t>(key.dtype),
                                  key.last_dim ? 1 : 0};
   auto it = memo.find(k);
@@ -137,7 +137,7 @@ OpOptions resolve_all_gather_matmul(const Communicator& comm, const TensorRef& a
   if (options.algorithm != Algorithm::kAuto) return options;
   ProblemKey key;
   const bool sized =
-      all_gather_matmul_key(comm.world_size(), comm.impl().gpu_name, a_shard, bs, gather_dim, options.b_layout, key);
+      all_gather_matmul_key(comm.world_size(), impl_of(comm).gpu_name, a_shard, bs, gather_dim, options.b_layout, key);
   return with_choice_or_refusal(comm, options, sized, key, refusal);
 }
 
@@ -146,7 +146,7 @@ OpOptions resolve_matmul_reduce_scatter(const Communicator& comm, const TensorRe
   if (options.algorithm != Algorithm::kAuto) return options;
   ProblemKey key;
   const bool sized =
-      matmul_reduce_scatter_key(comm.world_size(), comm.impl().gpu_name, a, b, scatter_dim, options.b_layout, key);
+      matmul_reduce_scatter_key(comm.world_size(), impl_of(comm).gpu_name, a, b, scatter_dim, options.b_layout, key);
   return with_choice_or_refusal(comm, options, sized, key, refusal);
 }
 

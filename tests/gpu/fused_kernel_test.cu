@@ -87,7 +87,7 @@ TEST(FusedKernel, SplitLastRoundMatchesReferenceAndRepeatsBitForBit) {
     RANK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     reference::Fp32Gemm fp32;
     int sms = 0;
-    RANK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, comm->impl().device));
+    RANK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, impl_of(*comm).device));
     const std::vector<KernelCase> cases = {
         {256, 256, 4096, DType::kBF16, false, true},     // one tile, split 4 ways
         {1000, 520, 1000, DType::kFP16, true, true},     // ragged in M, N and K
@@ -163,7 +163,7 @@ TEST(FusedKernel, EveryInstantiationWaitsForItsRowsFlag) {
           g.chunks.flag_stride = kMaxChunksPerRank;
           g.chunks.rows_per_rank = static_cast<int32_t>(m);
           g.chunks.rows_per_piece = static_cast<int32_t>(m);
-          g.chunks.wait = kernels::WaitContext{comm->impl().fault, 20'000'000'000ull, 0};
+          g.chunks.wait = kernels::WaitContext{impl_of(*comm).fault, 20'000'000'000ull, 0};
           algo::attach_grid(*comm, g, s);
           kernels::fused::run_ag_gemm(g, s);
           std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -88,7 +88,7 @@ TEST(AutoOps, CacheEntriesAreFollowed_MultiRank) {
     auto comm = comm_with_cache(ctx, path);
     tune::ProblemKey key;
     key.op = tune::Op::kAllGatherMatmul, key.M = ag_m, key.N = N, key.K = K;
-    key.world_size = ws, key.gpu = comm->impl().gpu_name;
+    key.world_size = ws, key.gpu = impl_of(*comm).gpu_name;
     tune::Choice c = tune::choose_for(*comm, key);
     RANK_CHECK(c.from_cache && c.algorithm == Algorithm::kPipelined && c.chunks_per_rank == 2, "ag: ", c.why);
     key.op = tune::Op::kMatmulReduceScatter, key.M = rs_m, key.K = K * ws;

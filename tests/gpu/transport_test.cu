@@ -98,7 +98,7 @@ void check_reduce_scatter(Communicator& comm, DType dtype, size_t count, ReduceO
   RANK_CUDA(cudaMallocAsync(&d_recv, count * sizeof(T), s));
   RANK_CUDA(cudaMemcpyAsync(d_send, send.data(), send.size() * sizeof(T), cudaMemcpyHostToDevice, s));
   RANK_CUDA(cudaMemsetAsync(d_recv, 0xFF, count * sizeof(T), s));
-  comm.impl().transport->reduce_scatter(d_send, d_recv, count, dtype, op, s);
+  impl_of(comm).transport->reduce_scatter(d_send, d_recv, count, dtype, op, s);
   comm.synchronize(s);  // bounded; the copy into pageable memory below would wait for the collective unbounded
   std::vector<T> got(count);
   RANK_CUDA(cudaMemcpy(got.data(), d_recv, count * sizeof(T), cudaMemcpyDeviceToHost));
@@ -129,7 +129,7 @@ int collectives_match_the_host(RankContext& ctx) {
     RANK_CUDA(cudaMallocAsync(&d_recv, bytes * n, s));
     RANK_CUDA(cudaMemcpyAsync(d_send, mine.data(), bytes, cudaMemcpyHostToDevice, s));
     RANK_CUDA(cudaMemsetAsync(d_recv, 0, bytes * n, s));
-    comm->impl().transport->all_gather(d_send, d_recv, bytes, s);
+    impl_of(*comm).transport->all_gather(d_send, d_recv, bytes, s);
     comm->synchronize(s);  // bounded, as in check_reduce_scatter
     std::vector<unsigned char> all(bytes * n);
     RANK_CUDA(cudaMemcpy(all.data(), d_recv, all.size(), cudaMemcpyDeviceToHost));

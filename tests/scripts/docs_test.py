@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Keeps the docs true to the tree: every ASYNCTP_* environment variable that src/ reads is in
-docs/reference/environment.md's table and every variable in that table is read somewhere; every
-relative link in README.md and docs/ names a file (and heading) that exists; no tracked line tells of
-the work periods that built the project."""
+"""Keeps the docs true to the tree: the ASYNCTP_* environment variables declared in src/common/env.h's
+table (and named nowhere else in src/) are those of docs/reference/environment.md's table, with the
+same use and values; every relative link in README.md and docs/ names a file (and heading) that
+exists; no tracked line tells of the work periods that built the project."""
 import os
 import re
 import subprocess
@@ -27,21 +27,37 @@ def read(rel):
         return f.read()
 
 
-# A variable is read where its name appears as a string literal: getenv("X"), env_flag("X"), ...
-READ = re.compile(r'"(ASYNCTP_[A-Z0-9_]+)"')
-# The library's variables are the first column of the reference's first table.
-ROW = re.compile(r"^\| `(ASYNCTP_[A-Z0-9_]+)` \|", re.M)
+# The library's variables are declared in one table, src/common/env.h's ASYNCTP_KNOBS:
+# X(id, "ASYNCTP_NAME", kind, "word|word", kUse or kMeasurement).
+KNOB = re.compile(r'X\(k\w+, "(ASYNCTP_[A-Z0-9_]+)", k(\w+), "([^"]*)", k(Use|Measurement)\)')
+# Anywhere else in src/, a variable's name as a whole string literal would be a read around the table.
+LITERAL = re.compile(r'"(ASYNCTP_[A-Z0-9_]+)"')
+# The reference's first table: | `ASYNCTP_NAME` | default | read | what it does | for |
+ROW = re.compile(r"^\| `(ASYNCTP_[A-Z0-9_]+)` \|(.*)\| ([^|]*) \|$", re.M)
+ENV_H = "src/common/env.h"
 
 
 def env_problems():
-    read_in_src = set()
+    knobs = {name: (kind, words, use.lower()) for name, kind, words, use in KNOB.findall(read(ENV_H))}
+    problems = [] if knobs else [f"{ENV_H}: no ASYNCTP_KNOBS entries found"]
     for rel in tracked("src"):
-        read_in_src |= set(READ.findall(read(rel)))
-    text = read("docs/reference/environment.md")
-    library_table = text.split("Read elsewhere")[0]
-    documented = set(ROW.findall(library_table))
-    problems = [f"{v} is read in src/ but not in docs/reference/environment.md's table" for v in sorted(read_in_src - documented)]
-    problems += [f"{v} is in docs/reference/environment.md's table but src/ does not read it" for v in sorted(documented - read_in_src)]
+        if rel != ENV_H:
+            problems += [f"{rel} names {v} outside {ENV_H}'s table: read it through the table"
+                         for v in sorted(set(LITERAL.findall(read(rel))))]
+    library_table = read("docs/reference/environment.md").split("Read elsewhere")[0]
+    rows = {name: (middle, use.strip()) for name, middle, use in ROW.findall(library_table)}
+    problems += [f"{v} is declared in {ENV_H} but not in docs/reference/environment.md's table"
+                 for v in sorted(set(knobs) - set(rows))]
+    problems += [f"{v} is in docs/reference/environment.md's table but not declared in {ENV_H}"
+                 for v in sorted(set(rows) - set(knobs))]
+    for name in sorted(set(knobs) & set(rows)):
+        kind, words, use = knobs[name]
+        middle, doc_use = rows[name]
+        if not doc_use.startswith(use):
+            problems.append(f"{name}: docs/reference/environment.md says '{doc_use}', {ENV_H} says k{use.title()}")
+        for word in words.split("|") if words else []:
+            if f"`{word}`" not in middle:
+                problems.append(f"{name}: value `{word}` ({ENV_H}) is not in its row of docs/reference/environment.md")
     return problems
 
 

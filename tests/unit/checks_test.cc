@@ -123,17 +123,44 @@ TEST(Environment, MalformedValuesAreRefusedByName) {
 
 TEST(Environment, SwitchesAreZeroOrOne) {
   ::unsetenv("ASYNCTP_CHECK_NAN");
-  EXPECT_FALSE(detail::env_flag("ASYNCTP_CHECK_NAN"));
+  EXPECT_FALSE(detail::knob_flag(detail::Knob::kCheckNan));
   ::setenv("ASYNCTP_CHECK_NAN", "0", 1);
-  EXPECT_FALSE(detail::env_flag("ASYNCTP_CHECK_NAN"));
+  EXPECT_FALSE(detail::knob_flag(detail::Knob::kCheckNan));
   ::setenv("ASYNCTP_CHECK_NAN", "1", 1);
-  EXPECT_TRUE(detail::env_flag("ASYNCTP_CHECK_NAN"));
+  EXPECT_TRUE(detail::knob_flag(detail::Knob::kCheckNan));
   for (const char* bad : {"yes", "2", "true"}) {
     ::setenv("ASYNCTP_CHECK_NAN", bad, 1);
-    const std::string m = message_of([] { detail::env_flag("ASYNCTP_CHECK_NAN"); });
+    const std::string m = message_of([] { detail::knob_flag(detail::Knob::kCheckNan); });
     EXPECT_TRUE(contains(m, std::string("ASYNCTP_CHECK_NAN='") + bad + "' is not 0 or 1")) << m;
   }
   ::unsetenv("ASYNCTP_CHECK_NAN");
+}
+
+TEST(Environment, WordsAreOneOfTheKnobsValues) {
+  ::unsetenv("ASYNCTP_FUSED_RS_PUSH");
+  EXPECT_EQ(detail::knob_word(detail::Knob::kFusedRsPush), -1);
+  ::setenv("ASYNCTP_FUSED_RS_PUSH", "", 1);
+  EXPECT_EQ(detail::knob_word(detail::Knob::kFusedRsPush), -1);
+  ::setenv("ASYNCTP_FUSED_RS_PUSH", "copy-engine", 1);
+  EXPECT_EQ(detail::knob_word(detail::Knob::kFusedRsPush), 0);
+  ::setenv("ASYNCTP_FUSED_RS_PUSH", "kernel", 1);
+  EXPECT_EQ(detail::knob_word(detail::Knob::kFusedRsPush), 1);
+  for (const char* bad : {"kernels", "copy", "Kernel"}) {
+    ::setenv("ASYNCTP_FUSED_RS_PUSH", bad, 1);
+    const std::string m = message_of([] { detail::knob_word(detail::Knob::kFusedRsPush); });
+    EXPECT_TRUE(contains(m, std::string("ASYNCTP_FUSED_RS_PUSH='") + bad +
+                                "' is not one of its values (expected copy-engine or kernel)"))
+        << m;
+  }
+  ::unsetenv("ASYNCTP_FUSED_RS_PUSH");
+}
+
+// A knob read as another kind than its declaration is a library bug, refused rather than misread.
+TEST(Environment, AKnobIsReadOnlyAsTheKindItIsDeclared) {
+  const std::string m = message_of([] { detail::knob_int(detail::Knob::kCheckNan, 1); });
+  EXPECT_TRUE(contains(m, "ASYNCTP_CHECK_NAN is read as another kind")) << m;
+  EXPECT_STREQ(detail::knob_name(detail::Knob::kTimeoutMs), "ASYNCTP_TIMEOUT_MS");
+  EXPECT_STREQ(detail::knob_name(detail::Knob::kFusedMaxSplits), "ASYNCTP_FUSED_MAX_SPLITS");
 }
 
 }  // namespace

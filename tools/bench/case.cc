@@ -117,7 +117,7 @@ tune::ProblemKey problem_key(const Communicator& comm, const CaseSetup& setup, c
   key.dtype = setup.dtype;
   key.last_dim = ag ? setup.gather_last : setup.scatter_last;
   key.world_size = comm.world_size();
-  key.gpu = comm.impl().gpu_name;
+  key.gpu = impl_of(comm).gpu_name;
   return key;
 }
 
@@ -214,7 +214,7 @@ CaseResult run_case(RankContext& ctx, Communicator& comm, const CaseSetup& args,
   reference::fill(gb.p, args.dtype, gk, N, col, reference::GenMatrix{29, 0, 0}, 0, 0, stream);
   gemm::Problem p;
   p.M = gm, p.N = N, p.K = gk, p.dtype = args.dtype, p.b_layout = args.b_layout;
-  timed.push_back([&] { comm.impl().gemm.run(p, ga.p, gb.p, gc.p, stream); });
+  timed.push_back([&] { impl_of(comm).gemm.run(p, ga.p, gb.p, gc.p, stream); });
   results.push_back(&result.gemm_us);
   kernels::fused::AgGemmArgs g;
   g.dtype = args.dtype, g.b_layout = args.b_layout, g.M = gm, g.N = N, g.K = gk;
@@ -227,7 +227,7 @@ CaseResult run_case(RankContext& ctx, Communicator& comm, const CaseSetup& args,
     results.push_back(&result.fused_gemm_us);
   }
   // The communication alone: the sequential algorithm's collective, through the communicator's transport.
-  comm::Transport& transport = *comm.impl().transport;
+  comm::Transport& transport = *impl_of(comm).transport;
   if (ag) {
     timed.push_back([&] { transport.all_gather(a.p, ga.p, static_cast<size_t>(a_rows) * a_cols * es, stream); });
   } else {

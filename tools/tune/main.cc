@@ -185,12 +185,12 @@ int run_rank(RankContext& ctx, const TuneArgs& t) {
     for (Op op : {Op::kAllGatherMatmul, Op::kMatmulReduceScatter}) {
       std::vector<Measured> shapes;
       for (const auto& [k, m] : done) {
-        if (m.key.op == op && m.key.world_size == ctx.world_size && m.key.gpu == comm->impl().gpu_name) shapes.push_back(m);
+        if (m.key.op == op && m.key.world_size == ctx.world_size && m.key.gpu == impl_of(*comm).gpu_name) shapes.push_back(m);
       }
       if (shapes.size() < 2) continue;
       const Rates r = fit_rates(shapes);
       bench::JsonLine j;
-      j.add("kind", "rates").add("gpu", comm->impl().gpu_name).add("world_size", ctx.world_size).add("op", op_key(op));
+      j.add("kind", "rates").add("gpu", impl_of(*comm).gpu_name).add("world_size", ctx.world_size).add("op", op_key(op));
       j.add("gemm_tflops", r.gemm_tflops).add("gemm_fixed_us", r.gemm_fixed_us).add("copy_gbps", r.copy_gbps);
       j.add("nccl_gbps", r.nccl_gbps).add("nccl_fixed_us", r.nccl_fixed_us);
       j.add("overlap_fixed_us", r.overlap_fixed_us).add("min_gemm_us", r.min_gemm_us);

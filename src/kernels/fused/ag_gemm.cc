@@ -26,7 +26,7 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 // ASYNCTP_FUSED_BAND_M overrides it for measurement (docs/design/fused_all_gather_matmul.md).
 int band_m_for(const AgGemmArgs& a) {
   if (a.rs.rank >= 0) return reduce_scatter_band_m(a.rs.rows_per_rank, a.rs.rows_per_piece);
-  static const int forced = detail::env_positive_int("ASYNCTP_FUSED_BAND_M", 0);
+  static const int forced = detail::knob_int(detail::Knob::kFusedBandM, 0);
   if (forced > 0) return forced;
   constexpr int kDeepest = 8;
   if (a.chunks.flags == nullptr) return kDeepest;
@@ -35,7 +35,7 @@ int band_m_for(const AgGemmArgs& a) {
 }
 
 int tile_n_for(const AgGemmArgs& a) {
-  static const int forced = detail::env_positive_int("ASYNCTP_FUSED_TILE_N", 0);
+  static const int forced = detail::knob_int(detail::Knob::kFusedTileN, 0);
   if (forced != 0) {
     ASYNCTP_CHECK(forced == 192 || forced == 256, "ASYNCTP_FUSED_TILE_N is ", forced, "; expected 192 or 256");
     return forced;
@@ -156,7 +156,7 @@ void run_ag_gemm(const AgGemmArgs& args, cudaStream_t stream) {
   ASYNCTP_CHECK(*why == '\0', "fused all_gather_matmul: ", why);
   AgGemmArgs a = args;
   if (a.band_m <= 0) a.band_m = band_m_for(a);
-  static const int max_splits = detail::env_positive_int("ASYNCTP_FUSED_MAX_SPLITS", kMaxTailSplits);
+  static const int max_splits = detail::knob_int(detail::Knob::kFusedMaxSplits, kMaxTailSplits);
   if (a.max_splits <= 0) a.max_splits = max_splits;
   ASYNCTP_CHECK(a.tile_n == 0 || a.tile_n == 192 || a.tile_n == 256, "fused GEMM: tile_n is ", a.tile_n,
                 "; expected 0, 192 or 256");

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -12,6 +11,7 @@
 #include <vector>
 
 #include "common/check.h"
+#include "common/env.h"
 #include "kernels/fused/ag_gemm.h"
 #include "kernels/fused/tail_split.h"
 
@@ -19,16 +19,15 @@ namespace asynctp::kernels::fused {
 namespace {
 
 const char* trace_dir() {
-  static const char* dir = [] {
-    const char* d = std::getenv("ASYNCTP_TRACE_TILES");
-    if (d == nullptr || *d == '\0') return static_cast<const char*>(nullptr);
+  static const std::string dir = [] {
+    const std::string d = detail::knob_text(detail::Knob::kTraceTiles);
     // Made here so that a run need not prepare it; a folder that cannot be made is reported by the
     // first write into it, which names the path.
     std::error_code ignored;
-    std::filesystem::create_directories(d, ignored);
+    if (!d.empty()) std::filesystem::create_directories(d, ignored);
     return d;
   }();
-  return dir;
+  return dir.empty() ? nullptr : dir.c_str();
 }
 
 // Records a launch can write: every cluster tile (at the narrowest tile), each split kMaxTailSplits
