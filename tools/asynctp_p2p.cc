@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "asynctp/asynctp.h"
+#include "asynctp/launcher.h"
 
 namespace {
 

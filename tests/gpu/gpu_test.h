@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "asynctp/asynctp.h"
+#include "asynctp/launcher.h"
 
 namespace asynctp::testing {
 

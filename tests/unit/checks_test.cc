@@ -10,6 +10,7 @@
 #include <string>
 
 #include "asynctp/asynctp.h"
+#include "asynctp/launcher.h"
 #include "common/check.h"
 #include "common/env.h"
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "asynctp/asynctp.h"
+#include "asynctp/launcher.h"
 #include "bench/cli.h"
 #include "tune/choice.h"
 

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "asynctp/asynctp.h"
+#include "asynctp/launcher.h"
 #include "bench/case.h"
 #include "bench/cli.h"
 #include "bench/json.h"

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "asynctp/asynctp.h"
+#include "asynctp/launcher.h"
 #include "bench/case.h"
 #include "bench/cli.h"
 #include "bench/device_buffer.h"
