@@ -13,12 +13,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "asynctp/asynctp.h"
 #include "asynctp/launcher.h"
+#include "cli/parse.h"
 
 namespace {
 
@@ -48,10 +51,12 @@ const char* kUsage =
 }
 
 long parse_positive(const char* flag, const char* text) {
-  char* end = nullptr;
-  const long v = std::strtol(text, &end, 10);
-  if (end == text || *end != '\0' || v <= 0) usage_error(std::string(flag) + " expects a positive integer, got '" + text + "'");
-  return v;
+  const std::optional<int64_t> v = asynctp::tools::integer_in(text, 1, std::numeric_limits<int>::max());
+  if (!v) {
+    usage_error(std::string(flag) + " expects a positive integer (at most " +
+                std::to_string(std::numeric_limits<int>::max()) + "), got '" + text + "'");
+  }
+  return static_cast<long>(*v);
 }
 
 Args parse(int argc, char** argv) {

@@ -30,6 +30,7 @@
 #include <functional>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -37,6 +38,7 @@
 #include "algo/fused.h"
 #include "asynctp/error.h"
 #include "bench/device_buffer.h"
+#include "cli/parse.h"
 #include "gpu_hold.cuh"
 #include "asynctp/ops.h"
 #include "common/check.h"
@@ -122,22 +124,9 @@ const char* kUsage =
     "77 no GPU visible.\n";
 
 int parse_int(const std::string& flag, const std::string& text, int lo, int hi) {
-  char* end = nullptr;
-  const long v = std::strtol(text.c_str(), &end, 10);
-  ASYNCTP_CHECK(!text.empty() && *end == '\0' && v >= lo && v <= hi, flag, " expects an integer from ", lo, " to ", hi,
-                ", got '", text, "'");
-  return static_cast<int>(v);
-}
-
-// "a,b,c" as its items (an empty item stays, for the caller's check to name).
-std::vector<std::string> comma_list(const std::string& v) {
-  std::vector<std::string> items;
-  for (size_t at = 0; at <= v.size();) {
-    const size_t comma = std::min(v.find(',', at), v.size());
-    items.push_back(v.substr(at, comma - at));
-    at = comma + 1;
-  }
-  return items;
+  const std::optional<int64_t> v = tools::integer_in(text, lo, hi);
+  ASYNCTP_CHECK(v.has_value(), flag, " expects an integer from ", lo, " to ", hi, ", got '", text, "'");
+  return static_cast<int>(*v);
 }
 
 Options parse(int argc, char** argv) {
@@ -156,7 +145,7 @@ Options parse(int argc, char** argv) {
     const std::string v = argv[++i];
     if (a == "--shapes") {
       o.shapes.clear();
-      for (const std::string& item : comma_list(v)) {
+      for (const std::string& item : tools::split(v, ',')) {
         long long m = 0, n = 0, k = 0;
         ASYNCTP_CHECK(std::sscanf(item.c_str(), "%lldx%lldx%lld", &m, &n, &k) == 3 && m > 0 && n > 0 && k > 0,
                       "--shapes: '", item, "' is not MxNxK");
@@ -174,7 +163,7 @@ Options parse(int argc, char** argv) {
     } else if (a == "--trace") {
       o.trace = v;
     } else if (a == "--calls") {
-      for (const std::string& name : comma_list(v)) {
+      for (const std::string& name : tools::split(v, ',')) {
         ASYNCTP_CHECK(std::any_of(std::begin(kCalls), std::end(kCalls), [&](const CallKind& k) { return name == k.name; }),
                       "--calls: '", name, "' is not one of the calls --help lists");
         o.calls.push_back(name);

@@ -2,14 +2,14 @@
 
 #include <unistd.h>
 
-#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <sstream>
+#include <optional>
 
 #include "asynctp/error.h"
+#include "cli/parse.h"
 
 namespace asynctp::bench {
 
@@ -71,18 +71,12 @@ namespace {
   throw Error("asynctp-bench: " + option + " '" + value + "' is not valid; expected " + expected);
 }
 
-// A decimal integer in [min, max], the whole of `text` (strtoll alone would skip leading spaces and
-// the caller's cast would cut what does not fit its int).
+// A decimal integer in [min, max] (by default what an int holds, so that no caller's cast cuts it).
 int64_t parse_int(const std::string& option, const std::string& text, int64_t min,
                   int64_t max = std::numeric_limits<int>::max()) {
-  errno = 0;
-  char* end = nullptr;
-  const long long v = std::strtoll(text.c_str(), &end, 10);
-  const bool digits_first = !text.empty() && (std::isdigit(static_cast<unsigned char>(text[0])) || text[0] == '-');
-  if (!digits_first || errno != 0 || *end != '\0' || v < min || v > max) {
-    bad(option, text, "an integer from " + std::to_string(min) + " to " + std::to_string(max));
-  }
-  return v;
+  const std::optional<int64_t> v = tools::integer_in(text, min, max);
+  if (!v) bad(option, text, "an integer from " + std::to_string(min) + " to " + std::to_string(max));
+  return *v;
 }
 
 // Whether `path` can be written (appended to) without creating it: the run would otherwise find out
@@ -94,17 +88,8 @@ bool writable(const std::string& path) {
   return ::access(dir.c_str(), W_OK | X_OK) == 0;
 }
 
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  std::string item;
-  while (std::getline(in, item, sep)) out.push_back(item);
-  if (!s.empty() && s.back() == sep) out.push_back("");
-  return out;
-}
-
 Shape parse_shape(const std::string& text) {
-  const auto parts = split(text, 'x');
+  const auto parts = tools::split(text, 'x');
   if (parts.size() != 3) bad("--shapes", text, "MxNxK, e.g. 4096x3584x8192, 'seeds' or 'sweep'");
   return {parse_int("--shapes", parts[0], 1), parse_int("--shapes", parts[1], 1), parse_int("--shapes", parts[2], 1)};
 }
@@ -147,7 +132,7 @@ Args parse_args(const std::vector<std::string>& argv) {
     } else if (f == "--shapes") {
       a.shapes.clear();
       if (v.empty()) bad(f, v, "MxNxK, 'seeds' or 'sweep', or a comma-separated list of them");
-      for (const auto& s : split(v, ',')) {
+      for (const auto& s : tools::split(v, ',')) {
         if (s.empty()) bad(f, s, "MxNxK, 'seeds' or 'sweep'");
         if (s == "seeds" || s == "sweep") {
           const auto set = s == "seeds" ? seed_shapes() : sweep_shapes();
@@ -173,7 +158,7 @@ Args parse_args(const std::vector<std::string>& argv) {
     } else if (f == "--algorithms") {
       a.algorithms.clear();
       if (v.empty()) bad(f, v, "a comma-separated list of sequential, pipelined, fused and auto");
-      for (const auto& s : split(v, ',')) a.algorithms.push_back(parse_algorithm(s));
+      for (const auto& s : tools::split(v, ',')) a.algorithms.push_back(parse_algorithm(s));
     } else if (f == "--chunks") {
       a.chunks_per_rank = static_cast<int>(parse_int(f, v, 0, kMaxChunksPerRank));
     } else if (f == "--iters") {

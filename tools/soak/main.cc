@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <limits>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "asynctp/asynctp.h"
@@ -17,6 +18,7 @@
 #include "bench/cli.h"
 #include "bench/device_buffer.h"
 #include "bench/json.h"
+#include "cli/parse.h"
 #include "common/check.h"
 #include "reference/reference.h"
 #include "soak/calls.h"
@@ -52,13 +54,10 @@ struct SoakArgs {
 };
 
 int64_t parse_count(const std::string& flag, const std::string& v, int64_t min) {
-  char* end = nullptr;
-  errno = 0;
-  const long long n = std::strtoll(v.c_str(), &end, 10);
-  const bool digits_first = !v.empty() && std::isdigit(static_cast<unsigned char>(v[0]));
-  ASYNCTP_CHECK(digits_first && errno == 0 && *end == '\0' && n >= min, "asynctp-soak: ", flag, " '", v,
-                "' is not valid; expected an integer from ", min, " to ", std::numeric_limits<long long>::max());
-  return n;
+  const std::optional<int64_t> n = tools::integer_in(v, min, std::numeric_limits<int64_t>::max());
+  ASYNCTP_CHECK(n.has_value(), "asynctp-soak: ", flag, " '", v, "' is not valid; expected an integer from ", min,
+                " to ", std::numeric_limits<int64_t>::max());
+  return *n;
 }
 
 SoakArgs parse(const std::vector<std::string>& argv) {

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "asynctp/asynctp.h"
@@ -11,6 +12,7 @@
 #include "bench/case.h"
 #include "bench/cli.h"
 #include "bench/json.h"
+#include "cli/parse.h"
 #include "comm/communicator_impl.h"
 #include "common/check.h"
 #include "tune/fit.h"
@@ -66,16 +68,13 @@ TuneArgs parse(const std::vector<std::string>& argv) {
         t.out = v;
       } else {
         t.pieces.clear();
-        std::stringstream in(v);
-        std::string item;
-        while (std::getline(in, item, ',')) {
-          char* end = nullptr;
-          const long p = std::strtol(item.c_str(), &end, 10);
-          if (item.empty() || *end != '\0' || p < 0 || p > kMaxChunksPerRank) {
+        for (const std::string& item : tools::split(v, ',')) {
+          const std::optional<int64_t> p = tools::integer_in(item, 0, kMaxChunksPerRank);
+          if (!p) {
             throw Error("asynctp-tune: --pieces '" + v + "' is not valid; expected piece counts 0 to " +
                         std::to_string(kMaxChunksPerRank) + ", comma-separated");
           }
-          t.pieces.push_back(static_cast<int>(p));
+          t.pieces.push_back(static_cast<int>(*p));
         }
       }
     } else if (f == "--algorithms" || f == "--json" || f == "--chunks") {
