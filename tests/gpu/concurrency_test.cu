@@ -11,16 +11,6 @@ namespace {
 
 using namespace asynctp::testing;
 
-// Keeps a stream busy for `ns`: this rank's calls then start late on the GPU (rank skew).
-__global__ void hold(long long ns) {
-  long long start, now;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-  do {
-    __nanosleep(100000);
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-  } while (now - start < ns);
-}
-
 OpOptions with(Algorithm algorithm) {
   OpOptions o;
   o.algorithm = algorithm;
@@ -89,7 +79,7 @@ int two_streams_with_skew(RankContext& ctx) {
     RANK_CUDA(cudaStreamSynchronize(t.st.s));
     for (int i = 0; i < kCalls; ++i) {
       cudaStream_t s = i % 2 ? other.s : t.st.s;
-      if (t.r == t.ws - 1) hold<<<1, 1, 0, s>>>(200000);  // 0.2 ms
+      if (t.r == t.ws - 1) hold_stream<<<1, 1, 0, s>>>(200000);  // 0.2 ms
       all_gather_matmul(*t.comm, t.ag.a_ref(in.ag_a[i]->p), {t.ag.b_ref()}, 0, {t.ag.out_ref(in.ag_out[i]->p)},
                         TensorRef{}, s, with(algorithm));
       matmul_reduce_scatter(*t.comm, t.rs.a_ref(in.rs_a[i]->p), t.rs.b_ref(), 0, ReduceOp::kSum,

@@ -22,16 +22,6 @@ using namespace asynctp::testing;
 
 constexpr int kTimeoutMs = 1500;  // every wait's bound on these ranks; the host's is twice that
 
-// Keeps a stream busy for `ns`, so that the op enqueued behind it has not begun when its rank dies.
-__global__ void hold_stream(long long ns) {
-  long long start, now;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-  do {
-    __nanosleep(1000000);
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-  } while (now - start < ns);
-}
-
 // Where a surviving rank is stuck, should it be: after 12 s a watchdog makes the main thread print its
 // stack to stderr (a test that hangs then says where, before the launcher stops it).
 void print_stack(int) {

@@ -15,6 +15,17 @@ struct Stream {
   ~Stream() { cudaStreamDestroy(s); }
 };
 
+// Keeps a stream busy for `ns`: what is enqueued behind it starts that much later on the GPU (rank
+// skew, or an op that has not begun when its rank dies). One per test file (static).
+static __global__ void hold_stream(long long ns) {
+  long long start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    __nanosleep(100000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < ns);
+}
+
 // A whole all_gather_matmul problem (gather_dim 0, bf16): this rank's shard, B, and the reference.
 struct AgProblem {
   int64_t m, K, N, M;
@@ -83,6 +94,20 @@ struct InputSets {
       rs.make(200 + i, rank, rs_a[i]->p, rs_ref[i]->f(), fp32, s);
     }
   }
+  // all_gather_matmul on set `i` (gather_dim 0), into its output.
+  void call_ag(Communicator& comm, const AgProblem& ag, int i, cudaStream_t s, const OpOptions& o) const {
+    all_gather_matmul(comm, ag.a_ref(ag_a[i]->p), {ag.b_ref()}, 0, {ag.out_ref(ag_out[i]->p)}, TensorRef{}, s, o);
+  }
+  // matmul_reduce_scatter on set `i` (scatter_dim 0, sum), into its output.
+  void call_rs(Communicator& comm, const RsProblem& rs, int i, cudaStream_t s, const OpOptions& o) const {
+    matmul_reduce_scatter(comm, rs.a_ref(rs_a[i]->p), rs.b_ref(), 0, ReduceOp::kSum, rs.out_ref(rs_out[i]->p), s, o);
+  }
+  // Both outputs of set `i` against their references; `what` says which calls made them.
+  void check(const AgProblem& ag, const RsProblem& rs, int i, int rank, int ws, const std::string& what,
+             cudaStream_t s) const {
+    ag.check(ag_out[i]->p, ag_ref[i]->f(), ("all_gather_matmul " + what).c_str(), s);
+    rs.check(rs_out[i]->p, rs_ref[i]->f(), rank, ws, ("matmul_reduce_scatter " + what).c_str(), s);
+  }
 };
 
 // A communicator and a small problem of each op, for the tests that run both.
@@ -113,15 +138,10 @@ inline int calls_back_to_back(RankContext& ctx, const OpOptions& ag_options, con
   constexpr int kCalls = 8;
   InputSets in(ag, rs, kCalls, r, t.fp32, st.s);
   for (int i = 0; i < kCalls; ++i) {
-    all_gather_matmul(*comm, ag.a_ref(in.ag_a[i]->p), {ag.b_ref()}, 0, {ag.out_ref(in.ag_out[i]->p)}, TensorRef{},
-                      st.s, ag_options);
-    matmul_reduce_scatter(*comm, rs.a_ref(in.rs_a[i]->p), rs.b_ref(), 0, ReduceOp::kSum, rs.out_ref(in.rs_out[i]->p),
-                          st.s, rs_options);
+    in.call_ag(*comm, ag, i, st.s, ag_options);
+    in.call_rs(*comm, rs, i, st.s, rs_options);
   }
-  for (int i = 0; i < kCalls; ++i) {
-    ag.check(in.ag_out[i]->p, in.ag_ref[i]->f(), detail::cat("all_gather_matmul call ", i).c_str(), st.s);
-    rs.check(in.rs_out[i]->p, in.rs_ref[i]->f(), r, ws, detail::cat("matmul_reduce_scatter call ", i).c_str(), st.s);
-  }
+  for (int i = 0; i < kCalls; ++i) in.check(ag, rs, i, r, ws, detail::cat("call ", i), st.s);
   return 0;
 }
 
@@ -179,15 +199,10 @@ inline int replays_after_growth(RankContext& ctx, const OpOptions& options) {
   const int ws = t.ws, r = t.r;
   InputSets small(t.ag, t.rs, 1, r, t.fp32, st.s);
   auto step = [&] {
-    all_gather_matmul(*comm, t.ag.a_ref(small.ag_a[0]->p), {t.ag.b_ref()}, 0, {t.ag.out_ref(small.ag_out[0]->p)},
-                      TensorRef{}, st.s, options);
-    matmul_reduce_scatter(*comm, t.rs.a_ref(small.rs_a[0]->p), t.rs.b_ref(), 0, ReduceOp::kSum,
-                          t.rs.out_ref(small.rs_out[0]->p), st.s, options);
+    small.call_ag(*comm, t.ag, 0, st.s, options);
+    small.call_rs(*comm, t.rs, 0, st.s, options);
   };
-  auto check_small = [&](const std::string& what) {
-    t.ag.check(small.ag_out[0]->p, small.ag_ref[0]->f(), ("all_gather_matmul " + what).c_str(), st.s);
-    t.rs.check(small.rs_out[0]->p, small.rs_ref[0]->f(), r, ws, ("matmul_reduce_scatter " + what).c_str(), st.s);
-  };
+  auto check_small = [&](const std::string& what) { small.check(t.ag, t.rs, 0, r, ws, what, st.s); };
   step();  // outside capture: what the small calls need is made here
   comm->synchronize(st.s);
   check_small("before capture");
@@ -200,13 +215,9 @@ inline int replays_after_growth(RankContext& ctx, const OpOptions& options) {
     AgProblem ag(ws, 256 * scale, 512, 384, st.s);
     RsProblem rs(ws, r, 256 * ws * scale, 384, 256 * ws, st.s);
     InputSets big(ag, rs, 1, r, t.fp32, st.s);
-    all_gather_matmul(*comm, ag.a_ref(big.ag_a[0]->p), {ag.b_ref()}, 0, {ag.out_ref(big.ag_out[0]->p)}, TensorRef{},
-                      st.s, options);
-    matmul_reduce_scatter(*comm, rs.a_ref(big.rs_a[0]->p), rs.b_ref(), 0, ReduceOp::kSum, rs.out_ref(big.rs_out[0]->p),
-                          st.s, options);
-    ag.check(big.ag_out[0]->p, big.ag_ref[0]->f(), detail::cat("all_gather_matmul at ", scale, "x rows").c_str(), st.s);
-    rs.check(big.rs_out[0]->p, big.rs_ref[0]->f(), r, ws,
-             detail::cat("matmul_reduce_scatter at ", scale, "x rows").c_str(), st.s);
+    big.call_ag(*comm, ag, 0, st.s, options);
+    big.call_rs(*comm, rs, 0, st.s, options);
+    big.check(ag, rs, 0, r, ws, detail::cat("at ", scale, "x rows"), st.s);
     reference::poison(small.ag_out[0]->p, t.ag.M * t.ag.N * 2, st.s);
     reference::poison(small.rs_out[0]->p, t.rs.rows * t.rs.N * 2, st.s);
     RANK_CUDA(cudaGraphLaunch(exec, st.s));
@@ -227,22 +238,14 @@ inline int growth_under_capture_is_refused(RankContext& ctx, const OpOptions& op
   auto& st = t.st;
   const int ws = t.ws, r = t.r;
   InputSets small(t.ag, t.rs, 1, r, t.fp32, st.s);
-  all_gather_matmul(*comm, t.ag.a_ref(small.ag_a[0]->p), {t.ag.b_ref()}, 0, {t.ag.out_ref(small.ag_out[0]->p)},
-                    TensorRef{}, st.s, options);
-  matmul_reduce_scatter(*comm, t.rs.a_ref(small.rs_a[0]->p), t.rs.b_ref(), 0, ReduceOp::kSum,
-                        t.rs.out_ref(small.rs_out[0]->p), st.s, options);
+  small.call_ag(*comm, t.ag, 0, st.s, options);
+  small.call_rs(*comm, t.rs, 0, st.s, options);
   comm->synchronize(st.s);
   AgProblem ag(ws, 256 * 8, 512, 384, st.s);
   RsProblem rs(ws, r, 256 * ws * 8, 384, 256 * ws, st.s);
   InputSets big(ag, rs, 1, r, t.fp32, st.s);
-  auto call_ag = [&] {
-    all_gather_matmul(*comm, ag.a_ref(big.ag_a[0]->p), {ag.b_ref()}, 0, {ag.out_ref(big.ag_out[0]->p)}, TensorRef{},
-                      st.s, options);
-  };
-  auto call_rs = [&] {
-    matmul_reduce_scatter(*comm, rs.a_ref(big.rs_a[0]->p), rs.b_ref(), 0, ReduceOp::kSum, rs.out_ref(big.rs_out[0]->p),
-                          st.s, options);
-  };
+  auto call_ag = [&] { big.call_ag(*comm, ag, 0, st.s, options); };
+  auto call_rs = [&] { big.call_rs(*comm, rs, 0, st.s, options); };
   for (const auto& [what, call] : {std::pair<const char*, std::function<void()>>{"all_gather_matmul", call_ag},
                                    std::pair<const char*, std::function<void()>>{"matmul_reduce_scatter", call_rs}}) {
     RANK_CUDA(cudaStreamBeginCapture(st.s, cudaStreamCaptureModeThreadLocal));
@@ -262,8 +265,7 @@ inline int growth_under_capture_is_refused(RankContext& ctx, const OpOptions& op
   ctx.barrier();
   call_ag();
   call_rs();
-  ag.check(big.ag_out[0]->p, big.ag_ref[0]->f(), "all_gather_matmul after the refusal", st.s);
-  rs.check(big.rs_out[0]->p, big.rs_ref[0]->f(), r, ws, "matmul_reduce_scatter after the refusal", st.s);
+  big.check(ag, rs, 0, r, ws, "after the refusal", st.s);
   cudaGraph_t graph;
   RANK_CUDA(cudaStreamBeginCapture(st.s, cudaStreamCaptureModeThreadLocal));
   call_ag();
@@ -273,8 +275,7 @@ inline int growth_under_capture_is_refused(RankContext& ctx, const OpOptions& op
   reference::poison(big.ag_out[0]->p, ag.M * ag.N * 2, st.s);
   reference::poison(big.rs_out[0]->p, rs.rows * rs.N * 2, st.s);
   RANK_CUDA(cudaGraphLaunch(exec, st.s));
-  ag.check(big.ag_out[0]->p, big.ag_ref[0]->f(), "all_gather_matmul replayed", st.s);
-  rs.check(big.rs_out[0]->p, big.rs_ref[0]->f(), r, ws, "matmul_reduce_scatter replayed", st.s);
+  big.check(ag, rs, 0, r, ws, "replayed", st.s);
   ctx.barrier();
   RANK_CUDA(cudaGraphExecDestroy(exec));
   RANK_CUDA(cudaGraphDestroy(graph));

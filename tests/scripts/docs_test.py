@@ -5,27 +5,11 @@ same use and values; every relative link in README.md and docs/ names a file (an
 exists; no tracked line tells of the work periods that built the project."""
 import os
 import re
-import subprocess
 import sys
 
-ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-
-def tracked(*paths):
-    out = subprocess.run(["git", "-C", ROOT, "ls-files", *paths], capture_output=True, text=True)
-    if out.returncode != 0:  # not a git checkout (a source tarball): walk the folders instead
-        found = []
-        for p in paths:
-            for dirpath, _, names in os.walk(os.path.join(ROOT, p)):
-                found += [os.path.relpath(os.path.join(dirpath, n), ROOT) for n in names]
-        return found
-    return out.stdout.split()
-
-
-def read(rel):
-    with open(os.path.join(ROOT, rel), encoding="utf-8", errors="replace") as f:
-        return f.read()
-
+from tree import ROOT, read, report, tracked  # noqa: E402
 
 # The library's variables are declared in one table, src/common/env.h's ASYNCTP_KNOBS:
 # X(id, "ASYNCTP_NAME", kind, "word|word", kUse or kMeasurement).
@@ -108,11 +92,7 @@ def diary_problems():
 
 
 def main():
-    problems = env_problems() + link_problems() + diary_problems()
-    for p in problems:
-        print(p)
-    print(f"docs_test: {len(problems)} problem(s)")
-    return 1 if problems else 0
+    return report("docs_test", env_problems() + link_problems() + diary_problems())
 
 
 if __name__ == "__main__":

@@ -6,28 +6,14 @@ there as `file -> header`. A known exception that is gone must leave the list to
 only shrinks. Source files over 400 lines must be on the page's list of long files."""
 import os
 import re
-import subprocess
 import sys
 
-ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from tree import read, report, tracked  # noqa: E402
+
 PAGE = "docs/design/architecture.md"
 MAX_LINES = 400
-
-
-def tracked(*paths):
-    out = subprocess.run(["git", "-C", ROOT, "ls-files", *paths], capture_output=True, text=True)
-    if out.returncode != 0:  # not a git checkout: walk the folders instead
-        found = []
-        for p in paths:
-            for dirpath, _, names in os.walk(os.path.join(ROOT, p)):
-                found += [os.path.relpath(os.path.join(dirpath, n), ROOT) for n in names]
-        return found
-    return out.stdout.split()
-
-
-def read(rel):
-    with open(os.path.join(ROOT, rel), encoding="utf-8", errors="replace") as f:
-        return f.read()
 
 
 def section(text, heading):
@@ -101,11 +87,7 @@ def problems():
 
 
 def main():
-    out = problems()
-    for p in out:
-        print(p)
-    print(f"layers_test: {len(out)} problem(s)")
-    return 1 if out else 0
+    return report("layers_test", problems())
 
 
 if __name__ == "__main__":
