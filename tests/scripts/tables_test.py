@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The Markdown tables the docs' figures come from (scripts/bench_table.py, scripts/ab_table.py), made
+"""The Markdown tables the docs' figures come from (scripts/tables/bench_table.py, scripts/tables/ab_table.py), made
 from asynctp-bench JSON lines written here: a wrong figure in them would go into the docs."""
 import json
 import os
@@ -8,7 +8,7 @@ import sys
 import tempfile
 import unittest
 
-SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts")
+SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "tables")
 
 
 def row(algorithm, median, correct=True, gemm=90.0, shape=(4096, 3584, 8192), **extra):

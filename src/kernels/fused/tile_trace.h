@@ -6,7 +6,7 @@
 // enqueue, so that no peer waits on it) synchronizes and writes DIR/<op>_<M>x<N>x<K>_rank<r>.csv. A
 // later call of the same shape overwrites it: the file holds the last call. Off, the kernel tests one
 // null pointer per tile. docs/design/fused_matmul_reduce_scatter.md shows how to read it
-// (scripts/tile_trace_summary.py).
+// (scripts/tables/tile_trace_summary.py).
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -3,7 +3,7 @@
 # bench/torch_anchor.py (PyTorch's own paths, same run), and the Python package's tests, example and
 # bench/compare_torch.py, from a build made on the development machine
 # (carried there), against the NCCL it was built with. Logs go to $OUT (or /tmp/asynctp-out).
-# Usage: scripts/gpu_check.sh [BUILD_DIR] [BENCH_ARGS...]
+# Usage: scripts/gpu/gpu_check.sh [BUILD_DIR] [BENCH_ARGS...]
 #
 # The development machine builds against NCCL 2.28.9; on the GPU machine that version is PyTorch's
 # (site-packages/nvidia/nccl), while the system NCCL is 2.28.3, which asynctp refuses (no stable

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a one-GPU machine: the multi-rank checks that the in-process transport makes possible there, from
 # a build carried from the development machine. Logs go to $OUT (or /tmp/asynctp-out).
-# Usage: scripts/one_gpu_check.sh BUILD_DIR STAGE...
+# Usage: scripts/gpu/one_gpu_check.sh BUILD_DIR STAGE...
 #   tests          every GPU test, multi-rank ones in-process at world sizes $WORLD_SIZES (default 2,3,4)
 #   soak N         asynctp-soak, 2 ranks on the GPU: N calls per op and algorithm
 #   sanitize       compute-sanitizer memcheck, racecheck and synccheck on 2-rank in-process soaks of
@@ -9,7 +9,7 @@
 #   ab BASE_DIR N  asynctp-bench --gpus 1 at the seed shapes, BASE_DIR's build and BUILD_DIR's in turn,
 #                  N times each (the fused kernel as a GEMM alone beside cuBLAS, NCCL transport)
 set -uo pipefail
-build=${1:?usage: scripts/one_gpu_check.sh BUILD_DIR STAGE...}
+build=${1:?usage: scripts/gpu/one_gpu_check.sh BUILD_DIR STAGE...}
 shift
 out=${OUT:-/tmp/asynctp-out}
 mkdir -p "$out"

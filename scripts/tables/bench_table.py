@@ -3,7 +3,7 @@
 into the Markdown table docs/performance.md uses: per (op, shape), the GEMM alone, every algorithm's
 median (the fastest in bold), auto's choice, auto against sequential, and PyTorch's two paths.
 
-usage: scripts/bench_table.py BENCH_JSON [ANCHOR_LINES]
+usage: scripts/tables/bench_table.py BENCH_JSON [ANCHOR_LINES]
 
 ANCHOR_LINES: the JSON lines torch_anchor.py prints (one per seed shape); shapes it has no line for
 get "–". Only the figures are written here: what they show is for the reader of the run to say.

@@ -3,7 +3,7 @@
 each label's medians in the order of its runs, and the GEMM alone over all runs (its range shows the
 drift between them). A result that failed its check is shown as "wrong", a missing one as "–".
 
-usage: scripts/ab_table.py LABEL=BENCH_JSON [LABEL=BENCH_JSON ...]   (a label may come more than once)
+usage: scripts/tables/ab_table.py LABEL=BENCH_JSON [LABEL=BENCH_JSON ...]   (a label may come more than once)
 """
 import json
 import sys

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Summarizes tile traces written under ASYNCTP_TRACE_TILES=DIR (src/kernels/fused/tile_trace.h).
 
-usage: scripts/tile_trace_summary.py DIR_OR_CSV...
+usage: scripts/tables/tile_trace_summary.py DIR_OR_CSV...
 
 For each file: the kernel's span and how long its prologue took (from a CTA's start until its
 mainloop producer had its first tile), then per kind of tile (staged: a reduce-scatter tile of a peer's

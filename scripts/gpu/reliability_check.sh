@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # On the 2-GPU machine: the runs behind docs/design/reliability.md, from a build carried there.
-# Usage: scripts/reliability_check.sh BUILD_DIR STAGE...   (logs go to $OUT, or /tmp/asynctp-out)
+# Usage: scripts/gpu/reliability_check.sh BUILD_DIR STAGE...   (logs go to $OUT, or /tmp/asynctp-out)
 #   tests      the fault and edge-input GPU tests (Faults.*, Inputs.*)
 #   soak N     asynctp-soak: N calls per op and algorithm (100000 for the record)
 #   sanitize   compute-sanitizer memcheck, racecheck and synccheck on 2-rank soaks of every
 #              algorithm and both ops (few calls: the tools slow kernels down 10-1000x; each tool's
 #              run is cut at $SANITIZE_TIMEOUT_S seconds, default 600; $SANITIZE_TOOLS picks tools)
 set -uo pipefail
-build=${1:?usage: scripts/reliability_check.sh BUILD_DIR STAGE...}
+build=${1:?usage: scripts/gpu/reliability_check.sh BUILD_DIR STAGE...}
 shift
 out=${OUT:-/tmp/asynctp-out}
 mkdir -p "$out"

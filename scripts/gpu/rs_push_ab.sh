@@ -7,9 +7,9 @@
 #                      kernel's TMA stores push the staged tiles into the peer's inbox itself;
 #   kernel-epilogue    the same with ASYNCTP_FUSED_RS_REDUCE=epilogue: pushed from the kernel at every
 #                      shape, the small ones included.
-# Prints the fused (and pipelined) medians per way and shape (scripts/ab_table.py); the JSON of every
+# Prints the fused (and pipelined) medians per way and shape (scripts/tables/ab_table.py); the JSON of every
 # run goes to $OUT (or /tmp/asynctp-out). docs/design/fused_matmul_reduce_scatter.md, "Pushed from the kernel".
-# Usage: scripts/rs_push_ab.sh [BUILD_DIR] [ROUNDS] [BENCH_ARGS...]
+# Usage: scripts/gpu/rs_push_ab.sh [BUILD_DIR] [ROUNDS] [BENCH_ARGS...]
 #   default bench arguments: --gpus 2 --shapes seeds --op rs --algorithms pipelined,fused --iters 40
 set -uo pipefail
 build=${1:-build}
@@ -37,5 +37,5 @@ for round in $(seq 1 "$rounds"); do
     tables+=("$way=$json")
   done
 done
-python3 "$(dirname "${BASH_SOURCE[0]}")/ab_table.py" "${tables[@]}" | tee "$out/ab_table.md"
+python3 "$(dirname "${BASH_SOURCE[0]}")/../tables/ab_table.py" "${tables[@]}" | tee "$out/ab_table.md"
 exit $status
