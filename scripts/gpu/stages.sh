@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# On a GPU machine: the checks behind docs/design/reliability.md and the one-GPU A/B, from a build
+# carried there. With two or more GPUs the ranks are processes on NCCL, one a GPU; with one GPU they
+# are threads of one process on it (the in-process transport). Logs go to $OUT (or /tmp/asynctp-out).
+# Usage: scripts/gpu/stages.sh BUILD_DIR STAGE...
+#   tests          every GPU test; the multi-rank ones at world sizes $WORLD_SIZES (default: 2,3,4 on
+#                  one GPU, in-process; else the tests' own), $GTEST_FILTER picks tests
+#   faults         the fault and edge-input tests (Faults.*, Inputs.*, Refusals.*)
+#   soak N         asynctp-soak: N calls per op and algorithm, on 2 ranks
+#   sanitize       compute-sanitizer memcheck, racecheck and synccheck on 2-rank soaks of every
+#                  algorithm and both ops (few calls: the tools slow kernels down 10-1000x), and
+#                  initcheck on the fused ones; each tool's run is cut at $SANITIZE_TIMEOUT_S seconds
+#                  (default 600); $SANITIZE_TOOLS picks tools
+#   ab BASE_DIR N  asynctp-bench --gpus 1 at the seed shapes, BASE_DIR's build and BUILD_DIR's in turn,
+#                  N times each (the fused kernel as a GEMM alone beside cuBLAS)
+set -uo pipefail
+build=${1:?usage: scripts/gpu/stages.sh BUILD_DIR STAGE...}
+shift
+out=${OUT:-/tmp/asynctp-out}
+mkdir -p "$out"
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_env.sh"
+nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader
+gpus=$(nvidia-smi -L | wc -l)
+# Two ranks: one a GPU where there are two, else both on the one GPU.
+two_ranks=(--gpus 2)
+[ "$gpus" -ge 2 ] || two_ranks=(--gpus 1 --ranks-per-gpu 2)
+status=0
+
+# Runs the GPU tests into $out/$1.log with the rest as arguments, and prints the outcome.
+gpu_tests() {
+  local log=$out/$1.log
+  shift
+  timeout "${TESTS_TIMEOUT_S:-560}" "$build/tests/asynctp_gpu_tests" "$@" >"$log" 2>&1
+  echo "exit $?"
+  grep -E "^\[ +(FAILED|SKIPPED|PASSED) |^\[==========\]|Failure|world size [0-9]+ (failed|not run)" "$log" | head -60
+  grep -q "^\[  PASSED  \]" "$log" && ! grep -q "^\[  FAILED  \]" "$log" || status=1
+}
+
+while [ $# -gt 0 ]; do
+  stage=$1
+  shift
+  case $stage in
+    tests)
+      sizes=${WORLD_SIZES:-}
+      [ -n "$sizes" ] || [ "$gpus" -ge 2 ] || sizes=2,3,4
+      echo "== GPU tests${sizes:+, world sizes $sizes}"
+      [ -z "$sizes" ] || export ASYNCTP_TEST_WORLD_SIZES=$sizes
+      gpu_tests gpu ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER}
+      ;;
+    faults)
+      echo "== fault and edge-input tests"
+      gpu_tests faults --gtest_filter='Faults.*:Inputs.*:Refusals.*'
+      ;;
+    soak)
+      calls=${1:?soak needs a call count}
+      shift
+      echo "== asynctp-soak ${two_ranks[*]} --calls $calls"
+      "$build/tools/asynctp-soak" "${two_ranks[@]}" --calls "$calls" --json "$out/soak.json" 2>"$out/soak.err" \
+        | tee "$out/soak.txt" | tail -12 || status=1
+      tail -4 "$out/soak.err"
+      ;;
+    sanitize)
+      export ASYNCTP_TIMEOUT_MS=300000  # a peer slowed down by the tools must not time out
+      for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}; do
+        calls=8
+        algos=sequential,pipelined,fused
+        [ $tool = racecheck ] && calls=2
+        [ $tool = initcheck ] && algos=fused
+        echo "== compute-sanitizer --tool $tool ($algos, $calls calls each, ${two_ranks[*]})"
+        # memcheck: device memory errors only; NCCL's start-up probes for kernels of other GPUs fail
+        # on purpose (cudaErrorNoKernelImageForDevice), which API-error reporting would count.
+        extra=()
+        [ $tool = memcheck ] && extra=(--report-api-errors no)
+        timeout "${SANITIZE_TIMEOUT_S:-600}" compute-sanitizer --tool $tool --target-processes all --error-exitcode 9 \
+          --print-limit 50 "${extra[@]}" "$build/tools/asynctp-soak" "${two_ranks[@]}" --algorithms $algos \
+          --calls $calls --check-every 2 --max-dim 512 --max-growth-mib 100000 >"$out/sanitize_$tool.log" 2>&1
+        rc=$?
+        echo "exit $rc"
+        [ $rc -eq 0 ] || status=1
+        grep -E "ERROR SUMMARY|RACECHECK SUMMARY|wrong|failed" "$out/sanitize_$tool.log" | head -8
+      done
+      ;;
+    ab)
+      base=${1:?ab needs the base build folder}
+      times=${2:?ab needs a count}
+      shift 2
+      echo "== asynctp-bench --gpus 1 --shapes seeds, $base and $build in turn, $times times each"
+      for i in $(seq "$times"); do
+        for b in "$base" "$build"; do
+          name=$(basename "$b")
+          "$b/tools/asynctp-bench" --gpus 1 --shapes seeds --op both --algorithms sequential,fused \
+            --json "$out/ab_${name}_$i.json" >"$out/ab_${name}_$i.txt" 2>&1 || status=1
+        done
+      done
+      python3 - "$out" "$base" "$build" "$times" <<'EOF'
+import json, os, sys, statistics
+out, base, new, times = sys.argv[1], os.path.basename(sys.argv[2]), os.path.basename(sys.argv[3]), int(sys.argv[4])
+rows = {}
+for b in (base, new):
+    for i in range(1, times + 1):
+        path = os.path.join(out, f"ab_{b}_{i}.json")
+        if not os.path.exists(path):
+            continue
+        for line in open(path):
+            j = json.loads(line)
+            if j.get("algorithm") != "fused" or "fused_gemm_alone_us" not in j:
+                continue
+            key = (j["op"], f'{j["M"]}x{j["N"]}x{j["K"]}')
+            rows.setdefault(key, {}).setdefault(b, []).append(j["gemm_alone_us"] / j["fused_gemm_alone_us"])
+print(f"{'op':5} {'shape':18} {'cuBLAS/fused ' + base:>26} {'cuBLAS/fused ' + new:>26} {'new/base':>9}")
+for (op, shape), r in sorted(rows.items()):
+    a, b = r.get(base, []), r.get(new, [])
+    fa = " ".join(f"{x:.3f}" for x in a)
+    fb = " ".join(f"{x:.3f}" for x in b)
+    ratio = statistics.median(b) / statistics.median(a) if a and b else float("nan")
+    print(f"{op:5} {shape:18} {fa:>26} {fb:>26} {ratio:9.3f}")
+EOF
+      ;;
+    *)
+      echo "unknown stage '$stage'" >&2
+      exit 2
+      ;;
+  esac
+done
+exit $status
