@@ -85,6 +85,15 @@ struct AgGemmKernel {
 
 namespace detail {
 
+// same_rs and same_launch name every field of the parameters a launch is built from; a field added
+// later and not compared there would let a launch that differs only in it reuse stale parameters. The
+// sizes below make such an addition a compile error until the comparisons (and then the sizes) follow,
+// unless it fits in padding (the structs have some: -Wpadded lists it).
+static_assert(sizeof(WaitContext) == 24 && sizeof(ChunkFlags) == 56 && sizeof(ReduceScatterTiles) == 152 &&
+                  sizeof(AgGemmArgs) == 376,
+              "a field was added to the fused GEMM's arguments: compare it in same_rs or same_launch, then update "
+              "these sizes");
+
 inline bool same_rs(const ReduceScatterTiles& x, const ReduceScatterTiles& y) {
   return x.rank == y.rank && x.world == y.world && x.rows_per_rank == y.rows_per_rank &&
          x.rows_per_piece == y.rows_per_piece && x.tiles_n == y.tiles_n &&
