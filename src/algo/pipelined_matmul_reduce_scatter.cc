@@ -17,8 +17,8 @@ namespace asynctp::algo {
 RsSum resolve_rs_sum(int world_size, int64_t rows, RsSum requested) {
   if (world_size != 2) return RsSum::kKernel;
   if (requested != RsSum::kDefault) return requested;
-  // Measured on 2 x H200 (docs/design/pipelined.md): summing in the GEMM needs two pieces, which costs GEMM
-  // efficiency unless each piece keeps at least ~2048 rows; below that the sum kernel's pass is cheaper.
+  // Summing in the GEMM needs two pieces, which costs GEMM efficiency unless each piece keeps at least
+  // ~2048 rows; below that the sum kernel's pass is cheaper (docs/design/pipelined.md has the figures).
   return rows >= 4096 ? RsSum::kInGemm : RsSum::kKernel;
 }
 

@@ -250,9 +250,8 @@ std::vector<const TuningCache::Entry*> TuningCache::nearest_overlapped(const Pro
       continue;
     }
     // Each shape once, as the line find() reads has it: a file given beside the built-in cache, or
-    // measured again with --fresh, supersedes the earlier line rather than adding a second vote (with
-    // the built-in 2xH200 cache and a fresh file beside it, rs 6144x5120x5120 took pipelined/4 from a
-    // stale line, 1.13x fused there).
+    // measured again with --fresh, supersedes the earlier line rather than adding a second vote (a
+    // stale line would otherwise still sway the choice).
     if (find(k) != &e.choice) continue;
     const double d = 2 * std::fabs(std::log2(static_cast<double>(k.M) / key.M)) +
                      std::fabs(std::log2(static_cast<double>(k.N) / key.N)) +
@@ -308,8 +307,7 @@ const TuningCache::Measured* fastest_of(const TuningCache::Entry& e, Algorithm a
 // nearest shape's record names first). False where no overlapped algorithm was timed at all of them.
 // An algorithm is judged at its best count because pieces_for chooses the count on its own: judged
 // at one count across shapes, an algorithm whose best count moves with the rows (the reduce-scatter's
-// pipelined: 4 pieces at 4096 rows per rank, 1 at 2048) lost to one that is slower everywhere but at
-// a steady count (the 2xH200 cache's rs 6144x5120x5120: fused, measured 1.15x pipelined there).
+// pipelined) would lose to one that is slower everywhere but at a steady count.
 bool least_regret(const std::vector<const TuningCache::Entry*>& near, bool fused_applies, Algorithm& pick,
                   double& worst_ratio) {
   bool found = false;
@@ -362,10 +360,10 @@ Choice choose(const ProblemKey& key, const TuningCache& cache, bool fused_applie
   Choice c = model_choice(key, cache.rates(key.gpu, key.world_size, key.op), fused_applies);
   if (c.algorithm == Algorithm::kSequential) return c;
   // Whether to overlap is the model's call; how (pipelined or fused, and the pieces), it has no rates
-  // for. The nearest tuned shape alone is a poor guide between two regimes (the reduce-scatter's
-  // pipelined/4 is fastest by a few percent from ~8192 rows and up to 40% slower below, so a shape in
-  // between took whichever side was nearer): of what the nearest tuned shapes measured, it takes the
-  // algorithm of the candidate that loses least at the worst of them, and the pieces from pieces_for.
+  // for. The nearest tuned shape alone is a poor guide between two regimes (an algorithm fastest above
+  // some row count and slower below it: a shape in between would take whichever side is nearer): of
+  // what the nearest tuned shapes measured, it takes the algorithm of the candidate that loses least
+  // at the worst of them, and the pieces from pieces_for.
   const std::vector<const TuningCache::Entry*> near = cache.nearest_overlapped(key, kNearestTunedShapes);
   if (near.empty()) return c;
   Algorithm pick = Algorithm::kPipelined;

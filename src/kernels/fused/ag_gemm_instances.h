@@ -12,8 +12,8 @@
 namespace asynctp::kernels::fused {
 
 // Tile widths compiled: 256, and 192 for shapes where 256-wide tiles leave most of the last round of
-// tiles idle (pick_tile_n). 224 would divide N = 3584 exactly but measured 75% of cuBLAS with B
-// row-major: it is not a multiple of the 64-element swizzle atom (docs/design/fused_all_gather_matmul.md).
+// tiles idle (pick_tile_n). Not 224, though it divides N = 3584: it is not a multiple of the 64-element
+// swizzle atom, which costs B row-major much of its throughput (docs/design/fused_all_gather_matmul.md).
 template <DType kDType, BLayout kBLayout, int kTileN>
 void launch_ag_gemm_instance(const AgGemmArgs& args, cudaStream_t stream);
 

@@ -4,8 +4,8 @@
 // The kernel is CUTLASS's Hopper warp-specialized cooperative GEMM (one producer warpgroup issuing
 // TMA loads, two consumer warpgroups issuing WGMMA on a 128 x kTileN x 64 tile, a TMA epilogue) with two of
 // our pieces in it: the async-input mainloop (waits for a tile's rows, reads the local shard in
-// place) and the async-input tile scheduler (own rows first). On one H200 this configuration with a
-// 2x1x1 cluster ran at 94-103% of cuBLAS at the seed shapes (docs/design/fused_all_gather_matmul.md has the current figures).
+// place) and the async-input tile scheduler (own rows first), launched in 2x1x1 clusters
+// (docs/performance.md has its figures beside cuBLAS).
 // The two-rank reduce-scatter's instantiations (kReduceInEpilogue) also take a source C and wrap the
 // epilogue in reduce_scatter_epilogue.cuh.
 #pragma once
