@@ -106,10 +106,14 @@ int run_threads(RankContext& process, int world_size, const RankMain& main, cons
     out->done.wait_until(lock, deadline, [&] { return out->finished == world_size; });
     if (out->finished < world_size) {
       // The others may wait on the ones still running: end their waits, and give them a while.
-      std::string hung;
-      for (int r = 0; r < world_size; ++r) {
-        if (out->codes[static_cast<size_t>(r)] < 0) hung += detail::cat(hung.empty() ? "" : ", ", r);
-      }
+      auto still_running = [&] {  // "0, 2": the ranks that have not returned (under out->mu)
+        std::string ranks;
+        for (int r = 0; r < world_size; ++r) {
+          if (out->codes[static_cast<size_t>(r)] < 0) ranks += detail::cat(ranks.empty() ? "" : ", ", r);
+        }
+        return ranks;
+      };
+      const std::string hung = still_running();
       const std::string why = detail::cat("rank(s) ", hung, " did not return within ", deadline_ms, " ms");
       // Said at once: should ending the others' waits hang too, the caller still learns how far it got.
       std::fprintf(stderr, "in-process ranks: %s; ending the others' waits\n", why.c_str());
@@ -121,10 +125,7 @@ int run_threads(RankContext& process, int world_size, const RankMain& main, cons
       out->done.wait_for(lock, std::chrono::milliseconds(2000), [&] { return out->finished == world_size; });
       // The ranks to name are those that did not return even once the others' waits ended: the ones
       // that returned then were waiting on them.
-      std::string still;
-      for (int r = 0; r < world_size; ++r) {
-        if (out->codes[static_cast<size_t>(r)] < 0) still += detail::cat(still.empty() ? "" : ", ", r);
-      }
+      std::string still = still_running();
       if (still.empty()) still = hung;
       if (out->first_failed < 0) {
         out->first_error = detail::cat("rank(s) ", still, " did not return within ", deadline_ms,
