@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "asynctp/c_api.h"
+#include "comm/communicator_impl.h"
 #include "ops/refuse.h"
 #include "ops_problems.h"
 
@@ -87,7 +88,7 @@ int too_many_arguments_reach_the_peers(RankContext& ctx) {
   AgProblem p(ctx.world_size, 128, 256, 256, st.s);
   Buf a(p.m * p.K * 2);
   p.make(5, ctx.rank, a.p, p.ref.f(), fp32, st.s);
-  const int count = ctx.rank == 0 ? 40 : 1;
+  const int count = ctx.rank == 0 ? kCheckSlots / 2 : 1;  // 2 values a B: more than the agreement holds
   std::vector<std::unique_ptr<Buf>> outs;
   std::vector<TensorRef> bs, out_refs;
   for (int i = 0; i < count; ++i) {
@@ -95,7 +96,7 @@ int too_many_arguments_reach_the_peers(RankContext& ctx) {
     bs.push_back(p.b_ref());
     out_refs.push_back(p.out_ref(outs.back()->p));
   }
-  const std::string message = refused_at_once(ctx, "40 B on rank 0", [&] {
+  const std::string message = refused_at_once(ctx, "too many B on rank 0", [&] {
     all_gather_matmul(*comm, p.a_ref(a.p), bs, 0, out_refs, TensorRef{}, st.s);
     comm->synchronize(st.s);
   });
