@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-#define ASYNCTP_C_API_VERSION 1
+#define ASYNCTP_C_API_VERSION 2
 #define ASYNCTP_C_MAX_DIMS 6
 #define ASYNCTP_C_UNIQUE_ID_BYTES 128
 
@@ -83,6 +83,14 @@ int asynctp_all_gather_matmul(asynctp_comm* comm, const asynctp_tensor* a_shard,
 int asynctp_matmul_reduce_scatter(asynctp_comm* comm, const asynctp_tensor* a, const asynctp_tensor* b,
                                   int scatter_dim, int reduce_op, const asynctp_tensor* output, void* stream,
                                   const asynctp_op_options* options);
+
+/* For a binding that refuses a call of `op` ("all_gather_matmul" or "matmul_reduce_scatter") with its
+ * own checks before it reaches the op: shares the refusal with the other ranks through the op's
+ * agreement across ranks, so that their calls fail at once ("rank R refused its arguments") instead of
+ * waiting out the timeout. Always returns -1, with `why` as the message. check_across_ranks 0 (the
+ * op's option), or a stream being captured: nothing is shared, as the op would not compare either.
+ * The C API's own argument checks of the two ops above do this already. */
+int asynctp_refuse_call(asynctp_comm* comm, const char* op, const char* why, void* stream, int check_across_ranks);
 
 /* asynctp::Communicator::synchronize: waits for `stream`, turning a timed-out wait into an error. */
 int asynctp_comm_synchronize(const asynctp_comm* comm, void* stream);

@@ -6,7 +6,7 @@ import os
 import pathlib
 import threading
 
-C_API_VERSION = 1  # ASYNCTP_C_API_VERSION this module was written for
+C_API_VERSION = 2  # ASYNCTP_C_API_VERSION this module was written for
 MAX_DIMS = 6
 UNIQUE_ID_BYTES = 128
 
@@ -77,6 +77,7 @@ _SIGNATURES = {
          ctypes.POINTER(Tensor), ctypes.c_void_p, ctypes.POINTER(OpOptions)],
         ctypes.c_int,
     ),
+    "asynctp_refuse_call": ([_Comm, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int], ctypes.c_int),
     "asynctp_comm_synchronize": ([_Comm, ctypes.c_void_p], ctypes.c_int),
 }
 

@@ -6,6 +6,7 @@ fused_matmul_reduce_scatter. Each op runs on the current CUDA stream; a fake imp
 and strides only, computed by the same code as the real one) lets torch.compile trace it, and an
 autograd formula makes it differentiable: the backward of each op is the other op (docs/reference/python_api.md)."""
 
+import contextlib
 import ctypes
 
 import torch
@@ -61,6 +62,17 @@ except AttributeError:
 
 def _stream(t):
     return ctypes.c_void_p(_raw_stream(t.get_device()))
+
+
+@contextlib.contextmanager
+def _refusals_shared(comm, op):
+    """This package's own refusal of a call's arguments goes through the op's agreement across ranks
+    (asynctp_refuse_call), so that the other ranks' calls fail at once instead of waiting out the timeout."""
+    try:
+        yield
+    except Error as e:
+        _lib.call("refuse_call", comm.handle, op.encode(), str(e).encode(), ctypes.c_void_p(_raw_stream(comm.device)), 1)
+        raise  # refuse_call raised already; kept for readers
 
 
 def _check_device(comm, t, op, name):
@@ -156,17 +168,18 @@ _RS_SCHEMA = ("(Tensor a, Tensor b, str reduce_op, int scatter_dim, str group_na
 def _all_gather_matmul_cuda(a_shard, bs, gather_dim, group_name, return_a, algorithm, chunks_per_rank):
     op = "all_gather_matmul"
     comm = communicator(group_name)
-    if not bs:
-        raise Error(f"{op}: bs is empty; expected at least one B")
-    shapes = _AllGatherShapes(a_shard, gather_dim, comm.world_size)
-    _check_device(comm, a_shard, op, "a_shard")
-    a_ref = _ref(shapes.a2, op, "a_shard")
-    layout, b_ops = _b_operands(bs, op, "bs")
-    a_full, outs = shapes.allocate(bs, return_a)
-    b_refs = (_lib.Tensor * len(bs))(*[_ref(b, op, f"bs[{i}]") for i, b in enumerate(b_ops)])
-    out_refs = (_lib.Tensor * len(bs))(*[_ref(o, op, f"outputs[{i}]") for i, o in enumerate(outs)])
-    gathered = ctypes.byref(_ref(a_full, op, "gathered_a")) if a_full is not None else None
-    options = _options(op, algorithm, chunks_per_rank, layout)
+    with _refusals_shared(comm, op):
+        if not bs:
+            raise Error(f"{op}: bs is empty; expected at least one B")
+        shapes = _AllGatherShapes(a_shard, gather_dim, comm.world_size)
+        _check_device(comm, a_shard, op, "a_shard")
+        a_ref = _ref(shapes.a2, op, "a_shard")
+        layout, b_ops = _b_operands(bs, op, "bs")
+        a_full, outs = shapes.allocate(bs, return_a)
+        b_refs = (_lib.Tensor * len(bs))(*[_ref(b, op, f"bs[{i}]") for i, b in enumerate(b_ops)])
+        out_refs = (_lib.Tensor * len(bs))(*[_ref(o, op, f"outputs[{i}]") for i, o in enumerate(outs)])
+        gathered = ctypes.byref(_ref(a_full, op, "gathered_a")) if a_full is not None else None
+        options = _options(op, algorithm, chunks_per_rank, layout)
     _lib.call(op, comm.handle, ctypes.byref(a_ref), b_refs, len(bs),
               1 if shapes.along_k else 0, out_refs, gathered, _stream(a_shard), ctypes.byref(options))
     return (shapes.unflatten(a_full) if a_full is not None else None), [shapes.unflatten(o) for o in outs]
@@ -186,15 +199,16 @@ def _all_gather_matmul_fake(a_shard, bs, gather_dim, group_name, return_a, algor
 def _matmul_reduce_scatter_cuda(a, b, reduce_op, scatter_dim, group_name, algorithm, chunks_per_rank):
     op = "matmul_reduce_scatter"
     comm = communicator(group_name)
-    shapes = _ReduceScatterShapes(a, b, scatter_dim, comm.world_size)
-    _check_device(comm, a, op, "a")
-    reduce_code = _lib.REDUCE_OPS.get(reduce_op)
-    if reduce_code is None:
-        raise Error(f"{op}: reduce_op is {reduce_op!r}; expected 'sum' or 'avg'")
-    a_ref = _ref(shapes.a2, op, "a")
-    layout, (b_op,) = _b_operands([b], op, "b")
-    out = shapes.allocate()
-    options = _options(op, algorithm, chunks_per_rank, layout)
+    with _refusals_shared(comm, op):
+        shapes = _ReduceScatterShapes(a, b, scatter_dim, comm.world_size)
+        _check_device(comm, a, op, "a")
+        reduce_code = _lib.REDUCE_OPS.get(reduce_op)
+        if reduce_code is None:
+            raise Error(f"{op}: reduce_op is {reduce_op!r}; expected 'sum' or 'avg'")
+        a_ref = _ref(shapes.a2, op, "a")
+        layout, (b_op,) = _b_operands([b], op, "b")
+        out = shapes.allocate()
+        options = _options(op, algorithm, chunks_per_rank, layout)
     _lib.call(op, comm.handle, ctypes.byref(a_ref), ctypes.byref(_ref(b_op, op, "b")),
               1 if shapes.along_n else 0, reduce_code, ctypes.byref(_ref(out, op, "output")), _stream(a),
               ctypes.byref(options))

@@ -2,6 +2,8 @@
 whole inputs (every rank generates every rank's shard from the same seeds, so no communication is
 involved in the reference). Skipped, saying why, without PyTorch or without enough GPUs."""
 
+import time
+
 import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed: the torch ops are not tested here")
@@ -132,6 +134,15 @@ def _errors(rank, world):
         asynctp.all_gather_matmul(a.to(torch.int8), [w.t()], 0)
     with pytest.raises(asynctp.Error, match="is fp16 but expected bf16"):
         asynctp.all_gather_matmul(a, [w.t().half()], 0)
+    # Wrong arguments on one rank only: the package's own refusal reaches the other rank at once (well
+    # inside ASYNCTP_TIMEOUT_MS, 20 s here), through the op's agreement across ranks.
+    start = time.monotonic()
+    with pytest.raises(asynctp.Error) as caught:
+        asynctp.matmul_reduce_scatter(a, w.t(), "max" if rank == 0 else "sum", 0, algorithm="sequential")
+    took = time.monotonic() - start
+    assert took < 5.0, f"the refusal took {took:.1f} s to arrive"
+    expected = "reduce_op is 'max'" if rank == 0 else "rank 0 refused its arguments"
+    assert expected in str(caught.value), str(caught.value)
     # After the errors, the communicator still works.
     _, (out,) = asynctp.all_gather_matmul(a, [w.t()], 0)
     assert out.shape == (128 * world, 32)

@@ -19,6 +19,7 @@
 #include "asynctp/tensor.h"
 #include "asynctp/version.h"
 #include "common/check.h"
+#include "ops/refuse.h"
 
 struct asynctp_comm {
   std::unique_ptr<asynctp::Communicator> comm;
@@ -175,6 +176,18 @@ asynctp::OpOptions to_options(const asynctp_op_options* o, const char* function)
   return options;
 }
 
+// Where this binding refuses an op's arguments before the op runs, the refusal goes through the op's
+// agreement across ranks (ops::refuse_call), so that the peers fail at once instead of waiting.
+template <typename Convert>
+auto converted_or_refused(asynctp::Communicator& comm, const char* op, cudaStream_t stream,
+                          const asynctp_op_options* options, Convert convert) {
+  try {
+    return convert();
+  } catch (const asynctp::Error& e) {
+    asynctp::ops::refuse_call(comm, op, e.what(), stream, options == nullptr || options->check_across_ranks != 0);
+  }
+}
+
 }  // namespace
 
 extern "C" {
@@ -308,18 +321,27 @@ int asynctp_all_gather_matmul(asynctp_comm* comm, const asynctp_tensor* a_shard,
     const char* fn = "asynctp_all_gather_matmul";
     const CommUse use(comm, fn);
     asynctp::Communicator& c = use.comm();
-    const asynctp::TensorRef a = to_ref(require(a_shard, fn, "a_shard"), fn, "a_shard");
-    if (num_bs < 1) raise(cat(fn, ": num_bs is ", num_bs, "; expected at least 1 (one output per B)"));
-    require(bs, fn, "bs");
-    require(outputs, fn, "outputs");
-    std::vector<asynctp::TensorRef> b_refs, out_refs;
-    for (int i = 0; i < num_bs; ++i) {
-      b_refs.push_back(to_ref(bs[i], fn, cat("bs[", i, "]")));
-      out_refs.push_back(to_ref(outputs[i], fn, cat("outputs[", i, "]")));
-    }
-    const asynctp::TensorRef g = gathered_a ? to_ref(*gathered_a, fn, "gathered_a") : asynctp::TensorRef{};
-    asynctp::all_gather_matmul(c, a, b_refs, gather_dim, out_refs, g, static_cast<cudaStream_t>(stream),
-                               to_options(options, fn));
+    const auto s = static_cast<cudaStream_t>(stream);
+    struct Args {
+      asynctp::TensorRef a, g;
+      std::vector<asynctp::TensorRef> b_refs, out_refs;
+      asynctp::OpOptions options;
+    };
+    const Args args = converted_or_refused(c, "all_gather_matmul", s, options, [&] {
+      Args r;
+      r.a = to_ref(require(a_shard, fn, "a_shard"), fn, "a_shard");
+      if (num_bs < 1) raise(cat(fn, ": num_bs is ", num_bs, "; expected at least 1 (one output per B)"));
+      require(bs, fn, "bs");
+      require(outputs, fn, "outputs");
+      for (int i = 0; i < num_bs; ++i) {
+        r.b_refs.push_back(to_ref(bs[i], fn, cat("bs[", i, "]")));
+        r.out_refs.push_back(to_ref(outputs[i], fn, cat("outputs[", i, "]")));
+      }
+      r.g = gathered_a ? to_ref(*gathered_a, fn, "gathered_a") : asynctp::TensorRef{};
+      r.options = to_options(options, fn);
+      return r;
+    });
+    asynctp::all_gather_matmul(c, args.a, args.b_refs, gather_dim, args.out_refs, args.g, s, args.options);
   });
 }
 
@@ -330,15 +352,40 @@ int asynctp_matmul_reduce_scatter(asynctp_comm* comm, const asynctp_tensor* a, c
     const char* fn = "asynctp_matmul_reduce_scatter";
     const CommUse use(comm, fn);
     asynctp::Communicator& c = use.comm();
-    asynctp::ReduceOp op;
-    switch (reduce_op) {
-      case ASYNCTP_SUM: op = asynctp::ReduceOp::kSum; break;
-      case ASYNCTP_AVG: op = asynctp::ReduceOp::kAvg; break;
-      default: raise(cat(fn, ": reduce_op is ", reduce_op, "; expected ASYNCTP_SUM (0) or ASYNCTP_AVG (1)"));
+    const auto s = static_cast<cudaStream_t>(stream);
+    struct Args {
+      asynctp::ReduceOp op = asynctp::ReduceOp::kSum;
+      asynctp::TensorRef a, b, output;
+      asynctp::OpOptions options;
+    };
+    const Args args = converted_or_refused(c, "matmul_reduce_scatter", s, options, [&] {
+      Args r;
+      switch (reduce_op) {
+        case ASYNCTP_SUM: r.op = asynctp::ReduceOp::kSum; break;
+        case ASYNCTP_AVG: r.op = asynctp::ReduceOp::kAvg; break;
+        default: raise(cat(fn, ": reduce_op is ", reduce_op, "; expected ASYNCTP_SUM (0) or ASYNCTP_AVG (1)"));
+      }
+      r.a = to_ref(require(a, fn, "a"), fn, "a");
+      r.b = to_ref(require(b, fn, "b"), fn, "b");
+      r.output = to_ref(require(output, fn, "output"), fn, "output");
+      r.options = to_options(options, fn);
+      return r;
+    });
+    asynctp::matmul_reduce_scatter(c, args.a, args.b, scatter_dim, args.op, args.output, s, args.options);
+  });
+}
+
+int asynctp_refuse_call(asynctp_comm* comm, const char* op, const char* why, void* stream, int check_across_ranks) {
+  return guarded([&] {
+    const char* fn = "asynctp_refuse_call";
+    const CommUse use(comm, fn);
+    const std::string name = op == nullptr ? "" : op;
+    if (name != "all_gather_matmul" && name != "matmul_reduce_scatter") {
+      raise(cat(fn, ": op is '", name, "'; expected all_gather_matmul or matmul_reduce_scatter"));
     }
-    asynctp::matmul_reduce_scatter(c, to_ref(require(a, fn, "a"), fn, "a"), to_ref(require(b, fn, "b"), fn, "b"),
-                                   scatter_dim, op, to_ref(require(output, fn, "output"), fn, "output"),
-                                   static_cast<cudaStream_t>(stream), to_options(options, fn));
+    asynctp::ops::refuse_call(use.comm(), name == "all_gather_matmul" ? "all_gather_matmul" : "matmul_reduce_scatter",
+                              why == nullptr || *why == '\0' ? cat(name, ": refused by the caller") : std::string(why),
+                              static_cast<cudaStream_t>(stream), check_across_ranks != 0);
   });
 }
 

@@ -140,16 +140,13 @@ int run_threads(RankContext& process, int world_size, const RankMain& main, cons
     std::lock_guard<std::mutex> lock(out->mu);
     return out->finished == world_size;
   }();
-  for (std::thread& t : threads) {
-    if (all_returned) {
-      t.join();
-    } else {
-      t.detach();  // the process ends right after the report; a stuck rank cannot be joined
-    }
-  }
+  // The report goes first and no thread is joined: a rank's thread that has returned can still hang in
+  // its exit (CUDA's per-thread teardown, after a kernel of its context trapped), and the process
+  // ends right after the report anyway (run_child's _exit), taking every thread with it.
   process.allgather(line);
   std::fflush(stdout);
   std::fflush(stderr);
+  for (std::thread& t : threads) t.detach();
   if (!all_returned) _exit(1);
   return line.find(";-1;") != std::string::npos ? 0 : 1;
 }

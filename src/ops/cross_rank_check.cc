@@ -12,18 +12,26 @@ namespace asynctp::ops {
 
 void agree_across_ranks(Communicator& comm, const char* op, const Signature& signature, const std::string& local_error,
                         cudaStream_t stream) {
+  // Too many values to compare is this rank's refusal like any other: shared, so that no peer waits
+  // (and refused under capture too, so that a call does not depend on being captured).
+  std::string refusal = local_error;
+  size_t n = signature.fields.size();
+  if (n + 2 > static_cast<size_t>(kCheckSlots)) {
+    if (refusal.empty()) {
+      refusal = detail::cat(op, ": too many arguments to compare across ranks (", n, " values; at most ",
+                            kCheckSlots - 2, "): pass fewer B");
+    }
+    n = 0;
+  }
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   ASYNCTP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
   if (capture != cudaStreamCaptureStatusNone) {
-    if (!local_error.empty()) throw Error(local_error);
+    if (!refusal.empty()) throw Error(refusal);
     return;
   }
   Communicator::Impl& m = impl_of(comm);
-  const size_t n = signature.fields.size();
-  ASYNCTP_CHECK(n + 2 <= static_cast<size_t>(kCheckSlots), op, ": too many arguments to compare across ranks (", n,
-                " values; at most ", kCheckSlots - 2, "): pass fewer B");
   int64_t mine[kCheckSlots] = {};
-  mine[0] = local_error.empty() ? 1 : 0;
+  mine[0] = refusal.empty() ? 1 : 0;
   mine[1] = static_cast<int64_t>(n);
   for (size_t i = 0; i < n; ++i) mine[2 + i] = signature.fields[i].second;
   const int64_t* all = nullptr;
@@ -48,7 +56,7 @@ void agree_across_ranks(Communicator& comm, const char* op, const Signature& sig
     all = gathered.data();
   }
 
-  if (!local_error.empty()) throw Error(local_error);
+  if (!refusal.empty()) throw Error(refusal);
   for (int r = 0; r < m.world_size; ++r) {
     if (all[static_cast<size_t>(r) * kCheckSlots] == 0) {
       detail::raise(detail::cat(op, ": rank ", r, " refused its arguments (its own error says why), so no rank ran ",

@@ -89,6 +89,23 @@ void check_on_this_gpu(const Communicator& comm, const char* op, const NamedInpu
   }
 }
 
+// The communicator's workspace (Communicator::workspace()) is the ops' own: the algorithms gather and
+// stage there, so a tensor in it would be overwritten, or read while being written. Refused by name,
+// inside the plan (so on every rank together).
+void check_not_in_workspace(const Communicator& comm, const char* op, const NamedInputs& tensors) {
+  const SymmetricBuffer* ws = impl_of(comm).workspace.get();
+  if (ws == nullptr) return;
+  const auto* lo = static_cast<const char*>(ws->local());
+  const auto* hi = lo + ws->size();
+  for (const auto& [name, t] : tensors) {
+    if (!t.defined()) continue;
+    const auto* begin = static_cast<const char*>(t.data);
+    ASYNCTP_CHECK(begin + t.bytes() <= lo || begin >= hi, op, ": ", name,
+                  " lies in this communicator's workspace (Communicator::workspace()), which the op itself writes; "
+                  "pass memory of your own (a SymmetricBuffer of your own for a shard to be read in place)");
+  }
+}
+
 // Where the algorithm cannot run on these GPUs, a refusal like a bad argument's (inside the plan, so
 // that it goes through the agreement and every rank fails together): pipelined and fused need every
 // rank to reach every other's memory, and fused a Hopper GPU.
@@ -136,6 +153,7 @@ void all_gather_matmul(Communicator& comm, const TensorRef& a_shard, const std::
         for (size_t i = 0; i < outputs.size(); ++i) all.emplace_back(detail::cat("outputs[", i, "]"), outputs[i]);
         all.emplace_back("gathered_a", gathered_a);
         check_on_this_gpu(comm, op, all);
+        check_not_in_workspace(comm, op, all);
         check_runs_here(comm, op, options.algorithm);
         return p;
       },
@@ -165,7 +183,9 @@ void matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const TensorR
       [&] {
         if (!auto_refusal.empty()) throw Error(auto_refusal);
         auto p = ops::plan_matmul_reduce_scatter(comm.world_size(), a, b, scatter_dim, reduce_op, output, options);
-        check_on_this_gpu(comm, op, {{"a", a}, {"b", b}, {"output", output}});
+        const NamedInputs all{{"a", a}, {"b", b}, {"output", output}};
+        check_on_this_gpu(comm, op, all);
+        check_not_in_workspace(comm, op, all);
         check_runs_here(comm, op, options.algorithm);
         return p;
       },

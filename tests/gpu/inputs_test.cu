@@ -95,8 +95,6 @@ TEST(Inputs, NonFiniteInputsAreNamedWithRankTensorAndIndexUnderCheckNan) {
   RUN_EVERY_WORLD_SIZE(nonfinite_inputs_are_named);
 }
 
-// C has 32768 x 65664 = 2,151,677,952 elements (more than 2^31) and the reduce-scatter's partial
-// product as many: every offset past 2^31 must be computed in 64 bits, by every algorithm.
 // Rank 1 passes one tensor from host memory (pinned, then unregistered): with every algorithm and both
 // ops, its call names the tensor and the memory, every other rank's names rank 1, and no rank's output
 // is written.
@@ -156,6 +154,59 @@ TEST(Inputs, TensorsOffTheGpuAreRefusedByNameOnEveryRank) {
   RUN_EVERY_WORLD_SIZE(tensors_off_the_gpu_are_refused);
 }
 
+// Rank 1 puts all_gather_matmul's output, then matmul_reduce_scatter's A, in the communicator's own
+// workspace: with every algorithm its call names the tensor and the workspace, every other rank's names
+// rank 1, and no rank's output is written.
+int tensors_in_the_workspace_are_refused(RankContext& ctx) {
+  auto comm = make_comm(ctx);
+  Stream st;
+  const int ws = ctx.world_size;
+  AgProblem p(ws, 128, 256, 256, st.s);
+  RsProblem q(ws, ctx.rank, 256 * ws, 256, 256 * ws, st.s);
+  Buf a(p.m * p.K * 2), out(p.M * p.N * 2), rs_a(q.M * q.kl * 2), rs_out(q.rows * q.N * 2);
+  char* workspace = static_cast<char*>(comm->workspace(std::max(p.M * p.N, q.M * q.kl) * 2 + 4096).local());
+  const bool mine = ctx.rank == 1;
+  for (const Algorithm algorithm : kAlgorithms) {
+    OpOptions o;
+    o.algorithm = algorithm;
+    RANK_CUDA(cudaMemsetAsync(out.p, 0x5A, p.M * p.N * 2, st.s));
+    RANK_CUDA(cudaMemsetAsync(rs_out.p, 0x5A, q.rows * q.N * 2, st.s));
+    std::string ag_error, rs_error;
+    try {
+      all_gather_matmul(*comm, p.a_ref(a.p), {p.b_ref()}, 0, {p.out_ref(mine ? workspace + 4096 : out.p)}, TensorRef{},
+                        st.s, o);
+    } catch (const Error& e) {
+      ag_error = e.what();
+    }
+    try {
+      matmul_reduce_scatter(*comm, q.a_ref(mine ? workspace : rs_a.p), q.b_ref(), 0, ReduceOp::kSum, q.out_ref(rs_out.p),
+                            st.s, o);
+    } catch (const Error& e) {
+      rs_error = e.what();
+    }
+    const std::string expected_ag = mine ? "all_gather_matmul: outputs[0] lies in this communicator's workspace"
+                                         : "all_gather_matmul: rank 1 refused its arguments";
+    const std::string expected_rs = mine ? "matmul_reduce_scatter: a lies in this communicator's workspace"
+                                         : "matmul_reduce_scatter: rank 1 refused its arguments";
+    RANK_CHECK(contains(ag_error, expected_ag), algorithm_name(algorithm), ": ", ag_error);
+    RANK_CHECK(contains(rs_error, expected_rs), algorithm_name(algorithm), ": ", rs_error);
+    std::vector<unsigned char> ag_host(p.M * p.N * 2), rs_host(q.rows * q.N * 2);
+    RANK_CUDA(cudaMemcpyAsync(ag_host.data(), out.p, ag_host.size(), cudaMemcpyDeviceToHost, st.s));
+    RANK_CUDA(cudaMemcpyAsync(rs_host.data(), rs_out.p, rs_host.size(), cudaMemcpyDeviceToHost, st.s));
+    comm->synchronize(st.s);
+    for (unsigned char v : ag_host) RANK_CHECK(v == 0x5A, "all_gather_matmul's output was written to");
+    for (unsigned char v : rs_host) RANK_CHECK(v == 0x5A, "matmul_reduce_scatter's output was written to");
+  }
+  std::printf("rank %d: tensors in the workspace refused with every algorithm\n", ctx.rank);
+  return 0;
+}
+
+TEST(Inputs, TensorsInTheCommunicatorsWorkspaceAreRefusedByNameOnEveryRank) {
+  RUN_EVERY_WORLD_SIZE(tensors_in_the_workspace_are_refused);
+}
+
+// C has 32768 x 65664 = 2,151,677,952 elements (more than 2^31) and the reduce-scatter's partial
+// product as many: every offset past 2^31 must be computed in 64 bits, by every algorithm.
 TEST(Inputs, TensorsOfMoreThan2Pow31ElementsAreRight) {
   REQUIRE_GPUS(2);
   RUN_RANKS(2, [](RankContext& ctx) {

@@ -51,6 +51,35 @@ TEST(FusedOps, EveryCombination_MultiRank) {
   RUN_EVERY_WORLD_SIZE(every_combination);
 }
 
+// The fused kernel's measurement knobs (docs/reference/environment.md) change how it walks and cuts
+// its tiles, never the result: every setting, set before the ranks start (each rank's process reads
+// it once), on shapes that have partial tiles, several pieces, and a last round that splits.
+int fused_results_under_the_knobs(RankContext& ctx) {
+  auto comm = make_comm(ctx);
+  Stream st;
+  reference::Fp32Gemm fp32;
+  const int ws = ctx.world_size;
+  for (int chunks : {1, 3}) {
+    run_ag_case(*comm, AgCase{{1000 * ws, 520}, 776, false, false, false, 1, DType::kBF16}, st.s, fp32,
+                with(Algorithm::kFused, chunks));
+    run_ag_case(*comm, AgCase{{512 * ws, 4096}, 1032, false, true, true, 1, DType::kFP16}, st.s, fp32,
+                with(Algorithm::kFused, chunks));
+  }
+  run_rs_case(*comm, RsCase{512 * ws, 776, 264 * ws, false, false, ReduceOp::kSum, DType::kBF16, false}, st.s, fp32,
+              with(Algorithm::kFused, 2));
+  return 0;
+}
+
+TEST(FusedOps, EveryMeasurementKnobKeepsTheResultsRight) {
+  for (const auto& [name, value] : std::vector<std::pair<const char*, const char*>>{
+           {"ASYNCTP_FUSED_TILE_N", "192"}, {"ASYNCTP_FUSED_TILE_N", "256"}, {"ASYNCTP_FUSED_BAND_M", "1"},
+           {"ASYNCTP_FUSED_BAND_M", "3"}, {"ASYNCTP_FUSED_MAX_SPLITS", "1"}, {"ASYNCTP_FUSED_MAX_SPLITS", "2"}}) {
+    SCOPED_TRACE(detail::cat(name, "=", value));
+    ScopedEnv knob(name, value);
+    RUN_EVERY_WORLD_SIZE(fused_results_under_the_knobs);
+  }
+}
+
 // Shards whose edges fall inside a tile (the tile then waits for two ranks' rows and reads this rank's
 // from the gathered buffer), shards smaller than one tile, and pieces from 1 to the most allowed.
 int tiles_across_shard_edges(RankContext& ctx) {

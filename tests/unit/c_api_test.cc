@@ -27,6 +27,8 @@ TEST(CApiHandles, AHandleThatIsNotLiveIsRefusedByNameNotRead) {
   EXPECT_EQ(asynctp_all_gather_matmul(stale_comm(), &t, &t, 1, 0, &t, nullptr, nullptr, nullptr), -1);
   EXPECT_EQ(error(), "asynctp_all_gather_matmul: comm is not a live communicator (destroyed, or never made)");
   EXPECT_EQ(asynctp_matmul_reduce_scatter(stale_comm(), &t, &t, 0, 0, &t, nullptr, nullptr), -1);
+  EXPECT_EQ(asynctp_refuse_call(stale_comm(), "all_gather_matmul", "no", nullptr, 1), -1);
+  EXPECT_EQ(error(), "asynctp_refuse_call: comm is not a live communicator (destroyed, or never made)");
   asynctp_comm* made = nullptr;
   EXPECT_EQ(asynctp_comm_create_in_process(stale_group(), 0, 0, nullptr, 0, &made), -1);
   EXPECT_EQ(error(), "asynctp_comm_create_in_process: group is not a live in-process group (destroyed, or never made)");
