@@ -29,6 +29,7 @@ struct AgGemmArgs {
   void* c = nullptr;              // rows [c_row0, c_row0 + (rows the kernel stores)) of [M, N], row-major
   int64_t c_row0 = 0;             // reduce-scatter: the first of this rank's rows; else 0
   float alpha = 1.0f;
+  uint32_t unused0 = 0;  // no padding anywhere here: a kept launch is found by comparing bytes (same_launch)
   ChunkFlags chunks;              // chunks.flags null: every row of `a` is in place (a plain GEMM)
   int band_m = 0;                 // tile order (async_input_scheduler.cuh); 0 picks the default
   int tile_n = 0;                 // 192 or 256; 0 picks it (pick_tile_n; a reduce-scatter's is kRsTileN)
@@ -40,6 +41,7 @@ struct AgGemmArgs {
   int max_splits = 0;  // 0: kMaxTailSplits, or ASYNCTP_FUSED_MAX_SPLITS where set (1: no split)
   // SMs the persistent grid may fill (whole 2-SM clusters; the communicator's sm_budget); 0: every SM.
   int sms = 0;
+  int32_t unused1 = 0;
   ReduceScatterTiles rs;  // rs.rank >= 0: the partial product of a reduce-scatter (tiles kRsTileN wide)
   WaitContext split_wait{};
   uint64_t* trace = nullptr;  // a tile timeline (tile_trace.h); null: none

@@ -29,6 +29,7 @@
 #include "kernels/fused/ag_gemm.h"
 #include "kernels/fused/async_input_mainloop.cuh"
 #include "kernels/fused/async_input_scheduler.cuh"
+#include "kernels/fused/launch_key.h"
 #include "kernels/fused/packed_stride.h"
 #include "kernels/fused/reduce_scatter_epilogue.cuh"
 #include "kernels/fused/row_window_epilogue.cuh"
@@ -84,41 +85,6 @@ struct AgGemmKernel {
 };
 
 namespace detail {
-
-// same_rs and same_launch name every field of the parameters a launch is built from; a field added
-// later and not compared there would let a launch that differs only in it reuse stale parameters. The
-// sizes below make such an addition a compile error until the comparisons (and then the sizes) follow,
-// unless it fits in padding (the structs have some: -Wpadded lists it).
-static_assert(sizeof(WaitContext) == 24 && sizeof(ChunkFlags) == 56 && sizeof(ReduceScatterTiles) == 152 &&
-                  sizeof(AgGemmArgs) == 376,
-              "a field was added to the fused GEMM's arguments: compare it in same_rs or same_launch, then update "
-              "these sizes");
-
-inline bool same_rs(const ReduceScatterTiles& x, const ReduceScatterTiles& y) {
-  return x.rank == y.rank && x.world == y.world && x.rows_per_rank == y.rows_per_rank &&
-         x.rows_per_piece == y.rows_per_piece && x.tiles_n == y.tiles_n &&
-         x.reduce_in_epilogue == y.reduce_in_epilogue && x.staging == y.staging &&
-         x.staged == y.staged && x.inbox == y.inbox && x.arrived == y.arrived && x.epoch == y.epoch &&
-         x.epoch_out == y.epoch_out && x.flag_stride == y.flag_stride && x.pad_index == y.pad_index &&
-         x.push_inbox == y.push_inbox && x.push_count == y.push_count && x.pushed == y.pushed &&
-         x.peer_done == y.peer_done && x.push_pad_index == y.push_pad_index &&
-         x.wait.fault == y.wait.fault &&
-         x.wait.timeout_ns == y.wait.timeout_ns && x.wait.rank == y.wait.rank;
-}
-
-// Whether two launches would build the same kernel parameters (the device is fixed per process).
-inline bool same_launch(const AgGemmArgs& x, const AgGemmArgs& y) {
-  const ChunkFlags &p = x.chunks, &q = y.chunks;
-  return x.dtype == y.dtype && x.b_layout == y.b_layout && x.M == y.M && x.N == y.N && x.K == y.K && x.a == y.a &&
-         x.a_local == y.a_local && x.local_begin == y.local_begin && x.local_end == y.local_end && x.b == y.b &&
-         x.c == y.c && x.band_m == y.band_m && x.tile_n == y.tile_n && p.flags == q.flags && p.epoch == q.epoch &&
-         p.flag_stride == q.flag_stride && p.rows_per_rank == q.rows_per_rank && p.rows_per_piece == q.rows_per_piece &&
-         p.pad_index == q.pad_index && p.wait.fault == q.wait.fault && p.wait.timeout_ns == q.wait.timeout_ns &&
-         p.wait.rank == q.wait.rank && x.split_workspace == y.split_workspace && x.split_sms == y.split_sms && x.max_splits == y.max_splits &&
-         x.split_wait.fault == y.split_wait.fault && x.split_wait.timeout_ns == y.split_wait.timeout_ns &&
-         x.split_wait.rank == y.split_wait.rank && x.c_row0 == y.c_row0 && x.alpha == y.alpha &&
-         x.trace == y.trace && same_rs(x.rs, y.rs) && x.done == y.done && x.sms == y.sms;
-}
 
 // SM count and co-resident clusters of `Kernel` on the current device, asked once per device.
 template <class Kernel>
@@ -297,7 +263,7 @@ void launch_ag_gemm(const AgGemmArgs& a, cudaStream_t stream) {
   ASYNCTP_CUDA_CHECK(cudaGetDevice(&device));
   std::lock_guard<std::mutex> lock(mu);
   auto hit = std::find_if(cache.begin(), cache.end(),
-                          [&](const auto& c) { return c->device == device && detail::same_launch(c->args, a); });
+                          [&](const auto& c) { return c->device == device && same_launch(c->args, a); });
   if (hit != cache.end()) {
     std::rotate(hit, hit + 1, cache.end());
   } else {

@@ -14,6 +14,7 @@ constexpr int kMaxDonePeers = 7;  // an NVLink domain of 8; larger teams signal 
 
 struct DoneSignal {
   int32_t peers = 0;                    // 0: the kernel signals nothing (the host does)
+  int32_t unused = 0;                   // no padding (same_launch compares bytes)
   uint32_t* finished = nullptr;         // consumer warps that have finished; 0 at the launch
   const uint32_t* epoch = nullptr;      // the value the flags are raised to
   uint32_t* flag[kMaxDonePeers] = {};   // this rank's done flag in each peer's pad

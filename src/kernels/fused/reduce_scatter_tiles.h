@@ -47,6 +47,7 @@ struct ReduceScatterTiles {
   int32_t rows_per_piece = 0;  // a multiple of the tile's rows; a piece is counted, moved and waited for whole
   int32_t tiles_n = 0;         // tiles along N
   bool reduce_in_epilogue = false;       // see above; two ranks only
+  uint8_t unused0[3] = {};               // no padding anywhere here: same_launch compares bytes
   uint32_t* staging = nullptr;           // epilogue: [M, N]; fixup: [rank d][tile of d's rows][word][thread]
   uint32_t* staged = nullptr;            // [rank d * kPieceSlots + piece]: += staged_count_per_tile per tile
   const uint32_t* inbox = nullptr;       // epilogue: [rank q][m, N]; fixup: [rank q][tile][word][thread]
@@ -58,6 +59,7 @@ struct ReduceScatterTiles {
   // a staged tile, so that the copy engine's flag copies after that count carry it. Not part of the
   // kept launch parameters: it is written into them at every launch.
   uint32_t begin_epoch = 0;
+  uint32_t unused1 = 0;
   uint32_t* epoch_out = nullptr;
   int32_t flag_stride = 0;
   int32_t pad_index = 0;  // index of arrived[0] in this rank's pad, for the timeout report
@@ -74,6 +76,7 @@ struct ReduceScatterTiles {
   uint32_t* pushed = nullptr;           // this rank's pad: pushed(peer, piece) at [piece], kPieceSlots
   const uint32_t* peer_done = nullptr;  // this rank's pad: the peer's done flag
   int32_t push_pad_index = 0;           // index of pushed[0] in this rank's pad, for the timeout report
+  int32_t unused2 = 0;
 
   // Where the tile whose first row is `row0` belongs, for the scheduler and the epilogue alike: the rank
   // that owns its rows, the piece of that rank's rows it is in, and that piece's staged counter. Each

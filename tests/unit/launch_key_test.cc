@@ -1,0 +1,34 @@
+// The fused GEMM's kept launches are found by comparing the arguments byte for byte: every field tells
+// launches apart, except rs.begin_epoch, which each launch writes in.
+#include <gtest/gtest.h>
+
+#include <cstddef>
+
+#include "kernels/fused/launch_key.h"
+
+namespace asynctp::kernels::fused {
+namespace {
+
+TEST(LaunchKey, EveryByteOfTheArgumentsTellsLaunchesApart) {
+  const AgGemmArgs base;
+  const size_t epoch_at = offsetof(AgGemmArgs, rs) + offsetof(ReduceScatterTiles, begin_epoch);
+  for (size_t i = 0; i < sizeof(AgGemmArgs); ++i) {
+    AgGemmArgs other = base;
+    reinterpret_cast<unsigned char*>(&other)[i] ^= 0x5a;
+    const bool in_epoch = i >= epoch_at && i < epoch_at + sizeof(uint32_t);
+    EXPECT_EQ(same_launch(base, other), in_epoch) << "byte " << i;
+  }
+}
+
+TEST(LaunchKey, TheCallsEpochIsNotPartOfIt) {
+  AgGemmArgs a, b;
+  a.M = b.M = 4096;
+  a.rs.begin_epoch = 7;
+  b.rs.begin_epoch = 8;
+  EXPECT_TRUE(same_launch(a, b));
+  b.rs.push_pad_index = 1;
+  EXPECT_FALSE(same_launch(a, b));
+}
+
+}  // namespace
+}  // namespace asynctp::kernels::fused
