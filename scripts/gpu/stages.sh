@@ -11,6 +11,8 @@
 #                  algorithm and both ops (few calls: the tools slow kernels down 10-1000x), and
 #                  initcheck on the fused ones; each tool's run is cut at $SANITIZE_TIMEOUT_S seconds
 #                  (default 600); $SANITIZE_TOOLS picks tools
+#   python         the Python package's tests (pytest python/tests, PyTorch's NCCL), cut at
+#                  $PYTEST_TIMEOUT_S seconds (default 560)
 #   ab BASE_DIR N  asynctp-bench --gpus 1 at the seed shapes, BASE_DIR's build and BUILD_DIR's in turn,
 #                  N times each (the fused kernel as a GEMM alone beside cuBLAS)
 set -uo pipefail
@@ -79,6 +81,14 @@ while [ $# -gt 0 ]; do
         [ $rc -eq 0 ] || status=1
         grep -E "ERROR SUMMARY|RACECHECK SUMMARY|wrong|failed" "$out/sanitize_$tool.log" | head -8
       done
+      ;;
+    python)
+      echo "== Python package: pytest python/tests"
+      PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} ASYNCTP_LIBRARY=$PWD/$build/libasynctp_c.so \
+        timeout "${PYTEST_TIMEOUT_S:-560}" python3 -m pytest -q -rs -p no:cacheprovider python/tests >"$out/pytest.log" 2>&1
+      echo "exit $?"
+      grep -E "^(FAILED|ERROR)|passed|failed" "$out/pytest.log" | tail -12
+      grep -qE "^[0-9]+ passed" "$out/pytest.log" && ! grep -qE "[0-9]+ (failed|errors?)" "$out/pytest.log" || status=1
       ;;
     ab)
       base=${1:?ab needs the base build folder}
