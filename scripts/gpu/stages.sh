@@ -84,7 +84,7 @@ while [ $# -gt 0 ]; do
       ;;
     python)
       echo "== Python package: pytest python/tests"
-      PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} ASYNCTP_LIBRARY=$PWD/$build/libasynctp_c.so \
+      PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} ASYNCTP_LIBRARY=$(cd "$build" && pwd)/libasynctp_c.so \
         timeout "${PYTEST_TIMEOUT_S:-560}" python3 -m pytest -q -rs -p no:cacheprovider python/tests >"$out/pytest.log" 2>&1
       echo "exit $?"
       grep -E "^(FAILED|ERROR)|passed|failed" "$out/pytest.log" | tail -12
