@@ -71,13 +71,9 @@ def _summed_over(grad, group):
     return grad
 
 
-def _fusable(module, mesh):
-    return isinstance(module, nn.Linear) and mesh.ndim == 1
-
-
-class ColwiseParallel(_torch_style.ColwiseParallel):
-    """torch's ColwiseParallel; with input_layouts=Shard(d) on an nn.Linear, the gather along d and the
-    matmul are one asynctp.all_gather_matmul. algorithm and chunks_per_rank are the op's."""
+class _FusedStyle:
+    """What asynctp's styles add to torch's: the op's options, and where the layer fuses (an nn.Linear
+    on a 1-D mesh, in the layouts _fuses accepts), a forward of their own (_forward)."""
 
     def __init__(self, *, input_layouts=None, output_layouts=None, use_local_output=True, algorithm="auto",
                  chunks_per_rank=0):
@@ -86,57 +82,51 @@ class ColwiseParallel(_torch_style.ColwiseParallel):
         self.chunks_per_rank = chunks_per_rank
 
     def _apply(self, module, device_mesh):
-        if not (_fusable(module, device_mesh) and isinstance(self.input_layouts[0], Shard)):
+        if not (isinstance(module, nn.Linear) and device_mesh.ndim == 1 and self._fuses()):
             return super()._apply(module, device_mesh)
         self._partition_linear_fn(None, module, device_mesh)
-        style, group = self, device_mesh.get_group().group_name
-
-        def forward(mod, x):
-            layout = style.input_layouts[0]
-            dim = layout.dim % x.dim()
-            if dim == x.dim() - 1:
-                raise Error(f"asynctp.parallel.ColwiseParallel: input_layouts is {layout}, the features that "
-                            "nn.Linear contracts over; expected Shard of the sequence or batch dim")
-            x_local = _local_as(x, device_mesh, layout, layout)
-            _, (y,) = all_gather_matmul(x_local, [mod.weight.to_local().t()], dim, group, return_a=False,
-                                        algorithm=style.algorithm, chunks_per_rank=style.chunks_per_rank)
-            if mod.bias is not None:
-                y = y + mod.bias.to_local()
-            return _output(y, device_mesh, Shard(y.dim() - 1), style.output_layouts[0], style.use_local_output)
-
-        module.forward = types.MethodType(forward, module)
+        module.forward = types.MethodType(lambda mod, x: self._forward(mod, x, device_mesh), module)
         return module
 
 
-class RowwiseParallel(_torch_style.RowwiseParallel):
+class ColwiseParallel(_FusedStyle, _torch_style.ColwiseParallel):
+    """torch's ColwiseParallel; with input_layouts=Shard(d) on an nn.Linear, the gather along d and the
+    matmul are one asynctp.all_gather_matmul. algorithm and chunks_per_rank are the op's."""
+
+    def _fuses(self):
+        return isinstance(self.input_layouts[0], Shard)
+
+    def _forward(self, mod, x, mesh):
+        layout = self.input_layouts[0]
+        dim = layout.dim % x.dim()
+        if dim == x.dim() - 1:
+            raise Error(f"asynctp.parallel.ColwiseParallel: input_layouts is {layout}, the features that "
+                        "nn.Linear contracts over; expected Shard of the sequence or batch dim")
+        x_local = _local_as(x, mesh, layout, layout)
+        _, (y,) = all_gather_matmul(x_local, [mod.weight.to_local().t()], dim, mesh.get_group().group_name,
+                                    return_a=False, algorithm=self.algorithm, chunks_per_rank=self.chunks_per_rank)
+        if mod.bias is not None:
+            y = y + mod.bias.to_local()
+        return _output(y, mesh, Shard(y.dim() - 1), self.output_layouts[0], self.use_local_output)
+
+
+class RowwiseParallel(_FusedStyle, _torch_style.RowwiseParallel):
     """torch's RowwiseParallel; with output_layouts=Shard(d) on an nn.Linear, the matmul and the
     reduce-scatter along d are one asynctp.matmul_reduce_scatter. algorithm and chunks_per_rank are
     the op's."""
 
-    def __init__(self, *, input_layouts=None, output_layouts=None, use_local_output=True, algorithm="auto",
-                 chunks_per_rank=0):
-        super().__init__(input_layouts=input_layouts, output_layouts=output_layouts, use_local_output=use_local_output)
-        self.algorithm = algorithm
-        self.chunks_per_rank = chunks_per_rank
+    def _fuses(self):
+        return isinstance(self.output_layouts[0], Shard)
 
-    def _apply(self, module, device_mesh):
-        if not (_fusable(module, device_mesh) and isinstance(self.output_layouts[0], Shard)):
-            return super()._apply(module, device_mesh)
-        self._partition_linear_fn(None, module, device_mesh)
-        style, pg = self, device_mesh.get_group()
-        group = pg.group_name
-
-        def forward(mod, x):
-            x_local = _local_as(x, device_mesh, style.input_layouts[0], Shard(-1))
-            dim = style.output_layouts[0].dim % x_local.dim()
-            y = matmul_reduce_scatter(x_local, mod.weight.to_local().t(), "sum", dim, group,
-                                      algorithm=style.algorithm, chunks_per_rank=style.chunks_per_rank)
-            if mod.bias is not None:
-                y = y + _replicated_bias(mod.bias, pg)
-            return _output(y, device_mesh, Shard(dim), Shard(dim), style.use_local_output)
-
-        module.forward = types.MethodType(forward, module)
-        return module
+    def _forward(self, mod, x, mesh):
+        x_local = _local_as(x, mesh, self.input_layouts[0], Shard(-1))
+        dim = self.output_layouts[0].dim % x_local.dim()
+        pg = mesh.get_group()
+        y = matmul_reduce_scatter(x_local, mod.weight.to_local().t(), "sum", dim, pg.group_name,
+                                  algorithm=self.algorithm, chunks_per_rank=self.chunks_per_rank)
+        if mod.bias is not None:
+            y = y + _replicated_bias(mod.bias, pg)
+        return _output(y, mesh, Shard(dim), Shard(dim), self.use_local_output)
 
 
 __all__ = ["ColwiseParallel", "RowwiseParallel"]
