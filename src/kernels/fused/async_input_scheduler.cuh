@@ -21,6 +21,10 @@
 // (so the result is the same bits on every run). A tile's splits are in one round of a persistent
 // grid, so each is resident or will be once a cluster that does not wait ends; the wait is bounded
 // all the same.
+//
+// This file holds CUTLASS's interface, the host-side Params and the tile order; fixup()'s two jobs
+// are tail_split_fixup.cuh (the last round's splits) and reduce_scatter_fixup.cuh (a reduce-scatter's
+// staging and reduction), and the done signal is done_signal.cuh.
 #pragma once
 
 #include <algorithm>
@@ -32,12 +36,12 @@
 #include <cutlass/kernel_hardware_info.hpp>
 #include <cutlass/pipeline/pipeline.hpp>
 
-#include "kernels/fused/done_signal.h"
+#include "kernels/fused/done_signal.cuh"
+#include "kernels/fused/reduce_scatter_fixup.cuh"
 #include "kernels/fused/reduce_scatter_tiles.h"
 #include "kernels/fused/tail_split.h"
+#include "kernels/fused/tail_split_fixup.cuh"
 #include "kernels/fused/tile_trace.h"
-#include "kernels/fused/piece_slots.h"
-#include "kernels/signal.cuh"
 
 namespace asynctp::kernels::fused {
 
@@ -310,30 +314,8 @@ class AsyncInputTileScheduler {
   }
 
  private:
-  // A consumer warp with no more work: its reads of the inbox (fixup) are complete, their values used.
-  // The last of all the grid's consumer warps raises this rank's done flag at every peer.
-  CUTLASS_DEVICE void signal_done() const {
-#if defined(__CUDA_ARCH__)
-    __syncwarp();
-    if (threadIdx.x % 32 != 0) return;
-    const uint32_t warps = gridDim.x * gridDim.y * gridDim.z * static_cast<uint32_t>(kConsumerThreads / 32);
-    uint32_t before;
-    const DoneSignal& done = *params_.done;
-    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(done.finished) : "memory");
-    if (before + 1 != warps) return;
-    // Pushed from the kernel: every own tile has seen its piece's count whole, so the peer has added
-    // its last; zeroed before the release below, the counts start from zero in the peer's next call,
-    // which pushes only once it has seen this done.
-    if (params_.rs.pushed != nullptr) {
-      for (int j = 0; j < kPieceSlots; ++j) params_.rs.pushed[j] = 0;
-    }
-    const uint32_t epoch = params_.rs.begin_epoch != 0 ? params_.rs.begin_epoch : *done.epoch;
-    for (int p = 0; p < done.peers; ++p) st_release_sys(done.flag[p], epoch);
-    // Every warp has counted: zero for the next launch, which may start its epoch without a kernel
-    // before it (reduce_scatter_tiles.h, begin_epoch) and so finds the count as this one leaves it.
-    *done.finished = 0;
-#endif
-  }
+  // A consumer warp with no more work (done_signal.cuh).
+  CUTLASS_DEVICE void signal_done() const { fused::signal_done(*params_.done, params_.rs); }
 
   CUTLASS_DEVICE static uint64_t* trace_record(Params const& params, int32_t unit) {
     const uint32_t cta = cute::block_rank_in_cluster();
@@ -346,54 +328,14 @@ class AsyncInputTileScheduler {
 #endif
   }
 
-  // Whether the tile's accumulators are now whole (false: a split that handed its sums over).
+  // Whether the tile's accumulators are now whole (false: a split that handed its sums over;
+  // tail_split_fixup.cuh).
   template <class FrgTensorC>
   CUTLASS_DEVICE static bool fixup_splits(Params const& params, WorkTileInfo const& work, FrgTensorC& accumulators,
                                           uint32_t thread, uint32_t threads) {
-#if defined(__CUDA_ARCH__)
-    const int32_t split = work.split(), splits = work.splits();
-    if (splits <= 1) return true;
-    constexpr int kElements = decltype(cute::size(accumulators))::value;
-    static_assert(kElements * kConsumerThreads <= kMaxTileElements, "a tile's partial sums outgrow their slot");
-    static_assert(kElements % 4 == 0, "a thread's partial sums go in 16-byte groups");
-    // A thread's sums move as 16-byte groups [group][thread] (coalesced): as single floats the last split
-    // kept four 4-byte loads in flight (the consumers hold ~40 registers beside the accumulators), so it
-    // made 32 round trips to L2 where it now makes 8.
-    constexpr int kGroups = kElements / 4;
-    const int32_t tail_slot = tail_slot_of(params, work);
-    uint32_t* counter = params.counters + static_cast<size_t>(tail_slot) * kConsumerThreads + thread;
-    float4* slots = reinterpret_cast<float4*>(params.partials + static_cast<size_t>(tail_slot) * (splits - 1) * kMaxTileElements) + thread;
-    constexpr size_t kSlotGroups = kMaxTileElements / 4;
-    if (split + 1 < splits) {
-      float4* mine = slots + static_cast<size_t>(split) * kSlotGroups;
-      CUTLASS_PRAGMA_UNROLL
-      for (int g = 0; g < kGroups; ++g) {
-        mine[g * threads] = make_float4(accumulators(4 * g), accumulators(4 * g + 1), accumulators(4 * g + 2), accumulators(4 * g + 3));
-      }
-      asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
-      return false;
-    }
-    const uint32_t others = static_cast<uint32_t>(splits - 1);
-    // Bounded like every wait in asynctp; a timeout here means a split never ran, which is a bug.
-    wait_flag_sys</*kPrint=*/false>(counter, others, params.wait.rank, tail_slot, params.wait,
-                                    asynctp::detail::FaultSite::kSplitReduction);
-    trace_mark(params, work, thread, kTraceWaitDone);
-    for (int j = 0; j < splits - 1; ++j) {
-      const float4* theirs = slots + static_cast<size_t>(j) * kSlotGroups;
-      CUTLASS_PRAGMA_UNROLL
-      for (int g = 0; g < kGroups; ++g) {
-        const float4 v = theirs[g * threads];
-        accumulators(4 * g) += v.x;
-        accumulators(4 * g + 1) += v.y;
-        accumulators(4 * g + 2) += v.z;
-        accumulators(4 * g + 3) += v.w;
-      }
-    }
-    *counter = 0;  // ready for the next launch, which runs after this one ends
-    return true;
-#else
-    return false;
-#endif
+    return sum_tail_splits(work, [&] { return tail_slot_of(params, work); }, accumulators, params.counters,
+                           params.partials, params.wait, thread, threads,
+                           [&](int word) { trace_mark(params, work, thread, word); });
   }
 
   // Clusters in the grid: one per co-resident slot (hw_info.max_active_clusters, from the occupancy
@@ -424,69 +366,13 @@ class AsyncInputTileScheduler {
     }
   }
 
-  // Reduce-scatter (reduce_scatter_tiles.h), once a tile's accumulators are whole: stage a peer's tile,
-  // or add every peer's staged copy of an own tile. Thread `thread` of `threads` owns the 16-byte
-  // groups [group * threads + thread] of a tile's slot, eight output elements per group.
+  // Reduce-scatter, once a tile's accumulators are whole (reduce_scatter_fixup.cuh).
   template <class FrgTensorC>
   CUTLASS_DEVICE static void reduce_scatter_fixup(Params const& params, WorkTileInfo const& work,
                                                   FrgTensorC& accumulators, uint32_t thread, uint32_t threads) {
-#if defined(__CUDA_ARCH__)
-    ReduceScatterTiles const& rs = params.rs;
-    if (rs.rank < 0 || rs.reduce_in_epilogue) return;
-    constexpr int kWords = decltype(cute::size(accumulators))::value / 2;
-    const int32_t row0 = work.M_idx * params.tile_m;
-    const int32_t owner = rs.owner_of(row0, params.rank_rows_div);
-    const int32_t tile = (row0 - owner * rs.rows_per_rank) / params.tile_m * rs.tiles_n + work.N_idx;
-    const int32_t tiles_per_rank = rs.rows_per_rank / params.tile_m * rs.tiles_n;
-    const int32_t piece = rs.piece_of(row0, params.rank_rows_div, params.piece_rows_div);
-    const size_t slot_words = static_cast<size_t>(kWords) * threads;
-    static_assert(kWords % 4 == 0, "a thread's words go in 16-byte groups");
-    if (work.staged()) {
-      uint4* slot = reinterpret_cast<uint4*>(rs.staging + (static_cast<size_t>(owner) * tiles_per_rank + tile) * slot_words) + thread;
-      CUTLASS_PRAGMA_UNROLL
-      for (int g = 0; g < kWords / 4; ++g) {
-        const int e = 8 * g;
-        slot[g * threads] = make_uint4(pack(accumulators(e), accumulators(e + 1)), pack(accumulators(e + 2), accumulators(e + 3)),
-                                       pack(accumulators(e + 4), accumulators(e + 5)), pack(accumulators(e + 6), accumulators(e + 7)));
-      }
-      const uint32_t count = work.staged_count();  // visit()
-      if (count == 0) return;
-      // One count per warp (staged_count_per_tile): __syncwarp orders the lanes' stores before lane 0's
-      // release, which the copy engine's wait (a stream memory operation on this GPU) then sees.
-      __syncwarp();
-      if (threadIdx.x % 32 == 0) rs.add_staged(row0, count);
-      return;
-    }
-    const uint32_t expected = rs.arrival_epoch();
-    for (int32_t q = 0; q < rs.world; ++q) {
-      if (q == rs.rank) continue;
-      const int32_t index = q * rs.flag_stride + piece;
-      wait_flag_sys</*kPrint=*/false>(rs.arrived + index, expected, q, rs.pad_index + index, rs.wait);
-      trace_mark(params, work, thread, kTraceWaitDone);
-      const uint4* theirs = reinterpret_cast<const uint4*>(rs.inbox + (static_cast<size_t>(q) * tiles_per_rank + tile) * slot_words) + thread;
-      CUTLASS_PRAGMA_UNROLL
-      for (int g = 0; g < kWords / 4; ++g) {
-        const uint4 v = theirs[g * threads];
-        const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-        CUTLASS_PRAGMA_UNROLL
-        for (int k = 0; k < 4; ++k) {
-          float lo, hi;
-          unpack(words[k], lo, hi);
-          accumulators(8 * g + 2 * k) += lo;
-          accumulators(8 * g + 2 * k + 1) += hi;
-        }
-      }
-    }
-#endif
-  }
-
-  CUTLASS_DEVICE static uint32_t pack(float lo, float hi) {
-    return static_cast<uint32_t>(Element(lo).raw()) | (static_cast<uint32_t>(Element(hi).raw()) << 16);
-  }
-
-  CUTLASS_DEVICE static void unpack(uint32_t word, float& lo, float& hi) {
-    lo = static_cast<float>(Element::bitcast(static_cast<uint16_t>(word & 0xFFFFu)));
-    hi = static_cast<float>(Element::bitcast(static_cast<uint16_t>(word >> 16)));
+    fused::reduce_scatter_fixup<Element>(params.rs, params.tile_m, params.rank_rows_div, params.piece_rows_div, work,
+                                         accumulators, thread, threads,
+                                         [&](int word) { trace_mark(params, work, thread, word); });
   }
 
   // This CTA's unit u, which follows `prev` (invalid for its first), as the kernel's loops get it; for

@@ -1,0 +1,87 @@
+// Internal, device side of reduce_scatter_tiles.h, once a tile's accumulators are whole: a tile of a
+// peer's rows is staged (rounded to the output type, two values a word) for the peer to pull, and a
+// tile of this rank's own rows gets every peer's staged copy added. Thread `thread` of `threads` owns
+// the 16-byte groups [group * threads + thread] of a tile's slot, eight output elements per group.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/cutlass.h>
+#include <cutlass/fast_math.h>
+
+#include "kernels/fused/reduce_scatter_tiles.h"
+#include "kernels/fused/tile_trace.h"
+#include "kernels/signal.cuh"
+
+namespace asynctp::kernels::fused {
+
+template <class Element>
+CUTLASS_DEVICE uint32_t pack_pair(float lo, float hi) {
+  return static_cast<uint32_t>(Element(lo).raw()) | (static_cast<uint32_t>(Element(hi).raw()) << 16);
+}
+
+template <class Element>
+CUTLASS_DEVICE void unpack_pair(uint32_t word, float& lo, float& hi) {
+  lo = static_cast<float>(Element::bitcast(static_cast<uint16_t>(word & 0xFFFFu)));
+  hi = static_cast<float>(Element::bitcast(static_cast<uint16_t>(word >> 16)));
+}
+
+// The scheduler's whole tile `work` (M_idx, N_idx; tiles of `tile_m` rows): staged (a peer's rows),
+// with staged_count() tiles to add to its piece's count, or an own tile, which waits for each peer's
+// piece (marking kTraceWaitDone through `mark`) and adds it. Nothing where the epilogue does it
+// (reduce_in_epilogue).
+template <class Element, class Work, class FrgTensorC, class Mark>
+CUTLASS_DEVICE void reduce_scatter_fixup(ReduceScatterTiles const& rs, int32_t tile_m, cutlass::FastDivmod const& rank_rows_div,
+                                         cutlass::FastDivmod const& piece_rows_div, Work const& work,
+                                         FrgTensorC& accumulators, uint32_t thread, uint32_t threads, Mark mark) {
+#if defined(__CUDA_ARCH__)
+  if (rs.rank < 0 || rs.reduce_in_epilogue) return;
+  constexpr int kWords = decltype(cute::size(accumulators))::value / 2;
+  const int32_t row0 = work.M_idx * tile_m;
+  const int32_t owner = rs.owner_of(row0, rank_rows_div);
+  const int32_t tile = (row0 - owner * rs.rows_per_rank) / tile_m * rs.tiles_n + work.N_idx;
+  const int32_t tiles_per_rank = rs.rows_per_rank / tile_m * rs.tiles_n;
+  const int32_t piece = rs.piece_of(row0, rank_rows_div, piece_rows_div);
+  const size_t slot_words = static_cast<size_t>(kWords) * threads;
+  static_assert(kWords % 4 == 0, "a thread's words go in 16-byte groups");
+  if (work.staged()) {
+    uint4* slot = reinterpret_cast<uint4*>(rs.staging + (static_cast<size_t>(owner) * tiles_per_rank + tile) * slot_words) + thread;
+    CUTLASS_PRAGMA_UNROLL
+    for (int g = 0; g < kWords / 4; ++g) {
+      const int e = 8 * g;
+      slot[g * threads] = make_uint4(pack_pair<Element>(accumulators(e), accumulators(e + 1)),
+                                     pack_pair<Element>(accumulators(e + 2), accumulators(e + 3)),
+                                     pack_pair<Element>(accumulators(e + 4), accumulators(e + 5)),
+                                     pack_pair<Element>(accumulators(e + 6), accumulators(e + 7)));
+    }
+    const uint32_t count = work.staged_count();  // the scheduler's visit()
+    if (count == 0) return;
+    // One count per warp (staged_count_per_tile): __syncwarp orders the lanes' stores before lane 0's
+    // release, which the copy engine's wait (a stream memory operation on this GPU) then sees.
+    __syncwarp();
+    if (threadIdx.x % 32 == 0) rs.add_staged(row0, count);
+    return;
+  }
+  const uint32_t expected = rs.arrival_epoch();
+  for (int32_t q = 0; q < rs.world; ++q) {
+    if (q == rs.rank) continue;
+    const int32_t index = q * rs.flag_stride + piece;
+    wait_flag_sys</*kPrint=*/false>(rs.arrived + index, expected, q, rs.pad_index + index, rs.wait);
+    mark(kTraceWaitDone);
+    const uint4* theirs = reinterpret_cast<const uint4*>(rs.inbox + (static_cast<size_t>(q) * tiles_per_rank + tile) * slot_words) + thread;
+    CUTLASS_PRAGMA_UNROLL
+    for (int g = 0; g < kWords / 4; ++g) {
+      const uint4 v = theirs[g * threads];
+      const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+      CUTLASS_PRAGMA_UNROLL
+      for (int k = 0; k < 4; ++k) {
+        float lo, hi;
+        unpack_pair<Element>(words[k], lo, hi);
+        accumulators(8 * g + 2 * k) += lo;
+        accumulators(8 * g + 2 * k + 1) += hi;
+      }
+    }
+  }
+#endif
+}
+
+}  // namespace asynctp::kernels::fused
