@@ -12,7 +12,7 @@
 
 namespace asynctp::algo {
 
-void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan& plan, const TensorRef& a_shard,
+void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,
                              const SymmetricBuffer* a_symmetric, const std::vector<TensorRef>& bs,
                              const std::vector<TensorRef>& outputs, const TensorRef& gathered_a, cudaStream_t stream,
                              const AgreeFn& agree, int chunks_per_rank);
@@ -21,7 +21,7 @@ void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan&
 // tiles of other ranks' rows are staged and pushed by the copy engine piece by piece, and whose own
 // tiles add the peers' pieces before the epilogue. Other cases run `pipelined`.
 // docs/design/fused_matmul_reduce_scatter.md explains it.
-void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScatterPlan& plan, const TensorRef& a,
+void fused_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPlan& plan, const TensorRef& a,
                                  const TensorRef& b, const TensorRef& output, cudaStream_t stream,
                                  const AgreeFn& agree, int chunks_per_rank);
 
@@ -30,7 +30,7 @@ void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScat
 inline bool fused_rs_takes_rows(int64_t rows_per_rank) { return rows_per_rank % kernels::fused::kClusterRows == 0; }
 
 // Why the fused kernel does not take this reduce-scatter ("" where it does); it then runs pipelined.
-const char* fused_rs_unsupported(const ops::MatmulReduceScatterPlan& plan, const TensorRef& a, const TensorRef& b,
+const char* fused_rs_unsupported(const MatmulReduceScatterPlan& plan, const TensorRef& a, const TensorRef& b,
                                  const TensorRef& output);
 
 // Pieces each rank's rows are pushed in by the fused reduce-scatter: `requested`, else rows / 512

@@ -40,7 +40,7 @@ void finish_tile_trace(Communicator& comm, const char* op, const kernels::fused:
 
 namespace {
 
-kernels::fused::AgGemmArgs gemm_args(Communicator& comm, const ops::AllGatherMatmulPlan& plan, const void* a,
+kernels::fused::AgGemmArgs gemm_args(Communicator& comm, const AllGatherMatmulPlan& plan, const void* a,
                                      const TensorRef& b, const TensorRef& c, size_t i, cudaStream_t stream) {
   kernels::fused::AgGemmArgs g;
   g.dtype = plan.dtype;
@@ -56,7 +56,7 @@ kernels::fused::AgGemmArgs gemm_args(Communicator& comm, const ops::AllGatherMat
 }
 
 // outputs[i] = a @ bs[i] with cuBLASLt, where the fused kernel cannot take the problem.
-void cublas_gemm(Communicator::Impl& m, const ops::AllGatherMatmulPlan& plan, const void* a, const TensorRef& b,
+void cublas_gemm(Communicator::Impl& m, const AllGatherMatmulPlan& plan, const void* a, const TensorRef& b,
                  const TensorRef& c, size_t i, cudaStream_t stream) {
   gemm::Problem p{plan.M, plan.N[i], plan.K, plan.dtype, plan.b_layout};
   m.gemm.run(p, a, b.data, c.data, stream);
@@ -64,7 +64,7 @@ void cublas_gemm(Communicator::Impl& m, const ops::AllGatherMatmulPlan& plan, co
 
 }  // namespace
 
-void fused_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan& plan, const TensorRef& a_shard,
+void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,
                              const SymmetricBuffer* a_symmetric, const std::vector<TensorRef>& bs,
                              const std::vector<TensorRef>& outputs, const TensorRef& gathered_a, cudaStream_t stream,
                              const AgreeFn& agree, int chunks_per_rank) {

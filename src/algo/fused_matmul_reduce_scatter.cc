@@ -88,7 +88,7 @@ int resolve_fused_rs_pieces(int requested, int64_t rows_per_rank) {
   return static_cast<int>(std::min<int64_t>(pieces, clusters));
 }
 
-const char* fused_rs_unsupported(const ops::MatmulReduceScatterPlan& plan, const TensorRef& a, const TensorRef& b,
+const char* fused_rs_unsupported(const MatmulReduceScatterPlan& plan, const TensorRef& a, const TensorRef& b,
                                  const TensorRef& output) {
   if (plan.scatter_last) return "scatter_dim last";
   if (!fused_rs_takes_rows(plan.out_rows)) return "rows per rank not a multiple of 256";
@@ -99,7 +99,7 @@ const char* fused_rs_unsupported(const ops::MatmulReduceScatterPlan& plan, const
   return kernels::fused::ag_gemm_unsupported(g);
 }
 
-void fused_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScatterPlan& plan, const TensorRef& a,
+void fused_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPlan& plan, const TensorRef& a,
                                  const TensorRef& b, const TensorRef& output, cudaStream_t stream,
                                  const AgreeFn& agree, int chunks_per_rank) {
   // Every rank decides alike (ranks running different protocols would wait for each other in vain):

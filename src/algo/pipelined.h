@@ -13,7 +13,7 @@ namespace asynctp::algo {
 
 // `a_symmetric`: the SymmetricBuffer of this communicator that holds a_shard (peers read it in
 // place), or null (it is copied into the workspace first).
-void pipelined_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan& plan, const TensorRef& a_shard,
+void pipelined_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,
                                  const SymmetricBuffer* a_symmetric, const std::vector<TensorRef>& bs,
                                  const std::vector<TensorRef>& outputs, const TensorRef& gathered_a,
                                  cudaStream_t stream, const AgreeFn& agree, int chunks_per_rank);
@@ -26,7 +26,7 @@ enum class RsSum { kDefault, kInGemm, kKernel };
 RsSum resolve_rs_sum(int world_size, int64_t rows, RsSum requested);
 RsSum rs_sum_from_env();
 
-void pipelined_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScatterPlan& plan, const TensorRef& a,
+void pipelined_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPlan& plan, const TensorRef& a,
                                      const TensorRef& b, const TensorRef& output, cudaStream_t stream,
                                      const AgreeFn& agree, int chunks_per_rank, RsSum sum = rs_sum_from_env());
 

@@ -12,7 +12,7 @@ namespace asynctp::algo {
 namespace {
 
 // outputs[i] rows [row0, row0 + rows) = (rows of the gathered A starting at `a_rows`) @ bs[i].
-void gemm_rows(Communicator::Impl& m, const ops::AllGatherMatmulPlan& plan, const void* a_rows, int64_t row0,
+void gemm_rows(Communicator::Impl& m, const AllGatherMatmulPlan& plan, const void* a_rows, int64_t row0,
                int64_t rows, const std::vector<TensorRef>& bs, const std::vector<TensorRef>& outputs,
                cudaStream_t stream, int lane) {
   if (rows == 0) return;
@@ -43,7 +43,7 @@ struct GemmTurns {
 
 }  // namespace
 
-void pipelined_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan& plan, const TensorRef& a_shard,
+void pipelined_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,
                                  const SymmetricBuffer* a_symmetric, const std::vector<TensorRef>& bs,
                                  const std::vector<TensorRef>& outputs, const TensorRef& gathered_a,
                                  cudaStream_t stream, const AgreeFn& agree, int chunks_per_rank) {

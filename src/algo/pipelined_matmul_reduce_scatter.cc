@@ -22,7 +22,7 @@ RsSum resolve_rs_sum(int world_size, int64_t rows, RsSum requested) {
   return rows >= 4096 ? RsSum::kInGemm : RsSum::kKernel;
 }
 
-void pipelined_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScatterPlan& plan, const TensorRef& a,
+void pipelined_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPlan& plan, const TensorRef& a,
                                      const TensorRef& b, const TensorRef& output, cudaStream_t stream,
                                      const AgreeFn& agree, int chunks_per_rank, RsSum sum) {
   agree();

@@ -6,7 +6,7 @@
 
 namespace asynctp::algo {
 
-void sequential_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan& plan, const TensorRef& a_shard,
+void sequential_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,
                                   const std::vector<TensorRef>& bs, const std::vector<TensorRef>& outputs,
                                   const TensorRef& gathered_a, cudaStream_t stream, const AgreeFn& agree) {
   agree();  // the all-gather comes first: nothing local to hide the check behind
@@ -42,7 +42,7 @@ void sequential_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmul
   }
 }
 
-void sequential_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScatterPlan& plan, const TensorRef& a,
+void sequential_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPlan& plan, const TensorRef& a,
                                       const TensorRef& b, const TensorRef& output, cudaStream_t stream,
                                       const AgreeFn& agree) {
   Communicator::Impl& m = impl_of(comm);

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "asynctp/communicator.h"
-#include "ops/plan.h"
+#include "algo/problem.h"
 
 namespace asynctp::algo {
 
@@ -15,11 +15,11 @@ namespace asynctp::algo {
 // reduce-scatter) hides the check's latency; nothing before it writes the caller's outputs.
 using AgreeFn = std::function<void()>;
 
-void sequential_all_gather_matmul(Communicator& comm, const ops::AllGatherMatmulPlan& plan, const TensorRef& a_shard,
+void sequential_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,
                                   const std::vector<TensorRef>& bs, const std::vector<TensorRef>& outputs,
                                   const TensorRef& gathered_a, cudaStream_t stream, const AgreeFn& agree);
 
-void sequential_matmul_reduce_scatter(Communicator& comm, const ops::MatmulReduceScatterPlan& plan, const TensorRef& a,
+void sequential_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPlan& plan, const TensorRef& a,
                                       const TensorRef& b, const TensorRef& output, cudaStream_t stream,
                                       const AgreeFn& agree);
 

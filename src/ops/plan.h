@@ -6,30 +6,14 @@
 #include <string>
 #include <vector>
 
+#include "algo/problem.h"
 #include "asynctp/ops.h"
 
 namespace asynctp::ops {
 
-struct AllGatherMatmulPlan {
-  bool gather_last = false;
-  DType dtype = DType::kBF16;
-  BLayout b_layout = BLayout::kRowMajor;
-  int64_t m_local = 0;  // rows per rank (gather 0), or all rows (gather last)
-  int64_t M = 0;        // rows of A after the gather
-  int64_t k_local = 0;  // K per rank (gather last), or K
-  int64_t K = 0;
-  std::vector<int64_t> N;  // per B
-  bool return_a = false;
-};
-
-struct MatmulReduceScatterPlan {
-  bool scatter_last = false;
-  DType dtype = DType::kBF16;
-  BLayout b_layout = BLayout::kRowMajor;
-  ReduceOp reduce_op = ReduceOp::kSum;
-  int64_t M = 0, N = 0, k_local = 0;
-  int64_t out_rows = 0, out_cols = 0;  // this rank's slice
-};
+// The problems the algorithms take (algo/problem.h), made here.
+using algo::AllGatherMatmulPlan;
+using algo::MatmulReduceScatterPlan;
 
 // Throw asynctp::Error naming the argument and what was expected.
 AllGatherMatmulPlan plan_all_gather_matmul(int world_size, const TensorRef& a_shard, const std::vector<TensorRef>& bs,

@@ -1,0 +1,33 @@
+// Internal: the 2-D problem an op reduces to, as the algorithms take it; ops/plan.h makes it from the
+// op's arguments, once they are validated.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "asynctp/ops.h"
+
+namespace asynctp::algo {
+
+struct AllGatherMatmulPlan {
+  bool gather_last = false;
+  DType dtype = DType::kBF16;
+  BLayout b_layout = BLayout::kRowMajor;
+  int64_t m_local = 0;  // rows per rank (gather 0), or all rows (gather last)
+  int64_t M = 0;        // rows of A after the gather
+  int64_t k_local = 0;  // K per rank (gather last), or K
+  int64_t K = 0;
+  std::vector<int64_t> N;  // per B
+  bool return_a = false;
+};
+
+struct MatmulReduceScatterPlan {
+  bool scatter_last = false;
+  DType dtype = DType::kBF16;
+  BLayout b_layout = BLayout::kRowMajor;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  int64_t M = 0, N = 0, k_local = 0;
+  int64_t out_rows = 0, out_cols = 0;  // this rank's slice
+};
+
+}  // namespace asynctp::algo
