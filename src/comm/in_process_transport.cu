@@ -95,6 +95,8 @@ class InProcessTransport final : public Transport {
     if (group_->ranks_on_device(device_) > 1) exchange(std::string(), what);
   }
 
+  bool ranks_in_one_process() const override { return true; }
+
   void unmap_symmetric(SymmetricMapping& m) override {
     if (m.local) cudaFree(m.local);
     if (m.device_peers) cudaFree(m.device_peers);

@@ -70,6 +70,10 @@ class Transport {
   // Nothing to do where each rank has a GPU of its own.
   virtual void settle(const char* /*what*/) {}
 
+  // Whether the ranks are threads of this process (then a kernel's first load can wait for every GPU
+  // of the process: Communicator::Impl::quiesce).
+  virtual bool ranks_in_one_process() const { return false; }
+
   // An error a peer or the transport reported asynchronously, to end a host wait with; "" if none.
   virtual std::string async_error() = 0;
   // The communicator is broken (`why`). kernels_may_wait: a kernel of the transport's may still wait
