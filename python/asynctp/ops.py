@@ -165,24 +165,92 @@ _RS_SCHEMA = ("(Tensor a, Tensor b, str reduce_op, int scatter_dim, str group_na
               "int chunks_per_rank) -> Tensor")
 
 
+# The host cost of a call (docs/reference/python_api.md, "Host cost"): what a call passes to the library
+# but its data pointers depends only on its arguments' layout (shapes, strides, dtypes, device, dims,
+# options), so it is checked and built once per layout and copied at each later call.
+_MAX_LAYOUTS = 64
+
+
+def _layout_key(t):
+    return (tuple(t.shape), t.stride(), t.dtype, t.get_device())
+
+
+def _as_is(passed, given):
+    """Whether `passed` (what goes to the library) is `given` itself or a view of it from its first
+    element, so that a later tensor of the same layout goes by its own pointer."""
+    return given.numel() > 0 and passed.data_ptr() == given.data_ptr()
+
+
+def _kept(cache, key, make):
+    hit = cache.get(key)
+    if hit is None:
+        hit = make()
+        if len(cache) >= _MAX_LAYOUTS:
+            cache.clear()
+        cache[key] = hit
+    return hit
+
+
+class _AgCall:
+    """all_gather_matmul's arguments to the library for one layout, without data pointers."""
+
+    def __init__(self, comm, a_shard, bs, gather_dim, return_a, algorithm, chunks_per_rank):
+        op = "all_gather_matmul"
+        with _refusals_shared(comm, op):
+            if not bs:
+                raise Error(f"{op}: bs is empty; expected at least one B")
+            shapes = _AllGatherShapes(a_shard, gather_dim, comm.world_size)
+            _check_device(comm, a_shard, op, "a_shard")
+            self.a = bytes(_ref(shapes.a2, op, "a_shard"))
+            layout, b_ops = _b_operands(bs, op, "bs")
+            a_full, outs = shapes.allocate(bs, return_a)
+            self.bs = bytes((_lib.Tensor * len(bs))(*[_ref(b, op, f"bs[{i}]") for i, b in enumerate(b_ops)]))
+            self.outs = bytes((_lib.Tensor * len(bs))(*[_ref(o, op, f"outputs[{i}]") for i, o in enumerate(outs)]))
+            self.gathered = bytes(_ref(a_full, op, "gathered_a")) if a_full is not None else None
+            self.options = _options(op, algorithm, chunks_per_rank, layout)
+        # Where A and the Bs go to the library as they are (no copy into another layout), a later call
+        # passes their pointers; else it makes the same copies again.
+        self.a_as_is = _as_is(shapes.a2, a_shard)
+        self.bs_as_is = all(_as_is(o, b) for o, b in zip(b_ops, bs))
+        self.out_shapes = [tuple(o.shape) for o in outs]
+        self.a_full_shape = tuple(a_full.shape) if a_full is not None else None
+        shapes.a2 = None  # the first call's tensors are not kept
+        self.shapes = shapes
+        self.n = len(bs)
+
+    def __call__(self, comm, a_shard, bs):
+        a2 = a_shard if self.a_as_is else _as_rows(a_shard, self.shapes.dim)[1]
+        a_ref = _lib.Tensor.from_buffer_copy(self.a)
+        a_ref.data = a2.data_ptr()
+        b_refs = (_lib.Tensor * self.n).from_buffer_copy(self.bs)
+        b_ops = bs if self.bs_as_is else _b_operands(bs, "all_gather_matmul", "bs")[1]
+        for i, b in enumerate(b_ops):
+            b_refs[i].data = b.data_ptr()
+        outs = [a_shard.new_empty(shape) for shape in self.out_shapes]
+        out_refs = (_lib.Tensor * self.n).from_buffer_copy(self.outs)
+        for i, o in enumerate(outs):
+            out_refs[i].data = o.data_ptr()
+        a_full = gathered = None
+        if self.a_full_shape is not None:
+            a_full = a_shard.new_empty(self.a_full_shape)
+            gathered = _lib.Tensor.from_buffer_copy(self.gathered)
+            gathered.data = a_full.data_ptr()
+            gathered = ctypes.byref(gathered)
+        _lib.call("all_gather_matmul", comm.handle, ctypes.byref(a_ref), b_refs, self.n,
+                  1 if self.shapes.along_k else 0, out_refs, gathered, _stream(a_shard), ctypes.byref(self.options))
+        shapes = self.shapes
+        return (shapes.unflatten(a_full) if a_full is not None else None), [shapes.unflatten(o) for o in outs]
+
+
+_ag_calls = {}
+
+
 def _all_gather_matmul_cuda(a_shard, bs, gather_dim, group_name, return_a, algorithm, chunks_per_rank):
-    op = "all_gather_matmul"
     comm = communicator(group_name)
-    with _refusals_shared(comm, op):
-        if not bs:
-            raise Error(f"{op}: bs is empty; expected at least one B")
-        shapes = _AllGatherShapes(a_shard, gather_dim, comm.world_size)
-        _check_device(comm, a_shard, op, "a_shard")
-        a_ref = _ref(shapes.a2, op, "a_shard")
-        layout, b_ops = _b_operands(bs, op, "bs")
-        a_full, outs = shapes.allocate(bs, return_a)
-        b_refs = (_lib.Tensor * len(bs))(*[_ref(b, op, f"bs[{i}]") for i, b in enumerate(b_ops)])
-        out_refs = (_lib.Tensor * len(bs))(*[_ref(o, op, f"outputs[{i}]") for i, o in enumerate(outs)])
-        gathered = ctypes.byref(_ref(a_full, op, "gathered_a")) if a_full is not None else None
-        options = _options(op, algorithm, chunks_per_rank, layout)
-    _lib.call(op, comm.handle, ctypes.byref(a_ref), b_refs, len(bs),
-              1 if shapes.along_k else 0, out_refs, gathered, _stream(a_shard), ctypes.byref(options))
-    return (shapes.unflatten(a_full) if a_full is not None else None), [shapes.unflatten(o) for o in outs]
+    key = (group_name, _layout_key(a_shard), tuple(_layout_key(b) for b in bs), gather_dim, return_a, algorithm,
+           chunks_per_rank)
+    call = _kept(_ag_calls, key, lambda: _AgCall(comm, a_shard, bs, gather_dim, return_a, algorithm, chunks_per_rank))
+    return call(comm, a_shard, bs)
 
 
 _all_gather_matmul = torch.library.custom_op("asynctp::all_gather_matmul", _all_gather_matmul_cuda, mutates_args=(),
@@ -196,23 +264,53 @@ def _all_gather_matmul_fake(a_shard, bs, gather_dim, group_name, return_a, algor
     return (shapes.unflatten(a_full) if a_full is not None else None), [shapes.unflatten(o) for o in outs]
 
 
+class _RsCall:
+    """matmul_reduce_scatter's arguments to the library for one layout, without data pointers."""
+
+    def __init__(self, comm, a, b, reduce_op, scatter_dim, algorithm, chunks_per_rank):
+        op = "matmul_reduce_scatter"
+        with _refusals_shared(comm, op):
+            shapes = _ReduceScatterShapes(a, b, scatter_dim, comm.world_size)
+            _check_device(comm, a, op, "a")
+            self.reduce_code = _lib.REDUCE_OPS.get(reduce_op)
+            if self.reduce_code is None:
+                raise Error(f"{op}: reduce_op is {reduce_op!r}; expected 'sum' or 'avg'")
+            self.a = bytes(_ref(shapes.a2, op, "a"))
+            layout, (b_op,) = _b_operands([b], op, "b")
+            out = shapes.allocate()
+            self.b = bytes(_ref(b_op, op, "b"))
+            self.out = bytes(_ref(out, op, "output"))
+            self.options = _options(op, algorithm, chunks_per_rank, layout)
+        self.a_as_is = _as_is(shapes.a2, a)
+        self.b_as_is = _as_is(b_op, b)
+        self.out_shape = tuple(out.shape)
+        shapes.a2 = None  # the first call's tensors are not kept
+        self.shapes = shapes
+
+    def __call__(self, comm, a, b):
+        a2 = a if self.a_as_is else _as_rows(a, self.shapes.dim)[1]
+        a_ref = _lib.Tensor.from_buffer_copy(self.a)
+        a_ref.data = a2.data_ptr()
+        b_op = b if self.b_as_is else _b_operands([b], "matmul_reduce_scatter", "b")[1][0]
+        b_ref = _lib.Tensor.from_buffer_copy(self.b)
+        b_ref.data = b_op.data_ptr()
+        out = a.new_empty(self.out_shape)
+        out_ref = _lib.Tensor.from_buffer_copy(self.out)
+        out_ref.data = out.data_ptr()
+        _lib.call("matmul_reduce_scatter", comm.handle, ctypes.byref(a_ref), ctypes.byref(b_ref),
+                  1 if self.shapes.along_n else 0, self.reduce_code, ctypes.byref(out_ref), _stream(a),
+                  ctypes.byref(self.options))
+        return self.shapes.unflatten(out)
+
+
+_rs_calls = {}
+
+
 def _matmul_reduce_scatter_cuda(a, b, reduce_op, scatter_dim, group_name, algorithm, chunks_per_rank):
-    op = "matmul_reduce_scatter"
     comm = communicator(group_name)
-    with _refusals_shared(comm, op):
-        shapes = _ReduceScatterShapes(a, b, scatter_dim, comm.world_size)
-        _check_device(comm, a, op, "a")
-        reduce_code = _lib.REDUCE_OPS.get(reduce_op)
-        if reduce_code is None:
-            raise Error(f"{op}: reduce_op is {reduce_op!r}; expected 'sum' or 'avg'")
-        a_ref = _ref(shapes.a2, op, "a")
-        layout, (b_op,) = _b_operands([b], op, "b")
-        out = shapes.allocate()
-        options = _options(op, algorithm, chunks_per_rank, layout)
-    _lib.call(op, comm.handle, ctypes.byref(a_ref), ctypes.byref(_ref(b_op, op, "b")),
-              1 if shapes.along_n else 0, reduce_code, ctypes.byref(_ref(out, op, "output")), _stream(a),
-              ctypes.byref(options))
-    return shapes.unflatten(out)
+    key = (group_name, _layout_key(a), _layout_key(b), reduce_op, scatter_dim, algorithm, chunks_per_rank)
+    call = _kept(_rs_calls, key, lambda: _RsCall(comm, a, b, reduce_op, scatter_dim, algorithm, chunks_per_rank))
+    return call(comm, a, b)
 
 
 _matmul_reduce_scatter = torch.library.custom_op("asynctp::matmul_reduce_scatter", _matmul_reduce_scatter_cuda,
