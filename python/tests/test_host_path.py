@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed: the ops' host path is not tested here")
 
-from asynctp import _lib, ops  # noqa: E402
+from asynctp import _calls, _lib, ops  # noqa: E402
 
 WORLD = 2
 
@@ -47,8 +47,8 @@ def recorded(monkeypatch):
     calls = []
     monkeypatch.setattr(_lib, "call", lambda name, *args: calls.append((name, _decode(args))))
     monkeypatch.setattr(ops, "communicator", lambda name: Comm())
-    monkeypatch.setattr(ops, "_stream", lambda t: ctypes.c_void_p(0))
-    monkeypatch.setattr(ops, "_raw_stream", lambda device: 0)
+    monkeypatch.setattr(_calls, "_stream", lambda t: ctypes.c_void_p(0))
+    monkeypatch.setattr(_calls, "_raw_stream", lambda device: 0)
     ops._ag_calls.clear()
     ops._rs_calls.clear()
     return calls
