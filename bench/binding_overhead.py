@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 import asynctp
-from asynctp import _lib, ops
+from asynctp import _calls, _lib
 from asynctp.comm import communicator
 from compare_torch import gpu_us, median_after_barrier  # bench/ is the script's folder
 
@@ -37,7 +37,7 @@ def main():
     b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
     out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
     comm = communicator(name)
-    a_ref, b_refs, out_refs = ops._ref(a, "", "a"), (_lib.Tensor * 1)(ops._ref(b, "", "b")), (_lib.Tensor * 1)(ops._ref(out, "", "out"))
+    a_ref, b_refs, out_refs = _calls._ref(a, "", "a"), (_lib.Tensor * 1)(_calls._ref(b, "", "b")), (_lib.Tensor * 1)(_calls._ref(out, "", "out"))
     rows = []
     for alg in ("sequential", "fused"):
         opt = _lib.options(_lib.ALGORITHMS[alg], _lib.ROW_MAJOR, 0)

@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-#define ASYNCTP_C_API_VERSION 2
+#define ASYNCTP_C_API_VERSION 3
 #define ASYNCTP_C_MAX_DIMS 6
 #define ASYNCTP_C_UNIQUE_ID_BYTES 128
 
@@ -58,6 +58,14 @@ int asynctp_get_unique_id(unsigned char* id);
  * tuning_cache NULL or "": the defaults of CommunicatorOptions. Collective. */
 int asynctp_comm_create(int rank, int world_size, const unsigned char* id, int device, int timeout_ms,
                         const char* tuning_cache, asynctp_comm** comm);
+/* asynctp::Communicator::wrap: a communicator on `nccl_comm`, an ncclComm_t the caller made (a
+ * framework's own, for instance) and keeps alive until this handle is destroyed; asynctp neither
+ * destroys nor aborts it. Runs on the GPU nccl_comm was made for. timeout_ms <= 0 and tuning_cache
+ * NULL or "": the defaults of CommunicatorOptions. Collective over nccl_comm's ranks. */
+int asynctp_comm_wrap(void* nccl_comm, int timeout_ms, const char* tuning_cache, asynctp_comm** comm);
+/* The NCCL versions, as NCCL_VERSION_CODE (22809 for 2.28.9): the one loaded in this process, and the
+ * one this library was built with. A communicator needs the two to be the same. */
+int asynctp_nccl_versions(int* runtime, int* build);
 /* Collective. Accepts NULL. A handle destroyed already (or not made here), or one another thread's
  * call is still using, is refused with an error and not touched. */
 int asynctp_comm_destroy(asynctp_comm* comm);

@@ -6,7 +6,7 @@ import os
 import pathlib
 import threading
 
-C_API_VERSION = 2  # ASYNCTP_C_API_VERSION this module was written for
+C_API_VERSION = 3  # ASYNCTP_C_API_VERSION this module was written for
 MAX_DIMS = 6
 UNIQUE_ID_BYTES = 128
 
@@ -63,6 +63,8 @@ _SIGNATURES = {
          ctypes.POINTER(_Comm)],
         ctypes.c_int,
     ),
+    "asynctp_comm_wrap": ([ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(_Comm)], ctypes.c_int),
+    "asynctp_nccl_versions": ([_int_p, _int_p], ctypes.c_int),
     "asynctp_comm_destroy": ([_Comm], ctypes.c_int),
     "asynctp_comm_rank": ([_Comm, _int_p], ctypes.c_int),
     "asynctp_comm_world_size": ([_Comm, _int_p], ctypes.c_int),
@@ -162,6 +164,13 @@ def call(name, *args):
 
 def version():
     return lib().asynctp_version_string().decode()
+
+
+def nccl_versions():
+    """(the NCCL loaded in this process, the NCCL the library was built with), as NCCL_VERSION_CODE."""
+    runtime, build = ctypes.c_int(), ctypes.c_int()
+    call("nccl_versions", ctypes.byref(runtime), ctypes.byref(build))
+    return runtime.value, build.value
 
 
 def default_options():

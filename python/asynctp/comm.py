@@ -1,11 +1,17 @@
 """An asynctp communicator per torch.distributed process group.
 
-The first op on a group makes its communicator, collectively: the group's rank 0 makes an NCCL unique
-id and passes it to the others through the group's store; every rank then creates its communicator on
-the current CUDA device. The communicator lives until shutdown() (collective) or the process ends."""
+The first op on a group makes its communicator, collectively. Where the group is PyTorch's NCCL process
+group, its NCCL communicator is made already and runs on the NCCL asynctp was built with, asynctp uses
+that communicator (no second one: less GPU memory, no second NCCL set-up). Otherwise the group's rank 0
+makes an NCCL unique id and passes it to the others through the group's store, every rank creates an
+NCCL communicator of asynctp's own on the current CUDA device, and a log line of logger "asynctp" says
+why. Every rank takes the same way: they agree through the store. The communicator lives until
+shutdown() (collective; before torch.distributed.destroy_process_group, which ends a shared NCCL
+communicator) or the process ends."""
 
 import collections
 import ctypes
+import logging
 import threading
 
 import torch
@@ -19,17 +25,24 @@ _comms = {}  # group name -> Communicator
 # the same store key on every rank, and a group's second communicator never reads its first one's id.
 _made = collections.Counter()
 _lock = threading.Lock()
+_log = logging.getLogger("asynctp")
 
 
 class Communicator:
     """One rank's asynctp::Communicator (see include/asynctp/communicator.h)."""
 
-    def __init__(self, rank, world_size, unique_id, device, timeout_ms=0, tuning_cache=None):
+    def __init__(self, rank, world_size, unique_id, device, timeout_ms=0, tuning_cache=None, *, nccl_comm=None):
+        """An NCCL communicator of asynctp's own from `unique_id`, or, where `nccl_comm` (an ncclComm_t
+        as an int) is given, one that uses that communicator, which the caller keeps alive."""
         handle = ctypes.c_void_p()
         cache = tuning_cache.encode() if tuning_cache else None
-        _lib.call("comm_create", rank, world_size, unique_id, device, timeout_ms, cache, ctypes.byref(handle))
+        if nccl_comm is None:
+            _lib.call("comm_create", rank, world_size, unique_id, device, timeout_ms, cache, ctypes.byref(handle))
+        else:
+            _lib.call("comm_wrap", ctypes.c_void_p(nccl_comm), timeout_ms, cache, ctypes.byref(handle))
         self._handle = handle
         self.rank, self.world_size, self.device = rank, world_size, device
+        self.shares_nccl_comm = nccl_comm is not None  # the process group's own NCCL communicator
 
     @property
     def handle(self):
@@ -66,9 +79,39 @@ def group_name(group=None):
     return group if isinstance(group, str) else _group(group).group_name
 
 
-def communicator(group=None, *, timeout_ms=0, tuning_cache=None):
+def process_group_nccl(pg):
+    """(the ncclComm_t of `pg`'s own NCCL communicator, as an int, "") where asynctp can use it on this
+    rank, else (None, why not)."""
+    try:
+        backend = pg._get_backend(torch.device("cuda"))
+    except (RuntimeError, ValueError) as e:
+        return None, f"the group has no CUDA backend ({e})"
+    if not hasattr(backend, "_comm_ptr"):
+        return None, f"its CUDA backend is {type(backend).__name__}, not PyTorch's ProcessGroupNCCL"
+    runtime, build = _lib.nccl_versions()
+    if runtime != build:
+        return None, f"the NCCL loaded here ({runtime}) is not the one asynctp was built with ({build})"
+    theirs = torch.cuda.nccl.version()
+    theirs = theirs[0] * 10000 + theirs[1] * 100 + theirs[2] if isinstance(theirs, tuple) else int(theirs)
+    if theirs != runtime:
+        return None, f"PyTorch's NCCL ({theirs}) is not the one loaded here ({runtime})"
+    ptr = backend._comm_ptr()
+    if not ptr:
+        return None, ("its NCCL communicator is not made yet: torch.distributed.init_process_group(device_id=...) "
+                      "makes it at once")
+    return ptr, ""
+
+
+def _agree(store, key, rank, size, mine):
+    """Every rank's `mine` (a short string), through the store."""
+    store.set(f"{key}/{rank}", mine)
+    return [bytes(store.get(f"{key}/{r}")).decode() for r in range(size)]
+
+
+def communicator(group=None, *, timeout_ms=0, tuning_cache=None, share_nccl=True):
     """The communicator of `group` (None: the default group; a ProcessGroup or its name), made on
-    first use on the current CUDA device. Collective on first use."""
+    first use on the current CUDA device. Collective on first use. share_nccl=False makes an NCCL
+    communicator of asynctp's own even where the group's could be used."""
     if isinstance(group, str):  # the ops' path: one dict lookup once made
         comm = _comms.get(group)
         if comm is not None:
@@ -81,8 +124,20 @@ def communicator(group=None, *, timeout_ms=0, tuning_cache=None):
             return comm
         rank, size = pg.rank(), pg.size()
         store = c10d._get_process_group_store(pg)
-        key = f"asynctp/{name}/{_made[name]}/nccl_id"
+        prefix = f"asynctp/{name}/{_made[name]}"
         _made[name] += 1
+        nccl_comm, why = process_group_nccl(pg) if share_nccl else (None, "share_nccl=False")
+        answers = _agree(store, f"{prefix}/share", rank, size, why if nccl_comm is None else "")
+        refused = [(r, w) for r, w in enumerate(answers) if w]
+        if not refused:
+            comm = Communicator(rank, size, None, torch.cuda.current_device(), timeout_ms, tuning_cache,
+                                nccl_comm=nccl_comm)
+            _comms[name] = comm
+            return comm
+        r, w = refused[0]
+        _log.info("asynctp: group %r gets an NCCL communicator of asynctp's own, not the process group's: "
+                  "on rank %d, %s", name, r, w)
+        key = f"{prefix}/nccl_id"
         if rank == 0:
             uid = _lib.unique_id()
             store.set(key, uid)

@@ -6,153 +6,13 @@ fused_matmul_reduce_scatter. Each op runs on the current CUDA stream; a fake imp
 and strides only, computed by the same code as the real one) lets torch.compile trace it, and an
 autograd formula makes it differentiable: the backward of each op is the other op (docs/reference/python_api.md)."""
 
-import contextlib
-import ctypes
-
 import torch
 import torch.distributed._functional_collectives as funcol
 import torch.distributed.distributed_c10d as c10d
 
-from . import _lib
+from ._calls import _AgCall, _RsCall, _kept, _layout_key
+from ._shapes import _AllGatherShapes, _ReduceScatterShapes
 from .comm import communicator, group_name
-from ._lib import Error
-
-_DTYPES = {torch.bfloat16: _lib.DTYPE_BF16, torch.float16: _lib.DTYPE_FP16, torch.float32: _lib.DTYPE_FP32}
-
-
-def _ref(t, op, name):
-    code = _DTYPES.get(t.dtype)
-    if code is None:
-        raise Error(f"{op}: {name} is {t.dtype}; expected torch.bfloat16 or torch.float16")
-    return _lib.Tensor.of(t.data_ptr(), code, t.shape, t.stride())
-
-
-def _dim(dim, ndim, op, name):
-    d = dim + ndim if dim < 0 else dim
-    if not 0 <= d < ndim:
-        raise Error(f"{op}: {name} is {dim}; expected a dim of a {ndim}-dim tensor (-{ndim} to {ndim - 1})")
-    return d
-
-
-def _options(op, algorithm, chunks_per_rank, b_layout):
-    code = _lib.ALGORITHMS.get(algorithm)
-    if code is None:
-        raise Error(f"{op}: algorithm is {algorithm!r}; expected one of " + ", ".join(_lib.ALGORITHMS))
-    return _lib.options(code, b_layout, chunks_per_rank)
-
-
-def _b_operands(bs, op, name):
-    """(layout, the [K, N] or [N, K] tensors passed to asynctp). B = W.t() of a contiguous nn.Linear
-    weight W goes as W, column-major, without a copy; a B that is neither layout is copied."""
-    for i, b in enumerate(bs):
-        if b.dim() != 2:
-            raise Error(f"{op}: {name}[{i}] has {b.dim()} dims; expected 2 ([K, N])")
-    col = not bs[0].is_contiguous() and bs[0].t().is_contiguous()
-    if col:
-        return _lib.COL_MAJOR, [b.t().contiguous() for b in bs]
-    return _lib.ROW_MAJOR, [b.contiguous() for b in bs]
-
-
-try:
-    _raw_stream = torch._C._cuda_getCurrentRawStream  # the handle alone, without making a Stream object
-except AttributeError:
-    def _raw_stream(index):
-        return torch.cuda.current_stream(index).cuda_stream
-
-
-def _stream(t):
-    return ctypes.c_void_p(_raw_stream(t.get_device()))
-
-
-@contextlib.contextmanager
-def _refusals_shared(comm, op):
-    """This package's own refusal of a call's arguments goes through the op's agreement across ranks
-    (asynctp_refuse_call), so that the other ranks' calls fail at once instead of waiting out the timeout."""
-    try:
-        yield
-    except Error as e:
-        _lib.call("refuse_call", comm.handle, op.encode(), str(e).encode(), ctypes.c_void_p(_raw_stream(comm.device)), 1)
-        raise  # refuse_call raised already; kept for readers
-
-
-def _check_device(comm, t, op, name):
-    if t.get_device() != comm.device:
-        raise Error(f"rank {comm.rank}: {op}: {name} is on {t.device}; the communicator of its group was made on "
-                    f"cuda:{comm.device} (the current device when the group's first asynctp op ran)")
-
-
-def _as_rows(t, dim):
-    """(the leading shape, t as a dense [rows, t.shape[-1]] matrix): `dim` moved to the front first
-    unless it is already there or is the last dim, whose rows are t's own."""
-    x = t if dim in (0, t.dim() - 1) else t.movedim(dim, 0)
-    return list(x.shape[:-1]), x.reshape(-1, x.shape[-1]).contiguous()
-
-
-class _AllGatherShapes:
-    """How all_gather_matmul maps torch's N-dim A and gather_dim onto asynctp's 2-dim op, and back.
-
-    gather_dim last: the shards are concatenated along K (asynctp's gather_dim 1). Any other dim is
-    moved to the front and the rest flattened into rows (asynctp's gather_dim 0), as torch's fused op
-    does; results are moved back, so they are views with the same strides as torch's."""
-
-    def __init__(self, a_shard, gather_dim, world):
-        op = "all_gather_matmul"
-        if a_shard.dim() < 2:
-            raise Error(f"{op}: a_shard has {a_shard.dim()} dims; expected at least 2 ([..., K])")
-        self.world = world
-        self.dim = _dim(gather_dim, a_shard.dim(), op, "gather_dim")
-        self.along_k = self.dim == a_shard.dim() - 1
-        self.lead, self.a2 = _as_rows(a_shard, self.dim)
-        rows, k = self.a2.shape
-        self.rows, self.k = (rows, k * world) if self.along_k else (rows * world, k)
-
-    def unflatten(self, flat):
-        if len(self.lead) == 1:  # a 2-dim A: asynctp's result is torch's
-            return flat
-        if self.along_k:
-            return flat.view(*self.lead, flat.shape[-1])
-        return flat.view(self.world, *self.lead, flat.shape[-1]).flatten(0, 1).movedim(0, self.dim)
-
-    def allocate(self, bs, return_a):
-        outs = [self.a2.new_empty(self.rows, b.shape[1]) for b in bs]
-        a_full = self.a2.new_empty(self.rows, self.k) if return_a else None
-        return a_full, outs
-
-
-class _ReduceScatterShapes:
-    """matmul_reduce_scatter's N-dim A onto asynctp's 2-dim op: scatter_dim last splits N (asynctp's
-    scatter_dim 1); any other dim is moved to the front and split there (asynctp's scatter_dim 0)."""
-
-    def __init__(self, a, b, scatter_dim, world):
-        op = "matmul_reduce_scatter"
-        if a.dim() < 2:
-            raise Error(f"{op}: a has {a.dim()} dims; expected at least 2 ([..., K])")
-        if b.dim() != 2:
-            raise Error(f"{op}: b has {b.dim()} dims; expected 2 ([K, N])")
-        self.world = world
-        self.dim = _dim(scatter_dim, a.dim(), op, "scatter_dim")
-        self.along_n = self.dim == a.dim() - 1
-        n = b.shape[1]
-        self.lead, self.a2 = _as_rows(a, self.dim)
-        if self.along_n:
-            if n % world:
-                raise Error(f"{op}: b.shape[1] (N) is {n}; with scatter_dim last it must divide by the world size {world}")
-            self.out_shape = (self.a2.shape[0], n // world)
-        else:
-            if self.lead[0] % world:
-                raise Error(f"{op}: a.shape[{self.dim}] is {self.lead[0]}; it must divide by the world size {world} "
-                            "(each rank keeps an equal slice along scatter_dim)")
-            self.out_shape = (self.a2.shape[0] // world, n)
-
-    def allocate(self):
-        return self.a2.new_empty(self.out_shape)
-
-    def unflatten(self, flat):
-        if len(self.lead) == 1:
-            return flat
-        if self.along_n:
-            return flat.view(*self.lead, flat.shape[-1])
-        return flat.view(self.lead[0] // self.world, *self.lead[1:], flat.shape[-1]).movedim(0, self.dim)
 
 
 def _world(group_name_):
@@ -165,24 +25,15 @@ _RS_SCHEMA = ("(Tensor a, Tensor b, str reduce_op, int scatter_dim, str group_na
               "int chunks_per_rank) -> Tensor")
 
 
+_ag_calls = {}
+
+
 def _all_gather_matmul_cuda(a_shard, bs, gather_dim, group_name, return_a, algorithm, chunks_per_rank):
-    op = "all_gather_matmul"
     comm = communicator(group_name)
-    with _refusals_shared(comm, op):
-        if not bs:
-            raise Error(f"{op}: bs is empty; expected at least one B")
-        shapes = _AllGatherShapes(a_shard, gather_dim, comm.world_size)
-        _check_device(comm, a_shard, op, "a_shard")
-        a_ref = _ref(shapes.a2, op, "a_shard")
-        layout, b_ops = _b_operands(bs, op, "bs")
-        a_full, outs = shapes.allocate(bs, return_a)
-        b_refs = (_lib.Tensor * len(bs))(*[_ref(b, op, f"bs[{i}]") for i, b in enumerate(b_ops)])
-        out_refs = (_lib.Tensor * len(bs))(*[_ref(o, op, f"outputs[{i}]") for i, o in enumerate(outs)])
-        gathered = ctypes.byref(_ref(a_full, op, "gathered_a")) if a_full is not None else None
-        options = _options(op, algorithm, chunks_per_rank, layout)
-    _lib.call(op, comm.handle, ctypes.byref(a_ref), b_refs, len(bs),
-              1 if shapes.along_k else 0, out_refs, gathered, _stream(a_shard), ctypes.byref(options))
-    return (shapes.unflatten(a_full) if a_full is not None else None), [shapes.unflatten(o) for o in outs]
+    key = (group_name, _layout_key(a_shard), tuple(_layout_key(b) for b in bs), gather_dim, return_a, algorithm,
+           chunks_per_rank)
+    call = _kept(_ag_calls, key, lambda: _AgCall(comm, a_shard, bs, gather_dim, return_a, algorithm, chunks_per_rank))
+    return call(comm, a_shard, bs)
 
 
 _all_gather_matmul = torch.library.custom_op("asynctp::all_gather_matmul", _all_gather_matmul_cuda, mutates_args=(),
@@ -196,23 +47,14 @@ def _all_gather_matmul_fake(a_shard, bs, gather_dim, group_name, return_a, algor
     return (shapes.unflatten(a_full) if a_full is not None else None), [shapes.unflatten(o) for o in outs]
 
 
+_rs_calls = {}
+
+
 def _matmul_reduce_scatter_cuda(a, b, reduce_op, scatter_dim, group_name, algorithm, chunks_per_rank):
-    op = "matmul_reduce_scatter"
     comm = communicator(group_name)
-    with _refusals_shared(comm, op):
-        shapes = _ReduceScatterShapes(a, b, scatter_dim, comm.world_size)
-        _check_device(comm, a, op, "a")
-        reduce_code = _lib.REDUCE_OPS.get(reduce_op)
-        if reduce_code is None:
-            raise Error(f"{op}: reduce_op is {reduce_op!r}; expected 'sum' or 'avg'")
-        a_ref = _ref(shapes.a2, op, "a")
-        layout, (b_op,) = _b_operands([b], op, "b")
-        out = shapes.allocate()
-        options = _options(op, algorithm, chunks_per_rank, layout)
-    _lib.call(op, comm.handle, ctypes.byref(a_ref), ctypes.byref(_ref(b_op, op, "b")),
-              1 if shapes.along_n else 0, reduce_code, ctypes.byref(_ref(out, op, "output")), _stream(a),
-              ctypes.byref(options))
-    return shapes.unflatten(out)
+    key = (group_name, _layout_key(a), _layout_key(b), reduce_op, scatter_dim, algorithm, chunks_per_rank)
+    call = _kept(_rs_calls, key, lambda: _RsCall(comm, a, b, reduce_op, scatter_dim, algorithm, chunks_per_rank))
+    return call(comm, a, b)
 
 
 _matmul_reduce_scatter = torch.library.custom_op("asynctp::matmul_reduce_scatter", _matmul_reduce_scatter_cuda,

@@ -229,3 +229,25 @@ def _gradients(rank, world):
 
 def test_gradients_match_autograd_on_the_whole_tensors():
     run_ranks(2, _gradients)
+
+
+def _shared_nccl(rank, world):
+    import torch.distributed as dist
+
+    dev = torch.device("cuda", rank)
+    shared = asynctp.communicator()
+    assert shared.shares_nccl_comm, "the default group's communicator is not on the process group's NCCL communicator"
+    other = dist.new_group(list(range(world)))
+    own = asynctp.communicator(other, share_nccl=False)
+    assert not own.shares_nccl_comm
+    x = _gen(80 + rank, 256, 128).to(dev, torch.bfloat16)
+    w = _gen(81, 128, 64).to(dev, torch.bfloat16)
+    for algorithm in ALGORITHMS:
+        _, (on_shared,) = asynctp.all_gather_matmul(x, [w], 0, None, algorithm=algorithm)
+        _, (on_own,) = asynctp.all_gather_matmul(x, [w], 0, other, algorithm=algorithm)
+        assert torch.equal(on_shared, on_own), algorithm
+    asynctp.shutdown(other)
+
+
+def test_the_process_groups_nccl_communicator_is_shared_and_gives_the_same_results():
+    run_ranks(2, _shared_nccl)

@@ -1,133 +1,22 @@
-// The C interface (asynctp/c_api.h): converts its plain structs to the C++ API's types, and every
-// exception into -1 plus a per-thread message, so that no C++ exception crosses into C or Python.
+// The C interface's version, options and ops (asynctp/c_api.h): converts its plain structs to the C++
+// API's types; every exception becomes -1 and a per-thread message (capi/handles.h). The
+// communicators and groups are in c_api_comm.cc.
 #include "asynctp/c_api.h"
 
-#include <nccl.h>
-
 #include <cstring>
-#include <exception>
-#include <memory>
-#include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
-#include "asynctp/communicator.h"
 #include "asynctp/error.h"
-#include "asynctp/in_process.h"
 #include "asynctp/ops.h"
 #include "asynctp/tensor.h"
 #include "asynctp/version.h"
-#include "common/check.h"
+#include "capi/handles.h"
 #include "ops/refuse.h"
 
-struct asynctp_comm {
-  std::unique_ptr<asynctp::Communicator> comm;
-};
-
-struct asynctp_group {
-  std::shared_ptr<asynctp::InProcessGroup> group;
-};
+using namespace asynctp::capi;  // NOLINT: the extern "C" functions below are not in a namespace
 
 namespace {
-
-thread_local std::string last_error;
-
-template <typename Fn>
-int guarded(Fn&& fn) {
-  try {
-    fn();
-    return 0;
-  } catch (const std::exception& e) {
-    last_error = e.what();
-  } catch (...) {
-    last_error = "asynctp: unknown exception";
-  }
-  return -1;
-}
-
-using asynctp::detail::cat;
-using asynctp::detail::raise;
-
-template <typename T>
-const T& require(const T* p, const char* function, const char* argument) {
-  if (p == nullptr) raise(cat(function, ": ", argument, " is NULL"));
-  return *p;
-}
-
-// The handles this library made and has not destroyed, each with its calls in flight: a handle that
-// was destroyed (or never made) is refused by name instead of being read, and one is not destroyed
-// while another thread's call is still using it.
-class Registry {
- public:
-  void add(const void* handle) {
-    std::lock_guard<std::mutex> lock(mu_);
-    live_[handle] = 0;
-  }
-  void enter(const void* handle, const char* function, const char* argument, const char* kind) {
-    std::lock_guard<std::mutex> lock(mu_);
-    const auto it = live_.find(handle);
-    if (it == live_.end()) raise(cat(function, ": ", argument, " is not a live ", kind, " (destroyed, or never made)"));
-    ++it->second;
-  }
-  void leave(const void* handle) {
-    std::lock_guard<std::mutex> lock(mu_);
-    --live_.at(handle);
-  }
-  // Forgets `handle`, which its caller then frees; false for NULL (nothing to do).
-  bool remove(const void* handle, const char* function, const char* argument, const char* kind) {
-    if (handle == nullptr) return false;
-    std::lock_guard<std::mutex> lock(mu_);
-    const auto it = live_.find(handle);
-    if (it == live_.end()) {
-      raise(cat(function, ": ", argument, " is not a live ", kind, " (destroyed already, or never made)"));
-    }
-    if (it->second > 0) {
-      raise(cat(function, ": ", argument, " is in use by ", it->second, " call(s) on other threads; destroy it once ",
-                "they have returned"));
-    }
-    live_.erase(it);
-    return true;
-  }
-
- private:
-  std::mutex mu_;
-  std::unordered_map<const void*, int> live_;
-};
-
-Registry& comms() {
-  static Registry* r = new Registry();  // never destroyed: a handle may be used during static destruction
-  return *r;
-}
-
-Registry& groups() {
-  static Registry* r = new Registry();
-  return *r;
-}
-
-// A live handle, held for the length of one call: it cannot be destroyed meanwhile.
-template <typename Handle>
-class Held {
- public:
-  Held(Registry& registry, const Handle* handle, const char* function, const char* argument, const char* kind)
-      : registry_(registry), handle_(handle) {
-    if (handle == nullptr) raise(cat(function, ": ", argument, " is NULL (never created, or destroyed)"));
-    registry.enter(handle, function, argument, kind);
-  }
-  ~Held() { registry_.leave(handle_); }
-  Held(const Held&) = delete;
-  Held& operator=(const Held&) = delete;
-  const Handle* operator->() const { return handle_; }
-
- private:
-  Registry& registry_;
-  const Handle* handle_;
-};
-
-struct CommUse : Held<asynctp_comm> {
-  CommUse(const asynctp_comm* c, const char* function) : Held(comms(), c, function, "comm", "communicator") {}
-  asynctp::Communicator& comm() const { return *(*this)->comm; }
-};
 
 asynctp::TensorRef to_ref(const asynctp_tensor& t, const char* function, const std::string& argument) {
   asynctp::TensorRef r;
@@ -202,7 +91,7 @@ const char* asynctp_version_string(void) {
   return text.c_str();
 }
 
-const char* asynctp_last_error(void) { return last_error.c_str(); }
+const char* asynctp_last_error(void) { return last_error().c_str(); }
 
 void asynctp_op_options_default(asynctp_op_options* o) {
   if (o == nullptr) return;
@@ -211,107 +100,6 @@ void asynctp_op_options_default(asynctp_op_options* o) {
   o->b_layout = static_cast<int32_t>(d.b_layout);
   o->check_across_ranks = d.check_across_ranks ? 1 : 0;
   o->chunks_per_rank = d.chunks_per_rank;
-}
-
-int asynctp_get_unique_id(unsigned char* id) {
-  return guarded([&] {
-    if (id == nullptr) raise("asynctp_get_unique_id: id is NULL");
-    static_assert(sizeof(ncclUniqueId) == ASYNCTP_C_UNIQUE_ID_BYTES, "ncclUniqueId changed size");
-    ncclUniqueId nccl_id;
-    const ncclResult_t r = ncclGetUniqueId(&nccl_id);
-    if (r != ncclSuccess) raise(cat("asynctp_get_unique_id: ncclGetUniqueId failed: ", ncclGetErrorString(r)));
-    std::memcpy(id, &nccl_id, sizeof nccl_id);
-  });
-}
-
-int asynctp_comm_create(int rank, int world_size, const unsigned char* id, int device, int timeout_ms,
-                        const char* tuning_cache, asynctp_comm** comm) {
-  return guarded([&] {
-    const char* fn = "asynctp_comm_create";
-    if (comm == nullptr) raise(cat(fn, ": comm (the result) is NULL"));
-    *comm = nullptr;
-    if (id == nullptr) raise(cat(fn, ": id is NULL"));
-    ncclUniqueId nccl_id;
-    std::memcpy(&nccl_id, id, sizeof nccl_id);
-    asynctp::CommunicatorOptions options;
-    options.device = device;
-    options.timeout_ms = timeout_ms;
-    if (tuning_cache != nullptr) options.tuning_cache = tuning_cache;
-    auto made = std::make_unique<asynctp_comm>();
-    made->comm = asynctp::Communicator::create(rank, world_size, nccl_id, options);
-    comms().add(made.get());
-    *comm = made.release();
-  });
-}
-
-int asynctp_comm_destroy(asynctp_comm* comm) {
-  return guarded([&] {
-    if (comms().remove(comm, "asynctp_comm_destroy", "comm", "communicator")) delete comm;
-  });
-}
-
-int asynctp_in_process_group_create(int world_size, const int* devices, int num_devices, asynctp_group** group) {
-  return guarded([&] {
-    const char* fn = "asynctp_in_process_group_create";
-    if (group == nullptr) raise(cat(fn, ": group (the result) is NULL"));
-    *group = nullptr;
-    if (num_devices < 0) raise(cat(fn, ": num_devices is ", num_devices, "; expected >= 0"));
-    if (num_devices > 0 && devices == nullptr) raise(cat(fn, ": devices is NULL but num_devices is ", num_devices));
-    asynctp::InProcessOptions options;
-    if (num_devices > 0) options.devices.assign(devices, devices + num_devices);
-    auto made = std::make_unique<asynctp_group>();
-    made->group = asynctp::InProcessGroup::create(world_size, options);
-    groups().add(made.get());
-    *group = made.release();
-  });
-}
-
-int asynctp_in_process_group_destroy(asynctp_group* group) {
-  return guarded([&] {
-    if (groups().remove(group, "asynctp_in_process_group_destroy", "group", "in-process group")) delete group;
-  });
-}
-
-int asynctp_comm_create_in_process(asynctp_group* group, int rank, int timeout_ms, const char* tuning_cache,
-                                   int sm_budget, asynctp_comm** comm) {
-  return guarded([&] {
-    const char* fn = "asynctp_comm_create_in_process";
-    if (comm == nullptr) raise(cat(fn, ": comm (the result) is NULL"));
-    *comm = nullptr;
-    const Held<asynctp_group> held(groups(), group, fn, "group", "in-process group");
-    asynctp::CommunicatorOptions options;
-    options.timeout_ms = timeout_ms;
-    options.sm_budget = sm_budget;
-    if (tuning_cache != nullptr) options.tuning_cache = tuning_cache;
-    auto made = std::make_unique<asynctp_comm>();
-    made->comm = asynctp::Communicator::create_in_process(group->group, rank, options);
-    comms().add(made.get());
-    *comm = made.release();
-  });
-}
-
-int asynctp_comm_rank(const asynctp_comm* comm, int* rank) {
-  return guarded([&] {
-    const char* fn = "asynctp_comm_rank";
-    require(rank, fn, "rank");
-    *rank = CommUse(comm, fn).comm().rank();
-  });
-}
-
-int asynctp_comm_world_size(const asynctp_comm* comm, int* world_size) {
-  return guarded([&] {
-    const char* fn = "asynctp_comm_world_size";
-    require(world_size, fn, "world_size");
-    *world_size = CommUse(comm, fn).comm().world_size();
-  });
-}
-
-int asynctp_comm_device(const asynctp_comm* comm, int* device) {
-  return guarded([&] {
-    const char* fn = "asynctp_comm_device";
-    require(device, fn, "device");
-    *device = CommUse(comm, fn).comm().device();
-  });
 }
 
 int asynctp_all_gather_matmul(asynctp_comm* comm, const asynctp_tensor* a_shard, const asynctp_tensor* bs, int num_bs,

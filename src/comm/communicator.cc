@@ -243,6 +243,10 @@ Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
   ASYNCTP_CUDA_CHECK(cudaEventCreateWithFlags(&m.last_call_end, cudaEventDisableTiming));
   ASYNCTP_CUBLAS_CHECK(cublasLtCreate(&m.cublaslt));
   m.gemm.init(m.cublaslt);
+  if (m.transport->ranks_in_one_process() && m.world_size > 1) {
+    Impl* impl = &m;
+    m.gemm.set_before_first_launch([impl] { impl->quiesce("a GEMM's first launch"); });
+  }
   open_mailbox(m);
 
   ASYNCTP_CHECK(m.lsa.size >= 1, "Communicator: the transport reports an empty LSA team");

@@ -87,6 +87,12 @@ void Communicator::Impl::wait_bounded(cudaStream_t stream, int64_t wait_ms, cons
   detail::raise(detail::cat(why, aborted));
 }
 
+void Communicator::Impl::quiesce(const char* what) {
+  transport->settle(what);
+  ASYNCTP_CUDA_CHECK(cudaDeviceSynchronize());
+  transport->settle(what);
+}
+
 void* Communicator::Impl::scratch_for(size_t bytes, cudaStream_t stream) {
   if (bytes > scratch_bytes) {
     refuse_growth_under_capture(stream, "scratch", bytes, scratch_bytes);

@@ -151,6 +151,14 @@ struct Communicator::Impl {
   // (the kernel then computes every tile whole).
   void* tail_split_workspace(cudaStream_t stream);
 
+  // Where the ranks are threads of one process, before a GEMM's first launch (GemmRunner's hook): every
+  // rank reaches this point (Transport::settle), drains its GPU (whatever a rank queued before it
+  // waits only for work every rank queued before it too), and settles again, so that the launch, which
+  // may load a cuBLAS kernel and wait for every GPU of the process, finds them idle. Collective: the
+  // ranks run the same GEMMs in the same order, having agreed on the op's arguments before its first
+  // GEMM (ops.cc, plan_and_agree).
+  void quiesce(const char* what);
+
   // The transport's exchange (every rank's `mine`, by rank; collective, host-synchronous). A rank that
   // gives up breaks the communicator: the ranks are out of step from then on.
   std::vector<std::string> exchange(const std::string& mine, const char* what);

@@ -91,9 +91,12 @@ class InProcessTransport final : public Transport {
     return m;
   }
 
-  void settle(const char* what) override {
-    if (group_->ranks_on_device(device_) > 1) exchange(std::string(), what);
-  }
+  // Every rank of the group takes part, wherever it runs: a rank alone on its GPU that skipped it would
+  // pair its next exchange with its peers' settle. On several GPUs of one process it is needed too
+  // (Communicator::Impl::quiesce).
+  void settle(const char* what) override { exchange(std::string(), what); }
+
+  bool ranks_in_one_process() const override { return true; }
 
   void unmap_symmetric(SymmetricMapping& m) override {
     if (m.local) cudaFree(m.local);

@@ -64,11 +64,15 @@ class Transport {
   virtual void reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                               cudaStream_t stream) = 0;
 
-  // Collective, for ranks that share a GPU: returns once every rank has reached it, so that set-up
-  // which can wait for the GPU (allocating, freeing, first uses) has ended on every rank before any
-  // rank enqueues work that waits for a peer (docs/design/transport.md, "Ranks that share a GPU").
-  // Nothing to do where each rank has a GPU of its own.
+  // Collective where the ranks are threads of one process: returns once every rank has reached it, so
+  // that set-up which can wait for the GPU (allocating, freeing, first uses) has ended on every rank
+  // before any rank enqueues work that waits for a peer (docs/design/transport.md, "Ranks that share a
+  // GPU"). Nothing to do where each rank is a process of its own.
   virtual void settle(const char* /*what*/) {}
+
+  // Whether the ranks are threads of this process (then a kernel's first load can wait for every GPU
+  // of the process: Communicator::Impl::quiesce).
+  virtual bool ranks_in_one_process() const { return false; }
 
   // An error a peer or the transport reported asynchronously, to end a host wait with; "" if none.
   virtual std::string async_error() = 0;

@@ -41,12 +41,18 @@ void GemmRunner::reserve() {
 
 // cuBLASLt is column-major; a row-major C[M, N] is a column-major C^T[N, M], so it computes
 // C^T = op(B)^T A^T: Lt's "A" is our B, Lt's "B" is our A.
-GemmRunner::Plan& GemmRunner::plan_for(const Problem& p) {
+GemmRunner::Key GemmRunner::key_of(const Problem& p) {
   const bool col = p.b_layout == BLayout::kColMajor;
   const int64_t lda = p.lda ? p.lda : p.K;
   const int64_t ldb = p.ldb ? p.ldb : (col ? p.K : p.N);
   const int64_t ldc = p.ldc ? p.ldc : p.N;
-  const Key key{p.M, p.N, p.K, static_cast<int>(p.dtype), static_cast<int>(p.b_layout), lda, ldb, ldc, p.beta != 0.0f};
+  return Key{p.M, p.N, p.K, static_cast<int>(p.dtype), static_cast<int>(p.b_layout), lda, ldb, ldc, p.beta != 0.0f};
+}
+
+GemmRunner::Plan& GemmRunner::plan_for(const Problem& p) {
+  const bool col = p.b_layout == BLayout::kColMajor;
+  const Key key = key_of(p);
+  const int64_t lda = std::get<5>(key), ldb = std::get<6>(key), ldc = std::get<7>(key);
   auto it = plans_.find(key);
   if (it != plans_.end()) {
     it->second.last_use = ++uses_;
@@ -101,6 +107,11 @@ void GemmRunner::run(const Problem& p, const void* a, const void* b, void* d, cu
   ASYNCTP_CHECK(handle_ != nullptr, "GemmRunner used before init()");
   ASYNCTP_CHECK(lane >= 0 && lane < kLanes, "GemmRunner::run: lane must be in [0, ", kLanes, "), got ", lane);
   void*& workspace = workspace_[lane];
+  if (before_first_launch_ && (workspace == nullptr || plans_.count(key_of(p)) == 0)) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    ASYNCTP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+    if (capture == cudaStreamCaptureStatusNone) before_first_launch_();
+  }
   if (workspace == nullptr) ASYNCTP_CUDA_CHECK(cudaMalloc(&workspace, kGemmWorkspaceBytes));
   Plan& plan = plan_for(p);
   const void* c = addend ? addend : d;

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <tuple>
 
@@ -40,6 +41,11 @@ class GemmRunner {
            const void* addend = nullptr);
   // Allocates every lane's workspace now, so that later runs allocate nothing (CUDA graph capture).
   void reserve();
+  // Called, outside CUDA graph capture, before a GEMM whose plan is new here (or whose lane has no
+  // workspace yet) is allocated for and launched: its first launch may load a cuBLAS kernel, which in a
+  // process whose ranks are threads can wait for every GPU of the process (Communicator::Impl::quiesce
+  // sets it there).
+  void set_before_first_launch(std::function<void()> hook) { before_first_launch_ = std::move(hook); }
   // Frees the cached plans and the workspaces (before the cuBLASLt handle goes); the workspaces are
   // forgotten instead where the device may still be busy for good (a broken communicator).
   void reset(bool free_device_memory = true);
@@ -56,12 +62,14 @@ class GemmRunner {
     uint64_t last_use = 0;
   };
   using Key = std::tuple<int64_t, int64_t, int64_t, int, int, int64_t, int64_t, int64_t, bool>;
+  static Key key_of(const Problem& p);
   Plan& plan_for(const Problem& p);
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_[kLanes] = {};
   std::map<Key, Plan> plans_;
   uint64_t uses_ = 0;
+  std::function<void()> before_first_launch_;
 };
 
 // The workspace cuBLASLt may use per GEMM (Hopper kernels want up to 32 MiB).

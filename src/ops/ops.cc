@@ -56,6 +56,12 @@ std::pair<Plan, algo::AgreeFn> plan_and_agree(Communicator& comm, const char* op
     throw Error(refusal);
   }
   if (!options.check_across_ranks) return {plan, [] {}};
+  // Threads of one process agree first: a GEMM's first launch there is a host exchange of every rank
+  // (Communicator::Impl::quiesce), which a peer already waiting in the agreement would never reach.
+  if (impl_of(comm).transport->ranks_in_one_process()) {
+    ops::agree_across_ranks(comm, op, signature, std::string(), stream);
+    return {plan, [] {}};
+  }
   return {plan, [&comm, op, signature = std::move(signature), stream] {
             ops::agree_across_ranks(comm, op, signature, std::string(), stream);
           }};

@@ -45,4 +45,21 @@ TEST(CApiHandles, DestroyingAHandleThatIsNotLiveIsAnErrorAndNullIsNothing) {
   EXPECT_EQ(asynctp_in_process_group_destroy(nullptr), 0);
 }
 
+TEST(CApiWrap, ANullNcclCommunicatorIsRefusedByName) {
+  asynctp_comm* made = reinterpret_cast<asynctp_comm*>(static_cast<uintptr_t>(0x3000));
+  EXPECT_EQ(asynctp_comm_wrap(nullptr, 0, nullptr, &made), -1);
+  EXPECT_EQ(error(), "asynctp_comm_wrap: nccl_comm is NULL; pass an initialised ncclComm_t");
+  EXPECT_EQ(made, nullptr);  // the result is cleared before anything can fail
+  EXPECT_EQ(asynctp_comm_wrap(nullptr, 0, nullptr, nullptr), -1);
+  EXPECT_EQ(error(), "asynctp_comm_wrap: comm (the result) is NULL");
+}
+
+TEST(CApiWrap, TheNcclVersionsAreTheLoadedAndTheBuiltOnes) {
+  int runtime = 0, build = 0;
+  ASSERT_EQ(asynctp_nccl_versions(&runtime, &build), 0) << error();
+  EXPECT_GE(build, 22800);  // NCCL >= 2.28
+  EXPECT_EQ(runtime, build);  // the tests run on the NCCL they were built with
+  EXPECT_EQ(asynctp_nccl_versions(nullptr, &build), -1);
+}
+
 }  // namespace

@@ -1,0 +1,38 @@
+"""How a group's communicator is chosen, without a GPU: why a group's own NCCL communicator is not
+shared (here: a fake process group), and the ranks' agreement on it through the store."""
+
+import threading
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed: the communicator choice is not tested here")
+dist = pytest.importorskip("torch.distributed")
+
+from asynctp import comm  # noqa: E402
+
+
+def test_a_group_without_pytorchs_nccl_backend_says_why_it_is_not_shared():
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    try:
+        ptr, why = comm.process_group_nccl(dist.group.WORLD)
+    finally:
+        dist.destroy_process_group()
+    assert ptr is None
+    assert why == "its CUDA backend is FakeProcessGroup, not PyTorch's ProcessGroupNCCL"
+
+
+def test_every_rank_reads_every_ranks_answer():
+    store = dist.HashStore()
+    answers = {}
+
+    def rank(r, mine):
+        answers[r] = comm._agree(store, "k", r, 3, mine)
+
+    threads = [threading.Thread(target=rank, args=(r, w)) for r, w in enumerate(["", "no NCCL here", ""])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert answers == {r: ["", "no NCCL here", ""] for r in range(3)}
