@@ -7,6 +7,7 @@
 #include "algo/fused.h"
 #include "algo/overlap_resources.h"
 #include "algo/pipelined.h"
+#include "algo/resources.h"
 #include "comm/communicator_impl.h"
 #include "common/check.h"
 #include "kernels/fused/ag_gemm.h"
@@ -21,8 +22,9 @@ int resolve_fused_pieces(int requested, int64_t rows_per_rank) {
 void attach_grid(Communicator& comm, kernels::fused::AgGemmArgs& g, cudaStream_t stream) {
   Communicator::Impl& m = impl_of(comm);
   g.sms = m.sm_budget;
-  g.split_workspace = m.tail_split_workspace(stream);
-  g.split_sms = m.tail_split_sms;
+  Resources& r = Resources::of(comm);
+  g.split_workspace = r.tail_split_workspace(stream);
+  g.split_sms = r.tail_split_sms();
   g.split_wait = kernels::WaitContext{m.fault, timeout_ns(comm), m.rank};
 }
 
@@ -56,10 +58,10 @@ kernels::fused::AgGemmArgs gemm_args(Communicator& comm, const AllGatherMatmulPl
 }
 
 // outputs[i] = a @ bs[i] with cuBLASLt, where the fused kernel cannot take the problem.
-void cublas_gemm(Communicator::Impl& m, const AllGatherMatmulPlan& plan, const void* a, const TensorRef& b,
+void cublas_gemm(gemm::GemmRunner& runner, const AllGatherMatmulPlan& plan, const void* a, const TensorRef& b,
                  const TensorRef& c, size_t i, cudaStream_t stream) {
   gemm::Problem p{plan.M, plan.N[i], plan.K, plan.dtype, plan.b_layout};
-  m.gemm.run(p, a, b.data, c.data, stream);
+  runner.run(p, a, b.data, c.data, stream);
 }
 
 }  // namespace
@@ -92,7 +94,7 @@ void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan
       if (*kernels::fused::ag_gemm_unsupported(g) == '\0') {
         kernels::fused::run_ag_gemm(g, stream);
       } else {
-        cublas_gemm(m, plan, a_shard.data, bs[i], outputs[i], i, stream);
+        cublas_gemm(Resources::of(comm).gemm, plan, a_shard.data, bs[i], outputs[i], i, stream);
       }
     }
     if (plan.return_a) {
@@ -210,7 +212,7 @@ void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan
       for (int j = 0; j < used_pieces; ++j) all.add(pr.arrived_flag(q, j), q);
     }
     pr.wait_ready(stream, all);
-    for (size_t i = 0; i < bs.size(); ++i) cublas_gemm(m, plan, mine, bs[i], outputs[i], i, stream);
+    for (size_t i = 0; i < bs.size(); ++i) cublas_gemm(Resources::of(comm).gemm, plan, mine, bs[i], outputs[i], i, stream);
   }
   timeline.mark("copies_enqueued");
   fan.join();

@@ -1,5 +1,6 @@
 #include "algo/overlap_resources.h"
 
+#include "algo/resources.h"
 #include "comm/communicator_impl.h"
 #include "common/check.h"
 #include "common/driver_api.h"
@@ -45,14 +46,14 @@ void OverlapResources::FlagList::add(int f, int o) {
 }
 
 OverlapResources& OverlapResources::of(Communicator& comm, cudaStream_t stream) {
-  Communicator::Impl& m = impl_of(comm);
-  if (!m.overlap) {
+  Resources& r = Resources::of(comm);
+  if (!r.overlap) {
     ASYNCTP_CHECK(!capturing(stream),
                   "pipelined/fused: the first pipelined or fused call on a communicator sets up streams, flags and "
                   "memory, which cannot happen while a CUDA graph is being captured; make one call before capturing");
-    m.overlap.reset(new OverlapResources(comm));
+    r.overlap.reset(new OverlapResources(comm));
   }
-  return *m.overlap;
+  return *r.overlap;
 }
 
 OverlapResources::OverlapResources(Communicator& comm) : comm_(comm) {
@@ -83,7 +84,7 @@ OverlapResources::OverlapResources(Communicator& comm) : comm_(comm) {
     ASYNCTP_CUDA_CHECK(cudaMalloc(&done_signal_, sizeof(d)));
     ASYNCTP_CUDA_CHECK(cudaMemcpy(done_signal_, &d, sizeof(d), cudaMemcpyHostToDevice));
   }
-  m.gemm.reserve();
+  Resources::of(comm).gemm.reserve();
   ranks_share_device_ = m.ranks_on_device > 1;
   eager_calls_ = ranks_share_device_ || detail::knob_flag(detail::Knob::kPipelinedEager);
   // Loads the small kernels now: CUDA loads a kernel at its first launch, and a load can wait for the
@@ -93,7 +94,7 @@ OverlapResources::OverlapResources(Communicator& comm) : comm_(comm) {
   ASYNCTP_CUDA_CHECK(cudaFuncGetAttributes(&attributes, wait_ready_kernel));
   // Where ranks share the GPU, what a fused call would make at its first use is made here, and no rank
   // leaves before every rank has made it all (Transport::settle).
-  if (ranks_share_device_) m.tail_split_workspace(m.setup_stream);
+  if (ranks_share_device_) Resources::of(comm).tail_split_workspace(m.setup_stream);
   ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(m.setup_stream));
   m.transport->settle("overlapped-call set-up");
 }

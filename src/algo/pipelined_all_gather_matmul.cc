@@ -4,6 +4,7 @@
 
 #include "algo/overlap_resources.h"
 #include "algo/pipelined.h"
+#include "algo/resources.h"
 #include "algo/bytes.h"
 #include "comm/communicator_impl.h"
 #include "common/check.h"
@@ -12,7 +13,7 @@ namespace asynctp::algo {
 namespace {
 
 // outputs[i] rows [row0, row0 + rows) = (rows of the gathered A starting at `a_rows`) @ bs[i].
-void gemm_rows(Communicator::Impl& m, const AllGatherMatmulPlan& plan, const void* a_rows, int64_t row0,
+void gemm_rows(gemm::GemmRunner& runner, const AllGatherMatmulPlan& plan, const void* a_rows, int64_t row0,
                int64_t rows, const std::vector<TensorRef>& bs, const std::vector<TensorRef>& outputs,
                cudaStream_t stream, int lane) {
   if (rows == 0) return;
@@ -24,7 +25,7 @@ void gemm_rows(Communicator::Impl& m, const AllGatherMatmulPlan& plan, const voi
     p.K = plan.K;
     p.dtype = plan.dtype;
     p.b_layout = plan.b_layout;
-    m.gemm.run(p, a_rows, bs[i].data, bytes(outputs[i].data) + static_cast<size_t>(row0) * plan.N[i] * es, stream,
+    runner.run(p, a_rows, bs[i].data, bytes(outputs[i].data) + static_cast<size_t>(row0) * plan.N[i] * es, stream,
                lane);
   }
 }
@@ -49,13 +50,14 @@ void pipelined_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& 
                                  cudaStream_t stream, const AgreeFn& agree, int chunks_per_rank) {
   agree();
   Communicator::Impl& m = impl_of(comm);
+  gemm::GemmRunner& runner = Resources::of(comm).gemm;
   const int ws = m.world_size, me = m.rank;
   const size_t es = dtype_size(plan.dtype);
   const int64_t shard_rows = plan.m_local;  // a shard is [m_local, k_local] either way
   const size_t shard_bytes = static_cast<size_t>(shard_rows) * plan.k_local * es;
   const size_t row_bytes = static_cast<size_t>(plan.K) * es;
   if (ws == 1) {
-    gemm_rows(m, plan, a_shard.data, 0, plan.M, bs, outputs, stream, 0);
+    gemm_rows(runner, plan, a_shard.data, 0, plan.M, bs, outputs, stream, 0);
     if (plan.return_a) {
       ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(gathered_a.data, a_shard.data, shard_bytes, cudaMemcpyDeviceToDevice, stream));
     }
@@ -120,7 +122,7 @@ void pipelined_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& 
     if (!plan.gather_last) {
       // The local shard needs no communication: its GEMM starts at once, on the caller's data.
       const auto [local_stream, local_lane] = turns.take();
-      gemm_rows(m, plan, a_shard.data, me * shard_rows, shard_rows, bs, outputs, local_stream, local_lane);
+      gemm_rows(runner, plan, a_shard.data, me * shard_rows, shard_rows, bs, outputs, local_stream, local_lane);
       if (plan.return_a) {
         ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(gathered + me * shard_rows * row_bytes, a_shard.data, shard_bytes,
                                            cudaMemcpyDeviceToDevice, offer));
@@ -135,7 +137,7 @@ void pipelined_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& 
           const cudaEvent_t landed = pr.record(pull);
           const auto [s, lane] = turns.take();
           pr.follow(s, landed);
-          gemm_rows(m, plan, gathered + row0 * row_bytes, row0, r.size(), bs, outputs, s, lane);
+          gemm_rows(runner, plan, gathered + row0 * row_bytes, row0, r.size(), bs, outputs, s, lane);
         }
       }
     } else {
@@ -158,7 +160,7 @@ void pipelined_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& 
         const auto [s, lane] = turns.take();
         pr.follow(s, local_done);
         pr.follow(s, landed);
-        gemm_rows(m, plan, dst, r.begin, r.size(), bs, outputs, s, lane);
+        gemm_rows(runner, plan, dst, r.begin, r.size(), bs, outputs, s, lane);
       }
     }
     // Tell each peer its shard has been read.

@@ -7,6 +7,7 @@
 //  - by a sum kernel over all ranks' partials, in rank order, once the own partial is done.
 #include "algo/overlap_resources.h"
 #include "algo/pipelined.h"
+#include "algo/resources.h"
 #include "algo/bytes.h"
 #include "comm/communicator_impl.h"
 #include "common/check.h"
@@ -27,6 +28,7 @@ void pipelined_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatt
                                      const AgreeFn& agree, int chunks_per_rank, RsSum sum) {
   agree();
   Communicator::Impl& m = impl_of(comm);
+  gemm::GemmRunner& runner = Resources::of(comm).gemm;
   const int ws = m.world_size, me = m.rank;
   const size_t es = dtype_size(plan.dtype);
   const bool col = plan.b_layout == BLayout::kColMajor;
@@ -58,7 +60,7 @@ void pipelined_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatt
       a_rows = bytes(a.data) + static_cast<size_t>(r.begin) * plan.k_local * es;
       b_cols += static_cast<size_t>(d) * cols * (col ? plan.k_local : 1) * es;
     }
-    m.gemm.run(p, a_rows, b_cols, dst + r.begin * row_bytes, s, lane, addend ? addend + r.begin * row_bytes : nullptr);
+    runner.run(p, a_rows, b_cols, dst + r.begin * row_bytes, s, lane, addend ? addend + r.begin * row_bytes : nullptr);
   };
   if (ws == 1) {  // nothing to reduce; the average of one is itself
     partial_gemm(0, RowRange{0, rows}, bytes(output.data), stream, 0, nullptr);

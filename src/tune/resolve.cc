@@ -1,10 +1,16 @@
 #include "tune/resolve.h"
 
-#include "comm/communicator_impl.h"
+#include <array>
+#include <map>
+#include <memory>
+#include <utility>
+
 #include "algo/fused.h"
 #include "algo/pipelined.h"
 #include "asynctp/error.h"
 #include "asynctp/version.h"
+#include "comm/attachment.h"
+#include "comm/communicator_impl.h"
 
 namespace asynctp::tune {
 namespace {
@@ -93,15 +99,23 @@ namespace {
 
 constexpr size_t kMaxRememberedChoices = 4096;
 
+// auto's choices made so far on a communicator, by (op, M, N, K, dtype, last dim): {algorithm, chunks
+// per rank}. A call's choice is then a lookup, not a model evaluation.
+struct RememberedChoices final : comm::Attachment {
+  std::map<std::array<int64_t, 6>, std::pair<int, int>> by_key;
+  void detach(bool /*healthy*/) override {}
+};
+
 // `options` with auto's choice for `key`, or sequential where the arguments could not be sized or where
 // not every rank reaches every other's memory (across nodes only sequential runs). The choice is
 // remembered per communicator: the host time of a call is part of its cost.
-OpOptions with_choice(const Communicator& comm, const OpOptions& options, bool sized, const ProblemKey& key) {
+OpOptions with_choice(Communicator& comm, const OpOptions& options, bool sized, const ProblemKey& key) {
   OpOptions resolved = options;
   resolved.algorithm = Algorithm::kSequential;
   resolved.chunks_per_rank = 0;
   if (!sized) return resolved;
-  auto& memo = impl_of(comm).auto_choices;
+  auto& memo =
+      impl_of(comm).attached<RememberedChoices>([] { return std::make_unique<RememberedChoices>(); }).by_key;
   const std::array<int64_t, 6> k{static_cast<int64_t>(key.op), key.M, key.N, key.K, static_cast<int64_t>(key.dtype),
                                  key.last_dim ? 1 : 0};
   auto it = memo.find(k);
@@ -116,7 +130,7 @@ OpOptions with_choice(const Communicator& comm, const OpOptions& options, bool s
   return resolved;
 }
 
-OpOptions with_choice_or_refusal(const Communicator& comm, const OpOptions& options, bool sized, const ProblemKey& key,
+OpOptions with_choice_or_refusal(Communicator& comm, const OpOptions& options, bool sized, const ProblemKey& key,
                                   std::string& refusal) {
   try {
     return with_choice(comm, options, sized, key);
@@ -131,7 +145,7 @@ OpOptions with_choice_or_refusal(const Communicator& comm, const OpOptions& opti
 
 }  // namespace
 
-OpOptions resolve_all_gather_matmul(const Communicator& comm, const TensorRef& a_shard,
+OpOptions resolve_all_gather_matmul(Communicator& comm, const TensorRef& a_shard,
                                     const std::vector<TensorRef>& bs, int gather_dim, const OpOptions& options,
                                     std::string& refusal) {
   if (options.algorithm != Algorithm::kAuto) return options;
@@ -141,7 +155,7 @@ OpOptions resolve_all_gather_matmul(const Communicator& comm, const TensorRef& a
   return with_choice_or_refusal(comm, options, sized, key, refusal);
 }
 
-OpOptions resolve_matmul_reduce_scatter(const Communicator& comm, const TensorRef& a, const TensorRef& b,
+OpOptions resolve_matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const TensorRef& b,
                                         int scatter_dim, const OpOptions& options, std::string& refusal) {
   if (options.algorithm != Algorithm::kAuto) return options;
   ProblemKey key;

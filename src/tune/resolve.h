@@ -31,10 +31,10 @@ Choice choose_for(const Communicator& comm, const ProblemKey& key);
 // Where the choice fails (a tuning cache that cannot be read or parsed), sequential, with the error in
 // `refusal` for the caller to refuse the call with through the cross-rank agreement: thrown here, it
 // would leave the peers waiting for this rank until they time out.
-OpOptions resolve_all_gather_matmul(const Communicator& comm, const TensorRef& a_shard,
+OpOptions resolve_all_gather_matmul(Communicator& comm, const TensorRef& a_shard,
                                     const std::vector<TensorRef>& bs, int gather_dim, const OpOptions& options,
                                     std::string& refusal);
-OpOptions resolve_matmul_reduce_scatter(const Communicator& comm, const TensorRef& a, const TensorRef& b,
+OpOptions resolve_matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const TensorRef& b,
                                         int scatter_dim, const OpOptions& options, std::string& refusal);
 
 }  // namespace asynctp::tune

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "algo/overlap_resources.h"
+#include "algo/resources.h"
 #include "comm/communicator_impl.h"
 #include "ops_problems.h"
 
@@ -203,7 +204,7 @@ int reduce_scatter_cases_reduced(RankContext& ctx, bool in_epilogue) {
   auto comm = make_comm(ctx);
   if (const int failed = reduce_scatter_cases_on(ctx, *comm)) return failed;
   if (ctx.world_size == 1) return 0;
-  const algo::OverlapResources& pr = *impl_of(*comm).overlap;
+  const algo::OverlapResources& pr = *algo::Resources::of(*comm).overlap;
   RANK_CHECK(pr.fused_reductions(in_epilogue) > 0 && pr.fused_reductions(!in_epilogue) == 0,
              "fused reductions in the epilogue ", pr.fused_reductions(true), ", in fixup() ",
              pr.fused_reductions(false), "; all were to be ", in_epilogue ? "in the epilogue" : "in fixup()");
@@ -241,7 +242,7 @@ struct ForcedPushFromKernel : ScopedEnv {
 
 // Every fused call on two ranks pushed from the kernel (all reduce in the epilogue).
 int check_pushed_from_kernel(Communicator& comm) {
-  const algo::OverlapResources& pr = *impl_of(comm).overlap;
+  const algo::OverlapResources& pr = *algo::Resources::of(comm).overlap;
   RANK_CHECK(pr.kernel_pushes() > 0 && pr.kernel_pushes() == pr.fused_reductions(true), "fused calls pushed from the kernel ",
              pr.kernel_pushes(), " of ", pr.fused_reductions(true), " reduced in the epilogue; all were to be");
   return 0;
@@ -284,7 +285,7 @@ int both_ways_in_turn(RankContext& ctx, bool pushed_from_kernel) {
     run_rs_case(*comm, RsCase{8192, 3072, 256, false, false, ReduceOp::kAvg, DType::kFP16, false}, st.s, fp32,
                 with(Algorithm::kFused, 3));
   }
-  const algo::OverlapResources& pr = *impl_of(*comm).overlap;
+  const algo::OverlapResources& pr = *algo::Resources::of(*comm).overlap;
   RANK_CHECK(pr.fused_reductions(true) == 3 && pr.fused_reductions(false) == 3, "fused reductions in the epilogue ",
              pr.fused_reductions(true), ", in fixup() ", pr.fused_reductions(false), "; expected 3 and 3");
   RANK_CHECK(pr.kernel_pushes() == (pushed_from_kernel ? 3u : 0u), "fused calls pushed from the kernel ",
@@ -318,7 +319,7 @@ TEST(FusedOps, ReduceScatterWithMoreLayoutsThanKeptGraphs_MultiRank) {
       run_rs_case(*comm, RsCase{256 * ws, n, 64 * ws, false, false, ReduceOp::kSum, DType::kBF16, false}, st.s, fp32,
                   with(Algorithm::kFused));
     }
-    const algo::OverlapResources& pr = *impl_of(*comm).overlap;
+    const algo::OverlapResources& pr = *algo::Resources::of(*comm).overlap;
     const size_t kept = pr.replays().size(), expected = pr.replays_off() ? 0 : algo::StreamReplay::kMaxGraphs;
     RANK_CHECK(kept == expected, "graphs kept: ", kept, ", expected ", expected);
     return 0;

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "algo/overlap_resources.h"
+#include "algo/resources.h"
 #include "comm/communicator_impl.h"
 #include "ops_problems.h"
 
@@ -168,7 +169,7 @@ int repeated_layouts(RankContext& ctx) {
   }
   // Each layout's first call is enqueued directly; every later one is a replay, unless ranks share the
   // GPU, where none is.
-  const algo::OverlapResources& pr = *impl_of(*comm).overlap;
+  const algo::OverlapResources& pr = *algo::Resources::of(*comm).overlap;
   const uint64_t replayed = pr.replayed_calls(), expected = pr.replays_off() ? 0 : 2 * (kCalls - kLayouts);
   RANK_CHECK(replayed == expected, "replayed calls: ", replayed, ", expected ", expected);
 
@@ -194,7 +195,7 @@ TEST(PipelinedOps, EagerCallsWhereAskedAreNeverReplayed) {
                         TensorRef{}, t.st.s, pipelined());
       t.ag.check(in.ag_out[0]->p, in.ag_ref[0]->f(), detail::cat("all_gather_matmul call ", i).c_str(), t.st.s);
     }
-    const uint64_t replayed = impl_of(*t.comm).overlap->replayed_calls();
+    const uint64_t replayed = algo::Resources::of(*t.comm).overlap->replayed_calls();
     RANK_CHECK(replayed == 0, "ASYNCTP_PIPELINED_EAGER=1, yet ", replayed, " calls were replayed");
     return 0;
   });

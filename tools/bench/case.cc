@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "algo/fused.h"
+#include "algo/resources.h"
 #include "bench/device_buffer.h"
 #include "comm/communicator_impl.h"
 #include "common/check.h"
@@ -214,7 +215,8 @@ CaseResult run_case(RankContext& ctx, Communicator& comm, const CaseSetup& args,
   reference::fill(gb.p, args.dtype, gk, N, col, reference::GenMatrix{29, 0, 0}, 0, 0, stream);
   gemm::Problem p;
   p.M = gm, p.N = N, p.K = gk, p.dtype = args.dtype, p.b_layout = args.b_layout;
-  timed.push_back([&] { impl_of(comm).gemm.run(p, ga.p, gb.p, gc.p, stream); });
+  gemm::GemmRunner& runner = algo::Resources::of(comm).gemm;
+  timed.push_back([&] { runner.run(p, ga.p, gb.p, gc.p, stream); });
   results.push_back(&result.gemm_us);
   kernels::fused::AgGemmArgs g;
   g.dtype = args.dtype, g.b_layout = args.b_layout, g.M = gm, g.N = N, g.K = gk;
