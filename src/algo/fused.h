@@ -1,7 +1,8 @@
 // Internal: the fused algorithm. all_gather_matmul (gather_dim 0): every rank pushes its shard into
 // each peer's symmetric inbox with the copy engine, piece by piece, and flags each piece; one
 // persistent CUTLASS kernel per B multiplies the rows as their flags come up, this rank's own rows
-// first, read in place. docs/design/fused_all_gather_matmul.md explains it. gather_dim last runs `pipelined`.
+// first, read in place. docs/design/fused_all_gather_matmul.md explains it. Not for gather_dim last
+// (ops::algorithm_that_runs runs `pipelined` there).
 #pragma once
 
 #include <vector>
@@ -13,13 +14,14 @@
 namespace asynctp::algo {
 
 void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,
-                             const SymmetricBuffer* a_symmetric, const std::vector<TensorRef>& bs,
+                             const std::vector<TensorRef>& bs,
                              const std::vector<TensorRef>& outputs, const TensorRef& gathered_a, cudaStream_t stream,
                              const AgreeFn& agree, int chunks_per_rank);
 
 // matmul_reduce_scatter (scatter_dim 0, rows per rank a multiple of 256): one persistent GEMM whose
 // tiles of other ranks' rows are staged and pushed by the copy engine piece by piece, and whose own
-// tiles add the peers' pieces before the epilogue. Other cases run `pipelined`.
+// tiles add the peers' pieces before the epilogue. Only where fused_rs_unsupported is "" (ops::
+// algorithm_that_runs runs `pipelined` elsewhere).
 // docs/design/fused_matmul_reduce_scatter.md explains it.
 void fused_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPlan& plan, const TensorRef& a,
                                  const TensorRef& b, const TensorRef& output, cudaStream_t stream,
@@ -29,7 +31,7 @@ void fused_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPl
 // cluster holds two ranks' rows.
 inline bool fused_rs_takes_rows(int64_t rows_per_rank) { return rows_per_rank % kernels::fused::kClusterRows == 0; }
 
-// Why the fused kernel does not take this reduce-scatter ("" where it does); it then runs pipelined.
+// Why the fused kernel does not take this reduce-scatter ("" where it does).
 const char* fused_rs_unsupported(const MatmulReduceScatterPlan& plan, const TensorRef& a, const TensorRef& b,
                                  const TensorRef& output);
 

@@ -67,16 +67,11 @@ void cublas_gemm(gemm::GemmRunner& runner, const AllGatherMatmulPlan& plan, cons
 }  // namespace
 
 void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,
-                             const SymmetricBuffer* a_symmetric, const std::vector<TensorRef>& bs,
+                             const std::vector<TensorRef>& bs,
                              const std::vector<TensorRef>& outputs, const TensorRef& gathered_a, cudaStream_t stream,
                              const AgreeFn& agree, int chunks_per_rank) {
-  if (plan.gather_last) {
-    // Every row needs every rank's columns, so no row can start early; the pipelined algorithm's row
-    // pieces are the overlap there.
-    pipelined_all_gather_matmul(comm, plan, a_shard, a_symmetric, bs, outputs, gathered_a, stream, agree,
-                                chunks_per_rank);
-    return;
-  }
+  ASYNCTP_CHECK(!plan.gather_last, "fused all_gather_matmul: gather along the last dim runs pipelined "
+                "(ops::algorithm_that_runs)");
   kernels::fused::CallTimeline timeline(stream);
   timeline.mark("entry");
   agree();

@@ -102,12 +102,8 @@ const char* fused_rs_unsupported(const MatmulReduceScatterPlan& plan, const Tens
 void fused_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPlan& plan, const TensorRef& a,
                                  const TensorRef& b, const TensorRef& output, cudaStream_t stream,
                                  const AgreeFn& agree, int chunks_per_rank) {
-  // Every rank decides alike (ranks running different protocols would wait for each other in vain):
-  // the plan is agreed on, and the plan refuses pointers off 16-byte boundaries on every rank.
-  if (*fused_rs_unsupported(plan, a, b, output) != '\0') {
-    pipelined_matmul_reduce_scatter(comm, plan, a, b, output, stream, agree, chunks_per_rank);
-    return;
-  }
+  ASYNCTP_CHECK(*fused_rs_unsupported(plan, a, b, output) == '\0', "fused matmul_reduce_scatter: ",
+                fused_rs_unsupported(plan, a, b, output), "; such a call runs pipelined (ops::algorithm_that_runs)");
   kernels::fused::CallTimeline timeline(stream);
   timeline.mark("entry");
   agree();

@@ -161,7 +161,7 @@ struct Communicator::Impl {
   // waits only for work every rank queued before it too), and settles again, so that the launch, which
   // may load a cuBLAS kernel and wait for every GPU of the process, finds them idle. Collective: the
   // ranks run the same GEMMs in the same order, having agreed on the op's arguments before its first
-  // GEMM (ops.cc, plan_and_agree).
+  // GEMM (ops.cc, agree).
   void quiesce(const char* what);
 
   // The transport's exchange (every rank's `mine`, by rank; collective, host-synchronous). A rank that

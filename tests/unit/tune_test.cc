@@ -378,35 +378,27 @@ TEST(Resume, ReadsBackTheShapesAFileHolds) {
   std::remove(path.c_str());
 }
 
-// auto sizes the problem before the arguments are validated, from whatever shapes come: where a size
-// would not fit in 64 bits the problem is unsized (and validation refuses it), with no overflow on the
-// way (the sanitized build halts on one).
-TEST(ProblemKeys, SizesThatOverflowLeaveTheProblemUnsized) {
-  const int64_t big = int64_t{1} << 40;
-  auto ref = [](int64_t rows, int64_t cols) {  // by hand: dense() refuses shapes whose count overflows
-    TensorRef t;
-    t.data = reinterpret_cast<void*>(0x10000000);
-    t.ndim = 2;
-    t.shape[0] = rows, t.shape[1] = cols;
-    return t;
-  };
-  ProblemKey k;
-  EXPECT_TRUE(all_gather_matmul_key(4, "g", ref(1024, 512), {ref(512, 768)}, 0, BLayout::kRowMajor, k));
+// auto's key comes from the validated plan: every B's columns counted, K global for both ops.
+TEST(ProblemKeys, ComeFromThePlan) {
+  algo::AllGatherMatmulPlan ag;
+  ag.M = 4096, ag.K = 512, ag.k_local = 512, ag.N = {768, 256}, ag.dtype = DType::kFP16;
+  ProblemKey k = key_of(ag, 4, "g");
+  EXPECT_EQ(k.op, Op::kAllGatherMatmul);
   EXPECT_EQ(k.M, 4096);
+  EXPECT_EQ(k.N, 1024);
   EXPECT_EQ(k.K, 512);
-  EXPECT_EQ(k.N, 768);
-  TensorRef batched = ref(big, 16);
-  batched.ndim = 3;
-  batched.shape[0] = batched.shape[1] = big, batched.shape[2] = 16;  // rows: 2^80
-  EXPECT_FALSE(all_gather_matmul_key(2, "g", batched, {ref(16, 8)}, 0, BLayout::kRowMajor, k));
-  EXPECT_FALSE(all_gather_matmul_key(1 << 30, "g", ref(big, 8), {ref(8, 8)}, 0, BLayout::kRowMajor, k));
-  EXPECT_FALSE(all_gather_matmul_key(1 << 30, "g", ref(8, big), {ref(8, 8)}, -1, BLayout::kRowMajor, k));
-  EXPECT_FALSE(all_gather_matmul_key(2, "g", ref(8, 8), {ref(8, INT64_MAX), ref(8, INT64_MAX)}, 0,
-                                     BLayout::kRowMajor, k));
-  EXPECT_FALSE(matmul_reduce_scatter_key(2, "g", batched, ref(16, 8), 0, BLayout::kRowMajor, k));
-  EXPECT_FALSE(matmul_reduce_scatter_key(1 << 30, "g", ref(8, big), ref(big, 8), 0, BLayout::kRowMajor, k));
-  EXPECT_TRUE(matmul_reduce_scatter_key(2, "g", ref(64, 32), ref(32, 16), 0, BLayout::kRowMajor, k));
+  EXPECT_EQ(k.dtype, DType::kFP16);
+  EXPECT_FALSE(k.last_dim);
+  EXPECT_EQ(k.world_size, 4);
+  EXPECT_EQ(k.gpu, "g");
+  algo::MatmulReduceScatterPlan rs;
+  rs.M = 64, rs.N = 16, rs.k_local = 32, rs.scatter_last = true;
+  k = key_of(rs, 2, "g");
+  EXPECT_EQ(k.op, Op::kMatmulReduceScatter);
+  EXPECT_EQ(k.M, 64);
+  EXPECT_EQ(k.N, 16);
   EXPECT_EQ(k.K, 64);
+  EXPECT_TRUE(k.last_dim);
 }
 
 // A run stopped while it wrote a line leaves the file without its last newline: a resumed run cuts
