@@ -10,6 +10,7 @@
 #include "algo/resources.h"
 #include "comm/communicator_impl.h"
 #include "common/check.h"
+#include "common/element.h"
 #include "kernels/fused/ag_gemm.h"
 
 namespace asynctp::algo {
@@ -45,8 +46,8 @@ namespace {
 kernels::fused::AgGemmArgs gemm_args(Communicator& comm, const AllGatherMatmulPlan& plan, const void* a,
                                      const TensorRef& b, const TensorRef& c, size_t i, cudaStream_t stream) {
   kernels::fused::AgGemmArgs g;
-  g.dtype = plan.dtype;
-  g.b_layout = plan.b_layout;
+  g.dtype = element_of(plan.dtype);
+  g.b_layout = layout_of(plan.b_layout);
   g.M = plan.M;
   g.N = plan.N[i];
   g.K = plan.K;

@@ -15,6 +15,7 @@
 #include "algo/pipelined.h"
 #include "comm/communicator_impl.h"
 #include "common/check.h"
+#include "common/element.h"
 #include "common/env.h"
 #include "kernels/fused/ag_gemm.h"
 #include "kernels/fused/staged_layout.h"
@@ -93,7 +94,7 @@ const char* fused_rs_unsupported(const MatmulReduceScatterPlan& plan, const Tens
   if (plan.scatter_last) return "scatter_dim last";
   if (!fused_rs_takes_rows(plan.out_rows)) return "rows per rank not a multiple of 256";
   kernels::fused::AgGemmArgs g;
-  g.dtype = plan.dtype;
+  g.dtype = element_of(plan.dtype);
   g.M = plan.M, g.N = plan.N, g.K = plan.k_local;
   g.a = a.data, g.b = b.data, g.c = output.data;
   return kernels::fused::ag_gemm_unsupported(g);
@@ -114,8 +115,8 @@ void fused_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPl
   const float scale = plan.reduce_op == ReduceOp::kAvg ? 1.0f / static_cast<float>(ws) : 1.0f;
 
   kernels::fused::AgGemmArgs g;
-  g.dtype = plan.dtype;
-  g.b_layout = plan.b_layout;
+  g.dtype = element_of(plan.dtype);
+  g.b_layout = layout_of(plan.b_layout);
   g.M = plan.M, g.N = plan.N, g.K = plan.k_local;
   g.a = a.data, g.b = b.data, g.c = output.data;
   g.alpha = scale;

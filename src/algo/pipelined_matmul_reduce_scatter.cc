@@ -11,6 +11,7 @@
 #include "algo/bytes.h"
 #include "comm/communicator_impl.h"
 #include "common/check.h"
+#include "common/element.h"
 #include "kernels/sum_partials.h"
 
 namespace asynctp::algo {
@@ -152,7 +153,7 @@ void pipelined_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatt
     fan.join();
     std::vector<const void*> parts;
     for (int q = 0; q < ws; ++q) parts.push_back(q == me ? own : landed + q * slot_bytes);
-    kernels::sum_partials(plan.dtype, parts, output.data, rows * cols, scale, origin);
+    kernels::sum_partials(element_of(plan.dtype), parts, output.data, rows * cols, scale, origin);
   });
 }
 

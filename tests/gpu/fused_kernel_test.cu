@@ -14,6 +14,7 @@
 
 #include "algo/fused.h"
 #include "comm/communicator_impl.h"
+#include "common/element.h"
 #include "kernels/fused/ag_gemm.h"
 #include "kernels/fused/async_input_scheduler.cuh"
 #include "kernels/fused/reduce_scatter_tiles.h"
@@ -54,8 +55,8 @@ std::vector<char> run_checked(Communicator& comm, const KernelCase& c, uint64_t 
   reference::poison(out.p, c.M * c.N * es, s);
 
   kernels::fused::AgGemmArgs g;
-  g.dtype = c.dtype;
-  g.b_layout = c.col_major ? BLayout::kColMajor : BLayout::kRowMajor;
+  g.dtype = element_of(c.dtype);
+  g.b_layout = c.col_major ? Layout::kColMajor : Layout::kRowMajor;
   g.M = c.M, g.N = c.N, g.K = c.K;
   g.a = a.p, g.b = b.p, g.c = out.p;
   algo::attach_grid(comm, g, s);
@@ -152,8 +153,8 @@ TEST(FusedKernel, EveryInstantiationWaitsForItsRowsFlag) {
           RANK_CUDA(cudaStreamSynchronize(s));
 
           kernels::fused::AgGemmArgs g;
-          g.dtype = dt;
-          g.b_layout = col ? BLayout::kColMajor : BLayout::kRowMajor;
+          g.dtype = element_of(dt);
+          g.b_layout = col ? Layout::kColMajor : Layout::kRowMajor;
           g.M = M, g.N = N, g.K = K;
           g.a = gathered.p, g.b = b.p, g.c = out.p;
           g.a_local = a.p, g.local_begin = 0, g.local_end = m;

@@ -13,6 +13,7 @@
 #include "bench/device_buffer.h"
 #include "comm/communicator_impl.h"
 #include "common/check.h"
+#include "common/element.h"
 #include "kernels/fused/ag_gemm.h"
 #include "reference/reference.h"
 
@@ -219,7 +220,7 @@ CaseResult run_case(RankContext& ctx, Communicator& comm, const CaseSetup& args,
   timed.push_back([&] { runner.run(p, ga.p, gb.p, gc.p, stream); });
   results.push_back(&result.gemm_us);
   kernels::fused::AgGemmArgs g;
-  g.dtype = args.dtype, g.b_layout = args.b_layout, g.M = gm, g.N = N, g.K = gk;
+  g.dtype = element_of(args.dtype), g.b_layout = layout_of(args.b_layout), g.M = gm, g.N = N, g.K = gk;
   g.a = ga.p, g.b = gb.p, g.c = gc.p;
   // rs: the partial GEMM with the reduce-scatter's tile width, no staging or reduction.
   if (!ag) g.tile_n = static_cast<int>(kernels::fused::kRsTileN);

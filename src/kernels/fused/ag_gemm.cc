@@ -43,42 +43,42 @@ int tile_n_for(const AgGemmArgs& a) {
   return pick_tile_n(a.M, a.N, a.K, grid_sms(a), a.split_workspace != nullptr ? a.max_splits : 1);
 }
 
-// Launches (or, kLoad, only loads) the fused GEMM's instantiation for kDType, kBLayout and kTileN.
-template <bool kLoad, DType kDType, BLayout kBLayout, int kTileN>
+// Launches (or, kLoad, only loads) the fused GEMM's instantiation for kElement, kLayoutB and kTileN.
+template <bool kLoad, Element kElement, Layout kLayoutB, int kTileN>
 void launch_one(const AgGemmArgs& a, cudaStream_t stream) {
   if constexpr (kLoad) {
-    load_ag_gemm_instance<kDType, kBLayout, kTileN>();
+    load_ag_gemm_instance<kElement, kLayoutB, kTileN>();
   } else {
-    launch_ag_gemm_instance<kDType, kBLayout, kTileN>(a, stream);
+    launch_ag_gemm_instance<kElement, kLayoutB, kTileN>(a, stream);
   }
 }
 
-// The instantiation for kDType and kBLayout that `a` needs: the two-rank reduce-scatter's, whose
+// The instantiation for kElement and kLayoutB that `a` needs: the two-rank reduce-scatter's, whose
 // epilogue does the reduction, or the fused GEMM's of width `tile_n`.
-template <bool kLoad, DType kDType, BLayout kBLayout>
+template <bool kLoad, Element kElement, Layout kLayoutB>
 void launch_typed(const AgGemmArgs& a, int tile_n, cudaStream_t stream) {
   if (a.rs.rank >= 0 && a.rs.reduce_in_epilogue) {
     if constexpr (kLoad) {
-      load_rs_gemm_instance<kDType, kBLayout>();
+      load_rs_gemm_instance<kElement, kLayoutB>();
     } else {
-      launch_rs_gemm_instance<kDType, kBLayout>(a, stream);
+      launch_rs_gemm_instance<kElement, kLayoutB>(a, stream);
     }
   } else if (tile_n == 192) {
-    launch_one<kLoad, kDType, kBLayout, 192>(a, stream);
+    launch_one<kLoad, kElement, kLayoutB, 192>(a, stream);
   } else {
-    launch_one<kLoad, kDType, kBLayout, 256>(a, stream);
+    launch_one<kLoad, kElement, kLayoutB, 256>(a, stream);
   }
 }
 
 template <bool kLoad>
 void launch_dispatch(const AgGemmArgs& a, int tile_n, cudaStream_t stream) {
-  const bool row_b = a.b_layout == BLayout::kRowMajor;
-  if (a.dtype == DType::kBF16) {
-    row_b ? launch_typed<kLoad, DType::kBF16, BLayout::kRowMajor>(a, tile_n, stream)
-          : launch_typed<kLoad, DType::kBF16, BLayout::kColMajor>(a, tile_n, stream);
+  const bool row_b = a.b_layout == Layout::kRowMajor;
+  if (a.dtype == Element::kBF16) {
+    row_b ? launch_typed<kLoad, Element::kBF16, Layout::kRowMajor>(a, tile_n, stream)
+          : launch_typed<kLoad, Element::kBF16, Layout::kColMajor>(a, tile_n, stream);
   } else {
-    row_b ? launch_typed<kLoad, DType::kFP16, BLayout::kRowMajor>(a, tile_n, stream)
-          : launch_typed<kLoad, DType::kFP16, BLayout::kColMajor>(a, tile_n, stream);
+    row_b ? launch_typed<kLoad, Element::kFP16, Layout::kRowMajor>(a, tile_n, stream)
+          : launch_typed<kLoad, Element::kFP16, Layout::kColMajor>(a, tile_n, stream);
   }
 }
 
@@ -117,7 +117,7 @@ int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits) {
 }
 
 const char* ag_gemm_unsupported(const AgGemmArgs& a) {
-  if (a.dtype != DType::kBF16 && a.dtype != DType::kFP16) return "the fused kernel takes bf16 or fp16";
+  if (a.dtype != Element::kBF16 && a.dtype != Element::kFP16) return "the fused kernel takes bf16 or fp16";
   if (a.N % 8 != 0 || a.K % 8 != 0) return "the fused kernel needs N and K to be multiples of 8 (16-byte rows for TMA)";
   constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
   if (a.M > kMax || a.N > kMax || a.K > kMax) return "the fused kernel indexes M, N and K with 32-bit integers";
@@ -136,8 +136,8 @@ void load_ag_gemm_kernels() {
   if (!loaded.insert(device).second) return;
   for (bool reduce_in_epilogue : {false, true}) {
     for (int tile_n : {256, 192}) {
-      for (DType dtype : {DType::kBF16, DType::kFP16}) {
-        for (BLayout layout : {BLayout::kRowMajor, BLayout::kColMajor}) {
+      for (Element dtype : {Element::kBF16, Element::kFP16}) {
+        for (Layout layout : {Layout::kRowMajor, Layout::kColMajor}) {
           AgGemmArgs a;
           a.dtype = dtype;
           a.b_layout = layout;

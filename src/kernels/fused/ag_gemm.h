@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-#include "asynctp/tensor.h"
+#include "common/element.h"
 #include "kernels/fused/chunk_flags.h"
 #include "kernels/fused/done_signal.h"
 #include "kernels/fused/reduce_scatter_tiles.h"
@@ -19,8 +19,8 @@
 namespace asynctp::kernels::fused {
 
 struct AgGemmArgs {
-  DType dtype = DType::kBF16;
-  BLayout b_layout = BLayout::kRowMajor;
+  Element dtype = Element::kBF16;      // A, B and C
+  Layout b_layout = Layout::kRowMajor;  // B: [K, N] row-major or [N, K] column-major
   int64_t M = 0, N = 0, K = 0;
   const void* a = nullptr;        // A [M, K], row-major: rows appear as their chunk flags are set
   const void* a_local = nullptr;  // this rank's rows [local_begin, local_end) of A, there from the start

@@ -14,18 +14,18 @@ namespace asynctp::kernels::fused {
 // Tile widths compiled: 256, and 192 for shapes where 256-wide tiles leave most of the last round of
 // tiles idle (pick_tile_n). Not 224, though it divides N = 3584: it is not a multiple of the 64-element
 // swizzle atom, which costs B row-major much of its throughput (docs/design/fused_all_gather_matmul.md).
-template <DType kDType, BLayout kBLayout, int kTileN>
+template <Element kElement, Layout kLayoutB, int kTileN>
 void launch_ag_gemm_instance(const AgGemmArgs& args, cudaStream_t stream);
 
 // Loads the instantiation (see load_ag_gemm_kernels in ag_gemm.h).
-template <DType kDType, BLayout kBLayout, int kTileN>
+template <Element kElement, Layout kLayoutB, int kTileN>
 void load_ag_gemm_instance();
 
 #define ASYNCTP_AG_GEMM_DECLARE(dtype, layout, tile_n)                                                      \
   template <>                                                                                               \
-  void launch_ag_gemm_instance<DType::dtype, BLayout::layout, tile_n>(const AgGemmArgs&, cudaStream_t);     \
+  void launch_ag_gemm_instance<Element::dtype, Layout::layout, tile_n>(const AgGemmArgs&, cudaStream_t);     \
   template <>                                                                                               \
-  void load_ag_gemm_instance<DType::dtype, BLayout::layout, tile_n>();
+  void load_ag_gemm_instance<Element::dtype, Layout::layout, tile_n>();
 ASYNCTP_AG_GEMM_DECLARE(kBF16, kRowMajor, 256)
 ASYNCTP_AG_GEMM_DECLARE(kBF16, kColMajor, 256)
 ASYNCTP_AG_GEMM_DECLARE(kFP16, kRowMajor, 256)
@@ -37,16 +37,16 @@ ASYNCTP_AG_GEMM_DECLARE(kFP16, kColMajor, 192)
 #undef ASYNCTP_AG_GEMM_DECLARE
 
 // ReduceScatterTiles::reduce_in_epilogue (tiles kRsTileN wide).
-template <DType kDType, BLayout kBLayout>
+template <Element kElement, Layout kLayoutB>
 void launch_rs_gemm_instance(const AgGemmArgs& args, cudaStream_t stream);
-template <DType kDType, BLayout kBLayout>
+template <Element kElement, Layout kLayoutB>
 void load_rs_gemm_instance();
 
 #define ASYNCTP_RS_GEMM_DECLARE(dtype, layout)                                                              \
   template <>                                                                                               \
-  void launch_rs_gemm_instance<DType::dtype, BLayout::layout>(const AgGemmArgs&, cudaStream_t);             \
+  void launch_rs_gemm_instance<Element::dtype, Layout::layout>(const AgGemmArgs&, cudaStream_t);             \
   template <>                                                                                               \
-  void load_rs_gemm_instance<DType::dtype, BLayout::layout>();
+  void load_rs_gemm_instance<Element::dtype, Layout::layout>();
 ASYNCTP_RS_GEMM_DECLARE(kBF16, kRowMajor)
 ASYNCTP_RS_GEMM_DECLARE(kBF16, kColMajor)
 ASYNCTP_RS_GEMM_DECLARE(kFP16, kRowMajor)

@@ -42,12 +42,12 @@
 
 namespace asynctp::kernels::fused {
 
-template <DType kDType>
-using CutlassElement = std::conditional_t<kDType == DType::kBF16, cutlass::bfloat16_t, cutlass::half_t>;
+template <Element kElement>
+using CutlassElement = std::conditional_t<kElement == Element::kBF16, cutlass::bfloat16_t, cutlass::half_t>;
 // asynctp's kRowMajor B is [K, N] with N contiguous: CUTLASS's RowMajor B. kColMajor ([N, K]) is its ColumnMajor.
-template <BLayout kBLayout>
+template <Layout kLayoutB>
 using CutlassLayoutB =
-    std::conditional_t<kBLayout == BLayout::kRowMajor, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
+    std::conditional_t<kLayoutB == Layout::kRowMajor, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
 
 template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue = false>
 struct AgGemmKernel {
