@@ -45,7 +45,7 @@
 #include "common/device_fault.h"
 #include "common/driver_api.h"
 #include "gemm/cublaslt_gemm.h"
-#include "kernels/fused/ag_gemm.h"
+#include "kernels/fused/fused_gemm.h"
 #include "kernels/fused/staged_layout.h"
 #include "kernels/fused/tail_split.h"
 #include "kernels/fused/tile_trace.h"
@@ -55,7 +55,7 @@ namespace {
 
 using namespace asynctp;
 using bench::DeviceBuffer;
-using kernels::fused::AgGemmArgs;
+using kernels::fused::FusedGemmArgs;
 using kernels::fused::RowPieces;
 using kernels::fused::StagedLayout;
 
@@ -246,7 +246,7 @@ class Shape {
   // The fused kernel as a plain GEMM: all M rows, nothing staged (the bench's "fused GEMM alone").
   Call plain() {
     return {[] {}, [this] {
-              AgGemmArgs g = base();
+              FusedGemmArgs g = base();
               g.c = plain_out_.p;
               launch(g);
             }};
@@ -387,7 +387,7 @@ class Shape {
  private:
   void launch_reduce_scatter(bool epilogue, bool signalled, bool pushed) {
     const StagedLayout layout(epilogue, N_);
-    AgGemmArgs g = base();
+    FusedGemmArgs g = base();
     g.c = out_.p;
     kernels::fused::ReduceScatterTiles& rs = g.rs;
     rs.rank = 0;
@@ -435,8 +435,8 @@ class Shape {
     return std::max(StagedLayout(true, N_).bytes_before(M_), StagedLayout(false, N_).bytes_before(M_));
   }
 
-  AgGemmArgs base() const {
-    AgGemmArgs g;
+  FusedGemmArgs base() const {
+    FusedGemmArgs g;
     g.M = M_, g.N = N_, g.K = K_;
     g.a = a_.p, g.b = b_.p;
     g.tile_n = static_cast<int>(kernels::fused::kRsTileN);
@@ -453,11 +453,11 @@ class Shape {
 
   // Launches the kernel, then `after` (what follows the fork recorded before it); where tracing, with
   // a trace buffer that traced() reads once the stream is done.
-  void launch(AgGemmArgs& g, const std::function<void()>& after = [] {}) {
+  void launch(FusedGemmArgs& g, const std::function<void()>& after = [] {}) {
     if (tracing_) g.trace = kernels::fused::tile_trace_buffer(g, main_);
-    kernels::fused::run_ag_gemm(g, main_);
+    kernels::fused::run_fused_gemm(g, main_);
     after();
-    if (g.trace != nullptr) traced_ = std::make_unique<AgGemmArgs>(g);
+    if (g.trace != nullptr) traced_ = std::make_unique<FusedGemmArgs>(g);
   }
 
   void make_reference() {
@@ -481,7 +481,7 @@ class Shape {
   uint32_t epoch_ = 0;
   cudaEvent_t fork_ = nullptr, joined_ = nullptr, start_ = nullptr, stop_ = nullptr;
   bool tracing_ = false;
-  std::unique_ptr<AgGemmArgs> traced_;  // the traced call's kernel, until traced() has written it
+  std::unique_ptr<FusedGemmArgs> traced_;  // the traced call's kernel, until traced() has written it
 };
 
 int run(const Options& o) {
@@ -491,7 +491,7 @@ int run(const Options& o) {
     return kNoGpu;
   }
   if (!o.trace.empty()) setenv("ASYNCTP_TRACE_TILES", o.trace.c_str(), 1);
-  kernels::fused::load_ag_gemm_kernels();
+  kernels::fused::load_fused_gemm_kernels();
   cudaStream_t main = nullptr, pushes = nullptr;
   int lowest = 0, highest = 0;
   ASYNCTP_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lowest, &highest));

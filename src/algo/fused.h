@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "algo/sequential.h"
-#include "kernels/fused/ag_gemm.h"
+#include "kernels/fused/fused_gemm.h"
 #include "kernels/fused/tile_trace.h"
 
 namespace asynctp::algo {
@@ -42,12 +42,12 @@ int resolve_fused_rs_pieces(int requested, int64_t rows_per_rank);
 // Gives `g` what shapes the kernel's grid: the SMs this rank's kernel may use (the communicator's
 // budget), and the communicator's workspace for splitting its last round of tiles along K (allocated on
 // first use; none while that first use is captured, and the kernel computes every tile whole).
-void attach_grid(Communicator& comm, kernels::fused::AgGemmArgs& g, cudaStream_t stream);
+void attach_grid(Communicator& comm, kernels::fused::FusedGemmArgs& g, cudaStream_t stream);
 
 // Where ASYNCTP_TRACE_TILES is set (kernels/fused/tile_trace.h): gives `g` a tile trace buffer, and
 // after the call's last enqueue, waits for `stream` and writes the trace.
-void attach_tile_trace(kernels::fused::AgGemmArgs& g, cudaStream_t stream);
-void finish_tile_trace(Communicator& comm, const char* op, const kernels::fused::AgGemmArgs& g,
+void attach_tile_trace(kernels::fused::FusedGemmArgs& g, cudaStream_t stream);
+void finish_tile_trace(Communicator& comm, const char* op, const kernels::fused::FusedGemmArgs& g,
                        kernels::fused::CallTimeline& timeline, cudaStream_t stream);
 
 // Pieces each rank's shard is pushed in: `requested`, or kFusedDefaultPieces where it is 0; at most

@@ -11,7 +11,7 @@
 #include "comm/communicator_impl.h"
 #include "common/check.h"
 #include "common/element.h"
-#include "kernels/fused/ag_gemm.h"
+#include "kernels/fused/fused_gemm.h"
 
 namespace asynctp::algo {
 
@@ -20,7 +20,7 @@ int resolve_fused_pieces(int requested, int64_t rows_per_rank) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(pieces, rows_per_rank)));
 }
 
-void attach_grid(Communicator& comm, kernels::fused::AgGemmArgs& g, cudaStream_t stream) {
+void attach_grid(Communicator& comm, kernels::fused::FusedGemmArgs& g, cudaStream_t stream) {
   Communicator::Impl& m = impl_of(comm);
   g.sms = m.sm_budget;
   Resources& r = Resources::of(comm);
@@ -29,11 +29,11 @@ void attach_grid(Communicator& comm, kernels::fused::AgGemmArgs& g, cudaStream_t
   g.split_wait = kernels::WaitContext{m.fault, timeout_ns(comm), m.rank};
 }
 
-void attach_tile_trace(kernels::fused::AgGemmArgs& g, cudaStream_t stream) {
+void attach_tile_trace(kernels::fused::FusedGemmArgs& g, cudaStream_t stream) {
   g.trace = kernels::fused::tile_trace_buffer(g, stream);
 }
 
-void finish_tile_trace(Communicator& comm, const char* op, const kernels::fused::AgGemmArgs& g,
+void finish_tile_trace(Communicator& comm, const char* op, const kernels::fused::FusedGemmArgs& g,
                        kernels::fused::CallTimeline& timeline, cudaStream_t stream) {
   if (g.trace == nullptr) return;
   comm.synchronize(stream);
@@ -43,9 +43,9 @@ void finish_tile_trace(Communicator& comm, const char* op, const kernels::fused:
 
 namespace {
 
-kernels::fused::AgGemmArgs gemm_args(Communicator& comm, const AllGatherMatmulPlan& plan, const void* a,
+kernels::fused::FusedGemmArgs gemm_args(Communicator& comm, const AllGatherMatmulPlan& plan, const void* a,
                                      const TensorRef& b, const TensorRef& c, size_t i, cudaStream_t stream) {
-  kernels::fused::AgGemmArgs g;
+  kernels::fused::FusedGemmArgs g;
   g.dtype = element_of(plan.dtype);
   g.b_layout = layout_of(plan.b_layout);
   g.M = plan.M;
@@ -86,9 +86,9 @@ void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan
 
   if (ws == 1) {
     for (size_t i = 0; i < bs.size(); ++i) {
-      kernels::fused::AgGemmArgs g = gemm_args(comm, plan, a_shard.data, bs[i], outputs[i], i, stream);
-      if (*kernels::fused::ag_gemm_unsupported(g) == '\0') {
-        kernels::fused::run_ag_gemm(g, stream);
+      kernels::fused::FusedGemmArgs g = gemm_args(comm, plan, a_shard.data, bs[i], outputs[i], i, stream);
+      if (*kernels::fused::fused_gemm_unsupported(g) == '\0') {
+        kernels::fused::run_fused_gemm(g, stream);
       } else {
         cublas_gemm(Resources::of(comm).gemm, plan, a_shard.data, bs[i], outputs[i], i, stream);
       }
@@ -100,7 +100,7 @@ void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan
   }
 
   OverlapResources& pr = OverlapResources::of(comm, stream);
-  kernels::fused::load_ag_gemm_kernels();
+  kernels::fused::load_fused_gemm_kernels();
   SymmetricBuffer& gathered = pr.inbox(static_cast<size_t>(plan.M) * row_bytes, stream);
   char* mine = bytes(gathered.local());
   const int pieces = resolve_fused_pieces(chunks_per_rank, rows);
@@ -110,11 +110,11 @@ void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan
 
   // Each B's kernel, or where the kernel cannot take the problem on this rank, cuBLAS once every
   // piece is in (a local choice: the peers' side of the protocol is the same either way).
-  std::vector<kernels::fused::AgGemmArgs> kernels_args;
+  std::vector<kernels::fused::FusedGemmArgs> kernels_args;
   bool all_kernel = true;
   for (size_t i = 0; i < bs.size(); ++i) {
     kernels_args.push_back(gemm_args(comm, plan, mine, bs[i], outputs[i], i, stream));
-    all_kernel = all_kernel && *kernels::fused::ag_gemm_unsupported(kernels_args.back()) == '\0';
+    all_kernel = all_kernel && *kernels::fused::fused_gemm_unsupported(kernels_args.back()) == '\0';
   }
   // The kernel reads this rank's rows from the caller's tensor (which the plan has checked is 16-byte
   // aligned, as TMA needs); rows of a tile that also holds a neighbour's rows come from the gathered
@@ -140,7 +140,7 @@ void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan
   if (all_kernel) {
     try {
       for (size_t i = 0; i < bs.size(); ++i) {
-        kernels::fused::AgGemmArgs& g = kernels_args[i];
+        kernels::fused::FusedGemmArgs& g = kernels_args[i];
         g.a_local = a_shard.data;
         g.local_begin = begin;
         g.local_end = end;
@@ -157,7 +157,7 @@ void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan
         // The last kernel reads the gathered buffer last; it can tell the peers it is done unless copies
         // of return_a still read the buffer after it.
         if (i + 1 == bs.size() && !plan.return_a) g.done = pr.done_signal();
-        kernels::fused::run_ag_gemm(g, stream);
+        kernels::fused::run_fused_gemm(g, stream);
       }
     } catch (...) {
       launch_failed = std::current_exception();

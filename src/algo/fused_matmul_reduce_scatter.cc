@@ -17,7 +17,7 @@
 #include "common/check.h"
 #include "common/element.h"
 #include "common/env.h"
-#include "kernels/fused/ag_gemm.h"
+#include "kernels/fused/fused_gemm.h"
 #include "kernels/fused/staged_layout.h"
 #include "kernels/fused/tail_split.h"
 
@@ -57,7 +57,7 @@ bool push_from_kernel() {
 // for the peer's done itself before it stores into the peer's inbox. Under capture (where the host
 // does not know the epoch) the epoch kernel runs before it, as for the copy engine's way, and waits too.
 void run_pushed_from_kernel(Communicator& comm, OverlapResources& pr, SymmetricBuffer& inbox, size_t rank_bytes,
-                            kernels::fused::AgGemmArgs& g, kernels::fused::CallTimeline& timeline,
+                            kernels::fused::FusedGemmArgs& g, kernels::fused::CallTimeline& timeline,
                             cudaStream_t stream) {
   kernels::fused::ReduceScatterTiles& rs = g.rs;
   const int me = rs.rank, peer = 1 - rs.rank;
@@ -73,7 +73,7 @@ void run_pushed_from_kernel(Communicator& comm, OverlapResources& pr, SymmetricB
   if (rs.begin_epoch == 0) pr.begin_fused_epoch(stream, captured);
   attach_tile_trace(g, stream);
   timeline.mark("kernel");
-  kernels::fused::run_ag_gemm(g, stream);
+  kernels::fused::run_fused_gemm(g, stream);
   timeline.mark("kernel_launched");
   timeline.mark("end");
   finish_tile_trace(comm, "rs", g, timeline, stream);
@@ -93,11 +93,11 @@ const char* fused_rs_unsupported(const MatmulReduceScatterPlan& plan, const Tens
                                  const TensorRef& output) {
   if (plan.scatter_last) return "scatter_dim last";
   if (!fused_rs_takes_rows(plan.out_rows)) return "rows per rank not a multiple of 256";
-  kernels::fused::AgGemmArgs g;
+  kernels::fused::FusedGemmArgs g;
   g.dtype = element_of(plan.dtype);
   g.M = plan.M, g.N = plan.N, g.K = plan.k_local;
   g.a = a.data, g.b = b.data, g.c = output.data;
-  return kernels::fused::ag_gemm_unsupported(g);
+  return kernels::fused::fused_gemm_unsupported(g);
 }
 
 void fused_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPlan& plan, const TensorRef& a,
@@ -114,7 +114,7 @@ void fused_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPl
   const int64_t rows = plan.out_rows;
   const float scale = plan.reduce_op == ReduceOp::kAvg ? 1.0f / static_cast<float>(ws) : 1.0f;
 
-  kernels::fused::AgGemmArgs g;
+  kernels::fused::FusedGemmArgs g;
   g.dtype = element_of(plan.dtype);
   g.b_layout = layout_of(plan.b_layout);
   g.M = plan.M, g.N = plan.N, g.K = plan.k_local;
@@ -122,12 +122,12 @@ void fused_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPl
   g.alpha = scale;
   attach_grid(comm, g, stream);
   if (ws == 1) {  // nothing to reduce; the average of one is itself
-    kernels::fused::run_ag_gemm(g, stream);
+    kernels::fused::run_fused_gemm(g, stream);
     return;
   }
 
   OverlapResources& pr = OverlapResources::of(comm, stream);
-  kernels::fused::load_ag_gemm_kernels();
+  kernels::fused::load_fused_gemm_kernels();
   const int64_t tiles_n = kernels::fused::StagedLayout::tiles_along(plan.N);
   const kernels::fused::StagedLayout layout(reduce_in_epilogue(ws, plan.M / kernels::fused::kTileRows * tiles_n, m.sm_budget), plan.N);
   // The kernel's last warp zeroes the counts it pushes into before it says done (done_signal), which
@@ -222,7 +222,7 @@ void fused_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPl
   rs.pad_index = pr.arrived_flag(0, 0);
   attach_tile_trace(g, stream);
   timeline.mark("kernel");
-  kernels::fused::run_ag_gemm(g, stream);
+  kernels::fused::run_fused_gemm(g, stream);
   timeline.mark("kernel_launched");
 
   // From a fork taken before the kernel: the pushes must not wait for the kernel, which waits for them.

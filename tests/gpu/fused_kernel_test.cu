@@ -15,7 +15,7 @@
 #include "algo/fused.h"
 #include "comm/communicator_impl.h"
 #include "common/element.h"
-#include "kernels/fused/ag_gemm.h"
+#include "kernels/fused/fused_gemm.h"
 #include "kernels/fused/async_input_scheduler.cuh"
 #include "kernels/fused/reduce_scatter_tiles.h"
 #include "kernels/fused/tail_split.h"
@@ -54,7 +54,7 @@ std::vector<char> run_checked(Communicator& comm, const KernelCase& c, uint64_t 
   fp32.run(a32.f(), b32.f(), ref.f(), c.M, c.N, c.K, s);
   reference::poison(out.p, c.M * c.N * es, s);
 
-  kernels::fused::AgGemmArgs g;
+  kernels::fused::FusedGemmArgs g;
   g.dtype = element_of(c.dtype);
   g.b_layout = c.col_major ? Layout::kColMajor : Layout::kRowMajor;
   g.M = c.M, g.N = c.N, g.K = c.K;
@@ -62,8 +62,8 @@ std::vector<char> run_checked(Communicator& comm, const KernelCase& c, uint64_t 
   algo::attach_grid(comm, g, s);
   RANK_CHECK(g.split_workspace != nullptr, "no split workspace outside graph capture");
   g.max_splits = max_splits;
-  RANK_CHECK(*kernels::fused::ag_gemm_unsupported(g) == '\0', "the kernel refused ", c.M, "x", c.N, "x", c.K);
-  kernels::fused::run_ag_gemm(g, s);
+  RANK_CHECK(*kernels::fused::fused_gemm_unsupported(g) == '\0', "the kernel refused ", c.M, "x", c.N, "x", c.K);
+  kernels::fused::run_fused_gemm(g, s);
   const auto cmp = reference::compare(out.p, c.dtype, c.M, c.N, ref.f(), c.N, 0, 0, 1.0f,
                                       reference::tolerance(c.dtype, 1), s);
   RANK_CHECK(cmp.ok(), c.M, "x", c.N, "x", c.K, " ", dtype_name(c.dtype), c.col_major ? " B=col" : " B=row",
@@ -72,7 +72,7 @@ std::vector<char> run_checked(Communicator& comm, const KernelCase& c, uint64_t 
   return host_copy(out, c.M * c.N * es);
 }
 
-// Whether the kernel's plan splits this case on this GPU (the tile width as run_ag_gemm picks it).
+// Whether the kernel's plan splits this case on this GPU (the tile width as run_fused_gemm picks it).
 bool plan_splits(const KernelCase& c, int sms) {
   using namespace kernels::fused;
   const int tile_n = pick_tile_n(c.M, c.N, c.K, sms, kMaxTailSplits);
@@ -129,7 +129,7 @@ TEST(FusedKernel, EveryInstantiationWaitsForItsRowsFlag) {
     RANK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     RANK_CUDA(cudaStreamCreateWithFlags(&copier, cudaStreamNonBlocking));
     reference::Fp32Gemm fp32;
-    kernels::fused::load_ag_gemm_kernels();
+    kernels::fused::load_fused_gemm_kernels();
     constexpr int64_t M = 1024, N = 768, K = 512, m = M / 2;
     Buf flags(2 * kMaxChunksPerRank * sizeof(uint32_t)), epoch(sizeof(uint32_t));
     int n = 0;
@@ -152,7 +152,7 @@ TEST(FusedKernel, EveryInstantiationWaitsForItsRowsFlag) {
           RANK_CUDA(cudaMemcpyAsync(epoch.p, &one, sizeof(one), cudaMemcpyHostToDevice, s));
           RANK_CUDA(cudaStreamSynchronize(s));
 
-          kernels::fused::AgGemmArgs g;
+          kernels::fused::FusedGemmArgs g;
           g.dtype = element_of(dt);
           g.b_layout = col ? Layout::kColMajor : Layout::kRowMajor;
           g.M = M, g.N = N, g.K = K;
@@ -166,7 +166,7 @@ TEST(FusedKernel, EveryInstantiationWaitsForItsRowsFlag) {
           g.chunks.rows_per_piece = static_cast<int32_t>(m);
           g.chunks.wait = kernels::WaitContext{impl_of(*comm).fault, 20'000'000'000ull, 0};
           algo::attach_grid(*comm, g, s);
-          kernels::fused::run_ag_gemm(g, s);
+          kernels::fused::run_fused_gemm(g, s);
           std::this_thread::sleep_for(std::chrono::milliseconds(50));
           const std::string what = std::string(dtype_name(dt)) + (col ? " B=col" : " B=row") + " tiles 128x" +
                                    std::to_string(tile_n);

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "algo/fused.h"
-#include "kernels/fused/ag_gemm.h"
+#include "kernels/fused/fused_gemm.h"
 #include "kernels/fused/staged_layout.h"
 #include "kernels/fused/tail_split.h"
 #include "kernels/fused/tile_order.h"

@@ -30,7 +30,7 @@
 
 #include <type_traits>
 
-#include "kernels/fused/ag_gemm.h"
+#include "kernels/fused/fused_gemm.h"
 #include "kernels/fused/reduce_scatter_tiles.h"
 #include "kernels/fused/row_window_epilogue.cuh"
 #include "kernels/signal.cuh"
