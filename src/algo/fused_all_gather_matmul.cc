@@ -218,7 +218,10 @@ void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan
   if (!kernel_signals) {
     for (int i = 1; i < ws; ++i) pr.signal(stream, (me + i) % ws, OverlapResources::done_flag(me));
   }
-  if (launch_failed) std::rethrow_exception(launch_failed);
+  if (launch_failed) {
+    pr.end_call();  // the pushes and the done signal above complete what the peers wait for
+    std::rethrow_exception(launch_failed);
+  }
   timeline.mark("end");
   if (all_kernel) finish_tile_trace(comm, "ag", kernels_args[0], timeline, stream);
 }

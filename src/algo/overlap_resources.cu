@@ -179,7 +179,17 @@ void OverlapResources::launch_done_kernel(cudaStream_t stream, bool wait, bool a
   const int zero_words = reset_staged ? static_cast<int>(staged_bytes() / sizeof(uint32_t)) : 0;
   begin_epoch_kernel<<<1, 32, 0, stream>>>(pad_->local(), epoch_, lsa_size_, impl_of(comm_).lsa.rank, wait, advance,
                                            staged_, zero_words, wait_context());
+  if (advance) epoch_begun();
   ASYNCTP_CUDA_CHECK(cudaGetLastError());
+}
+
+void OverlapResources::epoch_begun() {
+  mid_protocol_ = true;
+  if (!injected_failure_.empty()) {
+    std::string why;
+    why.swap(injected_failure_);
+    throw Error(why);
+  }
 }
 
 void OverlapResources::enqueue_call(const StreamReplay::Key& key, cudaStream_t stream,
@@ -201,6 +211,7 @@ void OverlapResources::enqueue_call(const StreamReplay::Key& key, cudaStream_t s
     enqueue(stream);
     return;
   }
+  mid_protocol_ = true;  // the replay begins the epoch on the device
   StreamReplay::launch(replay, stream);
   if (host_knows_epoch_) ++host_epoch_;
   ++replayed_calls_;

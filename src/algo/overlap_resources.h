@@ -25,6 +25,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "algo/stream_replay.h"
@@ -115,7 +117,17 @@ class OverlapResources {
   static bool capturing(cudaStream_t stream);
 
   // Starts a call: events are handed out afresh from the pool.
-  void begin_call() { next_event_ = 0; }
+  void begin_call() {
+    next_event_ = 0;
+    mid_protocol_ = false;
+  }
+  // Whether the current call's epoch has begun and its protocol is not complete: its peers then wait
+  // on flags that a throw from here on would leave unraised (ops/dispatch.cc then breaks the
+  // communicator). end_call() says the call has enqueued all it owes its peers.
+  bool mid_protocol() const { return mid_protocol_; }
+  void end_call() { mid_protocol_ = false; }
+  // For the tests: the next call's epoch begins, then the call throws an Error saying `why`.
+  void fail_after_next_epoch(std::string why) { injected_failure_ = std::move(why); }
   // An event recorded on `from` now.
   cudaEvent_t record(cudaStream_t from);
   // Work enqueued on `to` from now on runs after everything enqueued so far on `from`.
@@ -149,6 +161,7 @@ class OverlapResources {
   // zeroed by the pushes (zero_staged) and the done signal's count by the kernel's last warp.
   uint32_t begin_epoch_in_kernel(bool capturing_now) {
     if (!knows_epoch(capturing_now) || host_epoch_ + 1 == 0) return 0;
+    epoch_begun();
     return ++host_epoch_;
   }
   uint32_t* epoch_word() const { return epoch_; }
@@ -179,6 +192,8 @@ class OverlapResources {
 
  private:
   explicit OverlapResources(Communicator& comm);
+  // The call's epoch has begun (mid_protocol), and the test hook's failure, if any, is thrown.
+  void epoch_begun();
   void launch_done_kernel(cudaStream_t stream, bool wait, bool advance, bool reset_staged, bool capturing_now);
   // Whether the host still knows the device epoch: not once a call has been captured (a replay runs
   // with whatever epoch the device holds then).
@@ -198,6 +213,8 @@ class OverlapResources {
   uint32_t host_epoch_ = 0;    // the same, as the host knows it while host_knows_epoch_
   // False for good once a call has been captured (begin_fused_epoch).
   bool host_knows_epoch_ = true;
+  bool mid_protocol_ = false;
+  std::string injected_failure_;
   cudaStream_t signal_ = nullptr;
   std::vector<cudaStream_t> peer_streams_;
   cudaStream_t gemms_[kGemmStreams] = {};

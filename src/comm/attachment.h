@@ -15,4 +15,15 @@ class Attachment {
   virtual void detach(bool healthy) = 0;
 };
 
+// One address per attachment type (an inline variable has one address in the whole program), by which
+// the communicator finds it.
+template <typename T>
+struct AttachmentTag {
+  static constexpr char id = 0;
+};
+template <typename T>
+const void* attachment_tag() {
+  return &AttachmentTag<T>::id;
+}
+
 }  // namespace asynctp::comm

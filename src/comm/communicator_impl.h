@@ -6,8 +6,6 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <typeindex>
-#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -76,24 +74,22 @@ struct Communicator::Impl {
   uint64_t symmetric_buffers_made = 0;                    // SymmetricBuffer::serial of the last one made
   bool check_nonfinite = false;  // ASYNCTP_CHECK_NAN=1: scan the ops' inputs first (ops/nonfinite.h)
 
-  // What the layers above keep here (comm/attachment.h), in the order they were made; `attached`
-  // finds or makes one.
-  std::vector<std::pair<std::type_index, std::unique_ptr<comm::Attachment>>> attachments;
+  // What the layers above keep here (comm/attachment.h), in the order they were made, each under its
+  // type's tag; `attached` finds or makes one.
+  std::vector<std::pair<const void*, std::unique_ptr<comm::Attachment>>> attachments;
   template <typename T, typename Make>
   T& attached(Make make) {
-    for (auto& [type, a] : attachments) {
-      if (type == std::type_index(typeid(T))) return static_cast<T&>(*a);
-    }
+    if (T* found = find_attached<T>()) return *found;
     std::unique_ptr<T> made = make();
     T& ref = *made;
-    attachments.emplace_back(std::type_index(typeid(T)), std::move(made));
+    attachments.emplace_back(comm::attachment_tag<T>(), std::move(made));
     return ref;
   }
   // The attachment of type T, or null where none was made.
   template <typename T>
   T* find_attached() const {
-    for (const auto& [type, a] : attachments) {
-      if (type == std::type_index(typeid(T))) return static_cast<T*>(a.get());
+    for (const auto& [tag, a] : attachments) {
+      if (tag == comm::attachment_tag<T>()) return static_cast<T*>(a.get());
     }
     return nullptr;
   }

@@ -449,6 +449,16 @@ TEST(FusedOps, ReduceScatterWithAPeerThatNeverComesEndsWithTheTimeoutReport) {
   });
 }
 
+// A fused call that throws after its epoch began breaks the communicator, saying why (ops_problems.h).
+TEST(FusedOps, AFailureAfterTheEpochBeganBreaksTheCommunicatorWithTheCause) {
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) {
+    return failure_mid_protocol_breaks_the_communicator(ctx, with(Algorithm::kFused));
+  });
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) {
+    return failure_mid_protocol_breaks_the_communicator(ctx, with(Algorithm::kFused), /*reduce_scatter=*/true);
+  });
+}
+
 // A graph captured before the communicator's buffers grow replays right after (ops_problems.h).
 TEST(FusedOps, AGraphCapturedBeforeBuffersGrowStillReplaysRight) {
   RUN_EVERY_WORLD_SIZE([](RankContext& ctx) { return replays_after_growth(ctx, with(Algorithm::kFused)); });

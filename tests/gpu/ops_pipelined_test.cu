@@ -205,6 +205,15 @@ TEST(PipelinedOps, APeerThatNeverComesEndsWithTheTimeoutReport) {
   RUN_EVERY_WORLD_SIZE([](RankContext& ctx) { return absent_peer_times_out(ctx, pipelined()); });
 }
 
+// A pipelined call that throws after its epoch began breaks the communicator, saying why
+// (ops_problems.h).
+TEST(PipelinedOps, AFailureAfterTheEpochBeganBreaksTheCommunicatorWithTheCause) {
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) { return failure_mid_protocol_breaks_the_communicator(ctx, pipelined()); });
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) {
+    return failure_mid_protocol_breaks_the_communicator(ctx, pipelined(), /*reduce_scatter=*/true);
+  });
+}
+
 // A graph captured before the communicator's buffers grow replays right after (ops_problems.h).
 TEST(PipelinedOps, AGraphCapturedBeforeBuffersGrowStillReplaysRight) {
   RUN_EVERY_WORLD_SIZE([](RankContext& ctx) { return replays_after_growth(ctx, pipelined()); });

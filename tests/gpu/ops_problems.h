@@ -5,6 +5,7 @@
 #include <chrono>
 #include <functional>
 
+#include "algo/resources.h"
 #include "ops_test_cases.h"
 
 namespace asynctp::testing {
@@ -344,6 +345,47 @@ inline int absent_peer_times_out(RankContext& ctx, const OpOptions& options, boo
   }
   ctx.allgather("done");
   if (ctx.rank != 0) (void)f.comm.release();  // rank 0's context is gone: no collective teardown
+  return 0;
+}
+
+// A call that throws on rank 0 after its epoch began (a test hook fails it there) leaves the peers
+// waiting on flags rank 0 will not raise: rank 0's communicator is then broken, its error saying why,
+// and its next call is refused quoting the cause; the peers' calls end with the timeout report (or,
+// in-process, with the group's abort).
+inline int failure_mid_protocol_breaks_the_communicator(RankContext& ctx, const OpOptions& options,
+                                                        bool reduce_scatter = false) {
+  OneSmallCall f(ctx, /*timeout_ms=*/1500, reduce_scatter, 128, 256, 256, 256, 256);
+  f.call(options);
+  f.comm->synchronize(f.st.s);  // the overlapped resources exist, and both ranks made a call together
+  ctx.barrier();
+  const char* injected = "a failure the test injects after the epoch began";
+  if (ctx.rank == 0) {
+    algo::Resources::of(*f.comm).overlap->fail_after_next_epoch(injected);
+    std::string first, second;
+    try {
+      f.call(options);
+    } catch (const Error& e) {
+      first = e.what();
+    }
+    RANK_CHECK(contains(first, injected) && contains(first, "can no longer be used"), "first call: ", first);
+    try {
+      f.call(options);
+    } catch (const Error& e) {
+      second = e.what();
+    }
+    RANK_CHECK(contains(second, "can no longer be used, since") && contains(second, injected), "next call: ",
+               second);
+  } else {
+    std::string message;
+    try {
+      f.call(options);
+      f.comm->synchronize(f.st.s);
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    RANK_CHECK(contains(message, "timed out after") || contains(message, "aborted"), message);
+  }
+  (void)f.comm.release();  // a peer's kernel trapped, or its group was aborted: no collective teardown
   return 0;
 }
 
