@@ -2,7 +2,7 @@
 // Hopper kernels of a few schedules, tiles and clusters, and through the fused kernel itself, timed
 // beside cuBLASLt on one GPU, each call behind a kernel that holds the GPU (the kernels' own time). It
 // answers whether another configuration than the fused kernel's (cooperative, 128 x 256 tiles, 2 x 1
-// cluster) would be faster at the partial GEMMs asynctp runs, and what the fused kernel's own pieces
+// cluster) would be faster at the partial GEMMs asynctp runs, and what the fused kernel's own chunks
 // cost beside CUTLASS's kernel of the same configuration (docs/experiments.md). Diagnostic only: not built by default (`ninja -C build asynctp-gemm-configs`), no arguments.
 #include <cublasLt.h>
 #include <cuda_runtime.h>

@@ -1,4 +1,4 @@
-// Fused all_gather_matmul: copy-engine pushes into the peers' gathered buffers, one flag per piece,
+// Fused all_gather_matmul: copy-engine pushes into the peers' gathered buffers, one flag per chunk,
 // and a persistent GEMM that waits for each tile's rows itself (kernels/fused/).
 #include <algorithm>
 #include <exception>
@@ -15,9 +15,9 @@
 
 namespace asynctp::algo {
 
-int resolve_fused_pieces(int requested, int64_t rows_per_rank) {
-  const int pieces = requested > 0 ? requested : kFusedDefaultPieces;
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(pieces, rows_per_rank)));
+int resolve_fused_chunks(int requested, int64_t rows_per_rank) {
+  const int chunks = requested > 0 ? requested : kFusedDefaultChunks;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(chunks, rows_per_rank)));
 }
 
 void attach_grid(Communicator& comm, kernels::fused::FusedGemmArgs& g, cudaStream_t stream) {
@@ -103,13 +103,13 @@ void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan
   kernels::fused::load_fused_gemm_kernels();
   SymmetricBuffer& gathered = pr.inbox(static_cast<size_t>(plan.M) * row_bytes, stream);
   char* mine = bytes(gathered.local());
-  const int pieces = resolve_fused_pieces(chunks_per_rank, rows);
-  const int64_t piece_rows = (rows + pieces - 1) / pieces;
-  const int used_pieces = static_cast<int>((rows + piece_rows - 1) / piece_rows);
-  auto piece = [&](int j) { return RowRange{j * piece_rows, std::min<int64_t>(rows, (j + 1) * piece_rows)}; };
+  const int chunks = resolve_fused_chunks(chunks_per_rank, rows);
+  const int64_t chunk_rows = (rows + chunks - 1) / chunks;
+  const int used_chunks = static_cast<int>((rows + chunk_rows - 1) / chunk_rows);
+  auto chunk = [&](int j) { return RowRange{j * chunk_rows, std::min<int64_t>(rows, (j + 1) * chunk_rows)}; };
 
   // Each B's kernel, or where the kernel cannot take the problem on this rank, cuBLAS once every
-  // piece is in (a local choice: the peers' side of the protocol is the same either way).
+  // chunk is in (a local choice: the peers' side of the protocol is the same either way).
   std::vector<kernels::fused::FusedGemmArgs> kernels_args;
   bool all_kernel = true;
   for (size_t i = 0; i < bs.size(); ++i) {
@@ -149,7 +149,7 @@ void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan
           g.chunks.epoch = pr.epoch();
           g.chunks.flag_stride = kMaxChunksPerRank;
           g.chunks.rows_per_rank = static_cast<int32_t>(rows);
-          g.chunks.rows_per_piece = static_cast<int32_t>(piece_rows);
+          g.chunks.rows_per_chunk = static_cast<int32_t>(chunk_rows);
           g.chunks.pad_index = pr.arrived_flag(0, 0);
           g.chunks.wait = pr.wait_context();
           attach_tile_trace(g, stream);
@@ -165,15 +165,15 @@ void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan
   }
   timeline.mark("kernel_launched");
 
-  // Push this rank's shard to each peer, piece by piece, rank me-1 first: it multiplies these rows
+  // Push this rank's shard to each peer, chunk by chunk, rank me-1 first: it multiplies these rows
   // right after its own, while rank me-i multiplies them i-th.
   cudaStream_t push = fan.use(pr.peer_stream(me));
   if (pushes_wait) pr.wait_previous_done_without_sm(push);
   for (int i = 1; i < ws; ++i) {
     const int q = (me - i + ws) % ws;
     char* dst = bytes(gathered.peer(q)) + begin * row_bytes;
-    for (int j = 0; j < used_pieces; ++j) {
-      const RowRange r = piece(j);
+    for (int j = 0; j < used_chunks; ++j) {
+      const RowRange r = chunk(j);
       ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(dst + r.begin * row_bytes, bytes(a_shard.data) + r.begin * row_bytes,
                                          r.size() * row_bytes, cudaMemcpyDeviceToDevice, push));
       pr.signal(push, q, pr.arrived_flag(me, j));
@@ -183,7 +183,7 @@ void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan
   cudaStream_t local = fan.use(pr.signal_stream());
   if (own_rows_in_gathered) {
     ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(mine + begin * row_bytes, a_shard.data, shard_bytes, cudaMemcpyDeviceToDevice, local));
-    for (int j = 0; j < used_pieces; ++j) pr.signal(local, me, pr.arrived_flag(me, j));
+    for (int j = 0; j < used_chunks; ++j) pr.signal(local, me, pr.arrived_flag(me, j));
   }
   if (plan.return_a) {
     char* out = bytes(gathered_a.data);
@@ -192,7 +192,7 @@ void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan
     // ends (the kernel fills them all), so the copy never delays the GEMM.
     OverlapResources::FlagList landed;
     for (int i = 1; i < ws; ++i) {
-      for (int j = 0; j < used_pieces; ++j) landed.add(pr.arrived_flag((me + i) % ws, j), (me + i) % ws);
+      for (int j = 0; j < used_chunks; ++j) landed.add(pr.arrived_flag((me + i) % ws, j), (me + i) % ws);
     }
     pr.wait_ready(local, landed);
     if (begin > 0) ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(out, mine, begin * row_bytes, cudaMemcpyDeviceToDevice, local));
@@ -205,14 +205,14 @@ void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan
   if (!all_kernel) {
     OverlapResources::FlagList all;
     for (int q = 0; q < ws; ++q) {
-      for (int j = 0; j < used_pieces; ++j) all.add(pr.arrived_flag(q, j), q);
+      for (int j = 0; j < used_chunks; ++j) all.add(pr.arrived_flag(q, j), q);
     }
     pr.wait_ready(stream, all);
     for (size_t i = 0; i < bs.size(); ++i) cublas_gemm(Resources::of(comm).gemm, plan, mine, bs[i], outputs[i], i, stream);
   }
   timeline.mark("copies_enqueued");
   fan.join();
-  // This rank no longer reads its gathered buffer: peers may push the next call's pieces. The last
+  // This rank no longer reads its gathered buffer: peers may push the next call's chunks. The last
   // kernel has said so itself as it ended, where it could (and was launched).
   const bool kernel_signals = all_kernel && !launch_failed && kernels_args.back().done != nullptr;
   if (!kernel_signals) {

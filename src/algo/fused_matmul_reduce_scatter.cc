@@ -1,8 +1,8 @@
 // Fused matmul_reduce_scatter: one persistent GEMM computes the partial product destination by
 // destination (rank me+1's rows first, this rank's own last). Tiles of a peer's rows are staged in
-// this GPU's memory and counted; the copy engine pushes each piece to its destination's inbox as soon
+// this GPU's memory and counted; the copy engine pushes each chunk to its destination's inbox as soon
 // as its count is complete (or, on request, the kernel stores them into the peer's inbox itself); this
-// rank's own tiles wait for the peers' pieces of the same rows and add them in fp32 as the output is
+// rank's own tiles wait for the peers' chunks of the same rows and add them in fp32 as the output is
 // written (docs/design/fused_matmul_reduce_scatter.md): on two ranks and large problems in the epilogue, otherwise in
 // the kernel's fixup().
 #include <algorithm>
@@ -81,12 +81,12 @@ void run_pushed_from_kernel(Communicator& comm, OverlapResources& pr, SymmetricB
 
 }  // namespace
 
-int resolve_fused_rs_pieces(int requested, int64_t rows_per_rank) {
+int resolve_fused_rs_chunks(int requested, int64_t rows_per_rank) {
   const int64_t clusters = std::max<int64_t>(1, rows_per_rank / kernels::fused::kClusterRows);
-  // A piece of at least 512 rows keeps bands of two cluster rows (B reused in L2); up to 4 pieces, so
+  // A chunk of at least 512 rows keeps bands of two cluster rows (B reused in L2); up to 4 chunks, so
   // that a rank's first own tiles wait for a quarter of what the peers stage, not for all of it.
-  const int64_t pieces = requested > 0 ? requested : std::clamp<int64_t>(rows_per_rank / 512, 1, 4);
-  return static_cast<int>(std::min<int64_t>(pieces, clusters));
+  const int64_t chunks = requested > 0 ? requested : std::clamp<int64_t>(rows_per_rank / 512, 1, 4);
+  return static_cast<int>(std::min<int64_t>(chunks, clusters));
 }
 
 const char* fused_rs_unsupported(const MatmulReduceScatterPlan& plan, const TensorRef& a, const TensorRef& b,
@@ -137,15 +137,15 @@ void fused_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPl
   // Slot d: this rank's tiles of d's rows (none where the kernel pushes).
   char* staging = push ? nullptr : static_cast<char*>(m.scratch_for(ws * rank_bytes, stream));
   SymmetricBuffer& inbox = pr.inbox(ws * rank_bytes, stream);  // slot q: rank q's tiles of this rank's rows
-  const kernels::fused::RowPieces pieces(rows, resolve_fused_rs_pieces(chunks_per_rank, rows));
-  const int64_t piece_rows = pieces.rows;
-  const int used_pieces = pieces.used;
+  const kernels::fused::RowChunks chunks(rows, resolve_fused_rs_chunks(chunks_per_rank, rows));
+  const int64_t chunk_rows = chunks.rows;
+  const int used_chunks = chunks.used;
 
   kernels::fused::ReduceScatterTiles& rs = g.rs;
   rs.rank = me;
   rs.world = ws;
   rs.rows_per_rank = static_cast<int32_t>(rows);
-  rs.rows_per_piece = static_cast<int32_t>(piece_rows);
+  rs.rows_per_chunk = static_cast<int32_t>(chunk_rows);
   rs.tiles_n = static_cast<int32_t>(tiles_n);
   rs.reduce_in_epilogue = layout.epilogue;
   rs.inbox = reinterpret_cast<const uint32_t*>(inbox.local());
@@ -161,15 +161,15 @@ void fused_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPl
     return;
   }
 
-  // Each piece of each peer's rows, once the kernel has staged all its tiles, to that peer's inbox;
+  // Each chunk of each peer's rows, once the kernel has staged all its tiles, to that peer's inbox;
   // rank me+1 first, as the kernel computes them. One stream per destination, forked from `origin`.
   const auto enqueue_pushes = [&](cudaStream_t origin) {
     Fanout pushes(pr, origin);
     for (int i = 1; i < ws; ++i) {
       const int d = (me + i) % ws;
       cudaStream_t push = pushes.use(pr.peer_stream(d));
-      for (int j = 0; j < used_pieces; ++j) {
-        const int64_t r0 = pieces.begin(j), r1 = pieces.end(j, rows);
+      for (int j = 0; j < used_chunks; ++j) {
+        const int64_t r0 = chunks.begin(j), r1 = chunks.end(j, rows);
         pr.wait_staged(push, d, j, layout.count(rs, j));
         const size_t offset = layout.bytes_before(r0);
         ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(bytes(inbox.peer(d)) + me * rank_bytes + offset,
@@ -177,7 +177,7 @@ void fused_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPl
                                            cudaMemcpyDeviceToDevice, push));
         pr.signal(push, d, pr.arrived_flag(me, j));
       }
-      pr.zero_staged(push, d, used_pieces);  // as the next call expects to find them
+      pr.zero_staged(push, d, used_chunks);  // as the next call expects to find them
     }
     pushes.join();
   };
@@ -195,8 +195,8 @@ void fused_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPl
                              static_cast<uint64_t>(ws),
                              static_cast<uint64_t>(rows),
                              rank_bytes,
-                             static_cast<uint64_t>(piece_rows),
-                             static_cast<uint64_t>(used_pieces),
+                             static_cast<uint64_t>(chunk_rows),
+                             static_cast<uint64_t>(used_chunks),
                              static_cast<uint64_t>(tiles_n),
                              reinterpret_cast<uintptr_t>(staging),
                              static_cast<uint64_t>(layout.epilogue)};

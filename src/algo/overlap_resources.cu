@@ -70,7 +70,7 @@ OverlapResources::OverlapResources(Communicator& comm) : comm_(comm) {
   peer_streams_.resize(lsa_size_);
   for (cudaStream_t& s : peer_streams_) ASYNCTP_CUDA_CHECK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, greatest));
   for (cudaStream_t& s : gemms_) ASYNCTP_CUDA_CHECK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, least));
-  // Enough for the largest call: a fork, joins, and an event per piece per peer for each of two kinds.
+  // Enough for the largest call: a fork, joins, and an event per chunk per peer for each of two kinds.
   events_.resize(8 + 4 * static_cast<size_t>(lsa_size_) * (kMaxChunksPerRank + 1));
   for (cudaEvent_t& e : events_) ASYNCTP_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   // What a fused kernel needs to raise this rank's done flag at its peers, in device memory.
@@ -127,9 +127,9 @@ OverlapResources::~OverlapResources() {
   cudaFree(done_signal_);
 }
 
-void OverlapResources::wait_staged(cudaStream_t stream, int peer, int piece, uint32_t count) {
+void OverlapResources::wait_staged(cudaStream_t stream, int peer, int chunk, uint32_t count) {
   ASYNCTP_CU_CHECK(detail::driver().stream_wait_value32(
-      reinterpret_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(staged_ + peer * kMaxChunksPerRank + piece),
+      reinterpret_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(staged_ + peer * kMaxChunksPerRank + chunk),
       count, CU_STREAM_WAIT_VALUE_GEQ));
 }
 
@@ -166,9 +166,9 @@ void OverlapResources::wait_previous_done_without_sm(cudaStream_t stream) {
                                                         static_cast<unsigned int>(waits.size()), waits.data(), 0));
 }
 
-void OverlapResources::zero_staged(cudaStream_t stream, int peer, int pieces) {
+void OverlapResources::zero_staged(cudaStream_t stream, int peer, int chunks) {
   ASYNCTP_CUDA_CHECK(cudaMemsetAsync(staged_ + static_cast<size_t>(peer) * kMaxChunksPerRank, 0,
-                                     static_cast<size_t>(pieces) * sizeof(uint32_t), stream));
+                                     static_cast<size_t>(chunks) * sizeof(uint32_t), stream));
 }
 
 void OverlapResources::launch_done_kernel(cudaStream_t stream, bool wait, bool advance, bool reset_staged,

@@ -13,10 +13,10 @@
 // Flag indices in the pad (one pad per rank):
 //   done(p)        peer p is finished with the call that carried epoch E: it no longer reads this
 //                  rank's buffers, nor reads its own buffers that this rank writes into;
-//   ready(p, j)    piece j of what peer p offers this rank is in place (pipelined: peers pull);
-//   arrived(p, j)  piece j from peer p has landed in this rank's inbox (fused: peers push; the fused
+//   ready(p, j)    chunk j of what peer p offers this rank is in place (pipelined: peers pull);
+//   arrived(p, j)  chunk j from peer p has landed in this rank's inbox (fused: peers push; the fused
 //                  GEMM waits on these flags itself);
-//   pushed(p, j)   not a flag but a count: tiles of piece j that peer p's fused reduce-scatter kernel
+//   pushed(p, j)   not a flag but a count: tiles of chunk j that peer p's fused reduce-scatter kernel
 //                  has stored into this rank's inbox itself (kernels/fused/reduce_scatter_tiles.h,
 //                  push_inbox); zero between calls.
 #pragma once
@@ -35,13 +35,13 @@
 #include "asynctp/signal.h"
 #include "asynctp/symmetric.h"
 #include "kernels/fused/done_signal.h"
-#include "kernels/fused/piece_slots.h"
+#include "kernels/fused/chunk_slots.h"
 #include "kernels/wait_context.h"
 
 namespace asynctp::algo {
 
-// The kernels index their flag and counter slots by piece with a stride of their own.
-static_assert(kernels::fused::kPieceSlots == kMaxChunksPerRank, "the kernels' slots per rank must match kMaxChunksPerRank");
+// The kernels index their flag and counter slots by chunk with a stride of their own.
+static_assert(kernels::fused::kChunkSlots == kMaxChunksPerRank, "the kernels' slots per rank must match kMaxChunksPerRank");
 
 class OverlapResources {
  public:
@@ -53,9 +53,9 @@ class OverlapResources {
   OverlapResources& operator=(const OverlapResources&) = delete;
 
   static int done_flag(int peer) { return peer; }
-  int ready_flag(int peer, int piece) const { return lsa_size_ + peer * kMaxChunksPerRank + piece; }
-  int arrived_flag(int peer, int piece) const { return lsa_size_ * (1 + kMaxChunksPerRank) + peer * kMaxChunksPerRank + piece; }
-  int pushed_count(int peer, int piece) const { return lsa_size_ * (1 + 2 * kMaxChunksPerRank) + peer * kMaxChunksPerRank + piece; }
+  int ready_flag(int peer, int chunk) const { return lsa_size_ + peer * kMaxChunksPerRank + chunk; }
+  int arrived_flag(int peer, int chunk) const { return lsa_size_ * (1 + kMaxChunksPerRank) + peer * kMaxChunksPerRank + chunk; }
+  int pushed_count(int peer, int chunk) const { return lsa_size_ * (1 + 2 * kMaxChunksPerRank) + peer * kMaxChunksPerRank + chunk; }
   static constexpr int kPadWordsPerPeer = 1 + 3 * kMaxChunksPerRank;
   // This rank's pad and epoch, for kernels that wait on flags themselves; `peer`'s pad, for kernels
   // that raise its flags or counts themselves.
@@ -69,16 +69,16 @@ class OverlapResources {
   // Collective; grows (after draining the GPU) when a call needs more, so not during graph capture.
   SymmetricBuffer& inbox(size_t bytes, cudaStream_t stream);
 
-  // Fused matmul_reduce_scatter: counters in this GPU's memory, one per (peer, piece), that the kernel
+  // Fused matmul_reduce_scatter: counters in this GPU's memory, one per (peer, chunk), that the kernel
   // raises as it stages that peer's tiles (kernels/fused/reduce_scatter_tiles.h).
   uint32_t* staged() const { return staged_; }
   // Fused ops: for the kernel to raise this rank's done flag at every peer as it ends
   // (kernels/fused/done_signal.h); its count of finished warps is zeroed with the staged counters.
   // In device memory; null where the team is too large, and the host must signal.
   const kernels::fused::DoneSignal* done_signal() const { return done_signal_; }
-  // Stream-ordered, without an SM: `stream` waits until staged counter (peer, piece) >= count. Unbounded
+  // Stream-ordered, without an SM: `stream` waits until staged counter (peer, chunk) >= count. Unbounded
   // by itself: the counter is raised by this rank's own kernel, whose staged tiles wait for nothing.
-  void wait_staged(cudaStream_t stream, int peer, int piece, uint32_t count);
+  void wait_staged(cudaStream_t stream, int peer, int chunk, uint32_t count);
 
   // Streams of this communicator. peer_stream(p) moves data to or from peer p (pipelined pulls, fused
   // pushes). It and the signal stream run at the device's highest priority so that a wait kernel at
@@ -166,7 +166,7 @@ class OverlapResources {
   }
   uint32_t* epoch_word() const { return epoch_; }
   // Stream-ordered: zeroes the staged counters of `peer`'s rows, after the pushes that waited on them.
-  void zero_staged(cudaStream_t stream, int peer, int pieces);
+  void zero_staged(cudaStream_t stream, int peer, int chunks);
 
   // Stream-ordered: waits (bounded) until every peer's done flag has reached the current epoch.
   void wait_done(cudaStream_t stream) {

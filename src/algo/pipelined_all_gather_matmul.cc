@@ -1,5 +1,5 @@
 // Pipelined all_gather_matmul: the local shard is multiplied at once while the copy engine pulls the
-// peers' shards, piece by piece, in an order rotated by rank; each piece's GEMM starts when it lands.
+// peers' shards, chunk by chunk, in an order rotated by rank; each chunk's GEMM starts when it lands.
 #include <algorithm>
 
 #include "algo/overlap_resources.h"
@@ -72,8 +72,8 @@ void pipelined_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& 
                                  : static_cast<char*>(m.scratch_for(static_cast<size_t>(plan.M) * row_bytes, stream));
   auto peer_shard = [&](int q) { return bytes(source->peer(q)) + source_offset; };
 
-  // Gathered along M: pieces per peer's shard; along K: pieces of all rows.
-  const int pieces = plan.gather_last ? ws * resolve_chunks(chunks_per_rank, true, std::max<int64_t>(1, plan.M / ws))
+  // Gathered along M: chunks per peer's shard; along K: chunks of all rows.
+  const int chunks = plan.gather_last ? ws * resolve_chunks(chunks_per_rank, true, std::max<int64_t>(1, plan.M / ws))
                                       : resolve_chunks(chunks_per_rank, false, shard_rows);
   StreamReplay::Key key = {static_cast<uint64_t>(ReplayKind::kPipelinedAg),
                            static_cast<uint64_t>(plan.dtype),
@@ -84,7 +84,7 @@ void pipelined_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& 
                            static_cast<uint64_t>(plan.K),
                            static_cast<uint64_t>(plan.k_local),
                            static_cast<uint64_t>(shard_rows),
-                           static_cast<uint64_t>(pieces),
+                           static_cast<uint64_t>(chunks),
                            reinterpret_cast<uintptr_t>(a_shard.data),
                            static_cast<uint64_t>(a_symmetric != nullptr),
                            static_cast<uint64_t>(source_offset),
@@ -129,8 +129,8 @@ void pipelined_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& 
       }
       for (int i = 1; i < ws; ++i) {
         const int q = (me + i) % ws;
-        for (int j = 0; j < pieces; ++j) {
-          const RowRange r = piece_rows(shard_rows, pieces, j);
+        for (int j = 0; j < chunks; ++j) {
+          const RowRange r = chunk_rows(shard_rows, chunks, j);
           const int64_t row0 = q * shard_rows + r.begin;
           ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(gathered + row0 * row_bytes, peer_shard(q) + r.begin * row_bytes,
                                              r.size() * row_bytes, cudaMemcpyDeviceToDevice, pull));
@@ -141,20 +141,20 @@ void pipelined_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& 
         }
       }
     } else {
-      // A is sharded along K: every row needs every rank's columns. Rows are cut into pieces; each
-      // piece's columns are pulled from every peer (and copied from the local shard), then multiplied.
-      const size_t piece_bytes = static_cast<size_t>(plan.k_local) * es;  // one shard row
-      for (int j = 0; j < pieces; ++j) {
-        const RowRange r = piece_rows(plan.M, pieces, j);
+      // A is sharded along K: every row needs every rank's columns. Rows are cut into chunks; each
+      // chunk's columns are pulled from every peer (and copied from the local shard), then multiplied.
+      const size_t chunk_bytes = static_cast<size_t>(plan.k_local) * es;  // one shard row
+      for (int j = 0; j < chunks; ++j) {
+        const RowRange r = chunk_rows(plan.M, chunks, j);
         if (r.size() == 0) continue;
         char* dst = gathered + r.begin * row_bytes;
-        ASYNCTP_CUDA_CHECK(cudaMemcpy2DAsync(dst + me * piece_bytes, row_bytes, bytes(a_shard.data) + r.begin * piece_bytes,
-                                             piece_bytes, piece_bytes, r.size(), cudaMemcpyDeviceToDevice, offer));
+        ASYNCTP_CUDA_CHECK(cudaMemcpy2DAsync(dst + me * chunk_bytes, row_bytes, bytes(a_shard.data) + r.begin * chunk_bytes,
+                                             chunk_bytes, chunk_bytes, r.size(), cudaMemcpyDeviceToDevice, offer));
         const cudaEvent_t local_done = pr.record(offer);
         for (int i = 1; i < ws; ++i) {
           const int q = (me + i) % ws;
-          ASYNCTP_CUDA_CHECK(cudaMemcpy2DAsync(dst + q * piece_bytes, row_bytes, peer_shard(q) + r.begin * piece_bytes,
-                                               piece_bytes, piece_bytes, r.size(), cudaMemcpyDeviceToDevice, pull));
+          ASYNCTP_CUDA_CHECK(cudaMemcpy2DAsync(dst + q * chunk_bytes, row_bytes, peer_shard(q) + r.begin * chunk_bytes,
+                                               chunk_bytes, chunk_bytes, r.size(), cudaMemcpyDeviceToDevice, pull));
         }
         const cudaEvent_t landed = pr.record(pull);
         const auto [s, lane] = turns.take();

@@ -1,8 +1,8 @@
 // Pipelined matmul_reduce_scatter: partial products are computed destination by destination (rank
-// me+1 first, this rank's own last) into symmetric memory; each destination pulls its pieces with the
-// copy engine as soon as they are flagged, while the GEMMs go on. The pieces are summed in fp32 in one
+// me+1 first, this rank's own last) into symmetric memory; each destination pulls its chunks with the
+// copy engine as soon as they are flagged, while the GEMMs go on. The chunks are summed in fp32 in one
 // of two ways (docs/design/pipelined.md compares them):
-//  - in the epilogue of this rank's own GEMM (two ranks): own piece j = A·B + the landed piece j, so
+//  - in the epilogue of this rank's own GEMM (two ranks): own chunk j = A·B + the landed chunk j, so
 //    no pass over the output is left after the last GEMM;
 //  - by a sum kernel over all ranks' partials, in rank order, once the own partial is done.
 #include "algo/overlap_resources.h"
@@ -19,7 +19,7 @@ namespace asynctp::algo {
 RsSum resolve_rs_sum(int world_size, int64_t rows, RsSum requested) {
   if (world_size != 2) return RsSum::kKernel;
   if (requested != RsSum::kDefault) return requested;
-  // Summing in the GEMM needs two pieces, which costs GEMM efficiency unless each piece keeps at least
+  // Summing in the GEMM needs two chunks, which costs GEMM efficiency unless each chunk keeps at least
   // ~2048 rows; below that the sum kernel's pass is cheaper (docs/design/pipelined.md has the figures).
   return rows >= 4096 ? RsSum::kInGemm : RsSum::kKernel;
 }
@@ -74,9 +74,9 @@ void pipelined_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatt
   SymmetricBuffer& partials = m.workspace_for(comm, ws * slot_bytes, stream);  // slot d: this rank's partial for rank d
   char* landed = static_cast<char*>(m.scratch_for(ws * slot_bytes, stream));  // slot q: rank q's partial for this rank
   char* own = bytes(partials.local()) + me * slot_bytes;
-  // Summed in the GEMM, the own piece j waits for the landed piece j: with one piece the whole pull
-  // would be exposed, so two pieces by default.
-  const int pieces = resolve_chunks(chunks_per_rank > 0 ? chunks_per_rank : (in_gemm ? 2 : 1), false, rows);
+  // Summed in the GEMM, the own chunk j waits for the landed chunk j: with one chunk the whole pull
+  // would be exposed, so two chunks by default.
+  const int chunks = resolve_chunks(chunks_per_rank > 0 ? chunks_per_rank : (in_gemm ? 2 : 1), false, rows);
 
   StreamReplay::Key key = {static_cast<uint64_t>(ReplayKind::kPipelinedRs),
                            static_cast<uint64_t>(plan.dtype),
@@ -88,7 +88,7 @@ void pipelined_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatt
                            static_cast<uint64_t>(rows),
                            static_cast<uint64_t>(cols),
                            static_cast<uint64_t>(in_gemm),
-                           static_cast<uint64_t>(pieces),
+                           static_cast<uint64_t>(chunks),
                            reinterpret_cast<uintptr_t>(a.data),
                            reinterpret_cast<uintptr_t>(b.data),
                            reinterpret_cast<uintptr_t>(output.data),
@@ -103,14 +103,14 @@ void pipelined_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatt
     pr.begin_epoch(origin, /*wait_done=*/true);  // the peers have read the last call's partials
     Fanout fan(pr, origin);
 
-    // Steps 1 .. ws-1: the peers' partials, in order on one stream, each piece flagged when done.
+    // Steps 1 .. ws-1: the peers' partials, in order on one stream, each chunk flagged when done.
     cudaStream_t gemm = fan.use(pr.gemm_stream(0));
     cudaStream_t flag = fan.use(pr.signal_stream());
-    std::vector<cudaEvent_t> computed;  // after this rank's GEMM of (step s, piece j), at (s - 1) * pieces + j
+    std::vector<cudaEvent_t> computed;  // after this rank's GEMM of (step s, chunk j), at (s - 1) * chunks + j
     for (int s = 1; s < ws; ++s) {
       const int d = (me + s) % ws;
-      for (int j = 0; j < pieces; ++j) {
-        partial_gemm(d, piece_rows(rows, pieces, j), bytes(partials.local()) + d * slot_bytes, gemm, 1, nullptr);
+      for (int j = 0; j < chunks; ++j) {
+        partial_gemm(d, chunk_rows(rows, chunks, j), bytes(partials.local()) + d * slot_bytes, gemm, 1, nullptr);
         computed.push_back(pr.record(gemm));
         pr.follow(flag, computed.back());
         pr.signal(flag, d, pr.ready_flag(me, j));
@@ -121,16 +121,16 @@ void pipelined_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatt
     // it starts once this rank's own step-s GEMM is done. So a wait is short, and it shares the GPU only
     // with GEMMs that no peer waits on at that step: a GEMM whose thread blocks must all be resident at
     // once (cuBLAS may pick one) can be slowed by a wait but never deadlocked across ranks.
-    std::vector<cudaEvent_t> pulled;  // (two ranks) after piece j has landed, at j
+    std::vector<cudaEvent_t> pulled;  // (two ranks) after chunk j has landed, at j
     for (int s = 1; s < ws; ++s) {
       const int q = (me - s + ws) % ws;
       cudaStream_t pull = fan.use(pr.peer_stream(q));
-      for (int j = 0; j < pieces; ++j) {
-        pr.follow(pull, computed[(s - 1) * pieces + j]);
+      for (int j = 0; j < chunks; ++j) {
+        pr.follow(pull, computed[(s - 1) * chunks + j]);
         OverlapResources::FlagList ready;
         ready.add(pr.ready_flag(q, j), q);
         pr.wait_ready(pull, ready);
-        const RowRange r = piece_rows(rows, pieces, j);
+        const RowRange r = chunk_rows(rows, chunks, j);
         ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(landed + q * slot_bytes + r.begin * row_bytes,
                                            bytes(partials.peer(q)) + me * slot_bytes + r.begin * row_bytes,
                                            r.size() * row_bytes, cudaMemcpyDeviceToDevice, pull));
@@ -142,14 +142,14 @@ void pipelined_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatt
     // Step ws: this rank's own partial, last.
     if (in_gemm) {
       const int q = (me + 1) % ws;  // the only peer
-      for (int j = 0; j < pieces; ++j) {
+      for (int j = 0; j < chunks; ++j) {
         pr.follow(gemm, pulled[j]);
-        partial_gemm(me, piece_rows(rows, pieces, j), bytes(output.data), gemm, 1, landed + q * slot_bytes);
+        partial_gemm(me, chunk_rows(rows, chunks, j), bytes(output.data), gemm, 1, landed + q * slot_bytes);
       }
       fan.join();
       return;
     }
-    for (int j = 0; j < pieces; ++j) partial_gemm(me, piece_rows(rows, pieces, j), own, gemm, 1, nullptr);
+    for (int j = 0; j < chunks; ++j) partial_gemm(me, chunk_rows(rows, chunks, j), own, gemm, 1, nullptr);
     fan.join();
     std::vector<const void*> parts;
     for (int q = 0; q < ws; ++q) parts.push_back(q == me ? own : landed + q * slot_bytes);

@@ -27,10 +27,10 @@ void sequential_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan&
   } else {
     char* staging = base;
     m.transport->all_gather(a_shard.data, staging, shard_elems * es, stream);
-    const size_t piece = static_cast<size_t>(plan.k_local) * es;
+    const size_t chunk = static_cast<size_t>(plan.k_local) * es;
     for (int r = 0; r < m.world_size; ++r) {
-      ASYNCTP_CUDA_CHECK(cudaMemcpy2DAsync(gathered + r * piece, plan.K * es, staging + r * shard_elems * es, piece,
-                                           piece, plan.M, cudaMemcpyDeviceToDevice, stream));
+      ASYNCTP_CUDA_CHECK(cudaMemcpy2DAsync(gathered + r * chunk, plan.K * es, staging + r * shard_elems * es, chunk,
+                                           chunk, plan.M, cudaMemcpyDeviceToDevice, stream));
     }
   }
   for (size_t i = 0; i < bs.size(); ++i) {

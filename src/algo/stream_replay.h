@@ -2,7 +2,7 @@
 //
 // Enqueued one by one, an overlapped call's stream work is dozens of API calls, microseconds of host
 // time each; a call often starts on an idle GPU, so that time is part of the call's. Launched as a graph
-// it is one call. Two users: the fused reduce-scatter's pushes (per destination and piece: wait for the
+// it is one call. Two users: the fused reduce-scatter's pushes (per destination and chunk: wait for the
 // staged count, copy into the peer's inbox, raise the peer's flag; on 4 GPUs, enqueued one by one, the
 // last of them reached the GPU after the kernel had staged its tiles: docs/design/fused_matmul_reduce_scatter.md),
 // and the whole of a pipelined call (docs/design/pipelined.md, "Repeated calls are graph replays").

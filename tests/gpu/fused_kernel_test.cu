@@ -163,7 +163,7 @@ TEST(FusedKernel, EveryInstantiationWaitsForItsRowsFlag) {
           g.chunks.epoch = static_cast<const uint32_t*>(epoch.p);
           g.chunks.flag_stride = kMaxChunksPerRank;
           g.chunks.rows_per_rank = static_cast<int32_t>(m);
-          g.chunks.rows_per_piece = static_cast<int32_t>(m);
+          g.chunks.rows_per_chunk = static_cast<int32_t>(m);
           g.chunks.wait = kernels::WaitContext{impl_of(*comm).fault, 20'000'000'000ull, 0};
           algo::attach_grid(*comm, g, s);
           kernels::fused::run_fused_gemm(g, s);
@@ -187,25 +187,25 @@ TEST(FusedKernel, EveryInstantiationWaitsForItsRowsFlag) {
   });
 }
 
-// The scheduler and fixup() find a reduce-scatter tile's rank and piece with cutlass::FastDivmod; the
-// epilogue counts and waits with plain division. A tile counted into another piece than its own
-// leaves that piece's count short and its push waiting until the timeout. No GPU needed.
-TEST(FusedKernel, TileRowsMapToTheSameRankAndPieceByEitherDivision) {
+// The scheduler and fixup() find a reduce-scatter tile's rank and chunk with cutlass::FastDivmod; the
+// epilogue counts and waits with plain division. A tile counted into another chunk than its own
+// leaves that chunk's count short and its push waiting until the timeout. No GPU needed.
+TEST(FusedKernel, TileRowsMapToTheSameRankAndChunkByEitherDivision) {
   using kernels::fused::ReduceScatterTiles;
   int checked = 0;
   for (const int world : {2, 3, 4, 8}) {
     for (const int m : {256, 1536, 4096, 8192, 12288, 65536}) {
-      for (const int piece_rows : {128, 256, 384, 512, 2048, 4096}) {
-        if (piece_rows > m || (m + piece_rows - 1) / piece_rows > static_cast<int>(kMaxChunksPerRank)) continue;
+      for (const int chunk_rows : {128, 256, 384, 512, 2048, 4096}) {
+        if (chunk_rows > m || (m + chunk_rows - 1) / chunk_rows > static_cast<int>(kMaxChunksPerRank)) continue;
         for (int rank = 0; rank < world; ++rank) {
           ReduceScatterTiles rs;
-          rs.rank = rank, rs.world = world, rs.rows_per_rank = m, rs.rows_per_piece = piece_rows;
-          const cutlass::FastDivmod by_rank(m), by_piece(piece_rows);
+          rs.rank = rank, rs.world = world, rs.rows_per_rank = m, rs.rows_per_chunk = chunk_rows;
+          const cutlass::FastDivmod by_rank(m), by_chunk(chunk_rows);
           for (int row0 = 0; row0 < world * m; row0 += static_cast<int>(kernels::fused::kTileRows)) {
-            const int owner = row0 / m, piece = row0 % m / piece_rows;
-            ASSERT_EQ(rs.staged_index(row0), owner * static_cast<int>(kMaxChunksPerRank) + piece) << row0;
-            ASSERT_EQ(rs.staged_index(row0, by_rank, by_piece), rs.staged_index(row0)) << world << " " << m << " " << row0;
-            ASSERT_EQ(rs.piece_of(row0), piece);
+            const int owner = row0 / m, chunk = row0 % m / chunk_rows;
+            ASSERT_EQ(rs.staged_index(row0), owner * static_cast<int>(kMaxChunksPerRank) + chunk) << row0;
+            ASSERT_EQ(rs.staged_index(row0, by_rank, by_chunk), rs.staged_index(row0)) << world << " " << m << " " << row0;
+            ASSERT_EQ(rs.chunk_of(row0), chunk);
             ASSERT_EQ(rs.is_staged(row0, by_rank), owner != rank);
             ASSERT_EQ(rs.is_staged(row0), owner != rank);
             ++checked;

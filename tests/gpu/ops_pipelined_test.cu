@@ -1,4 +1,4 @@
-// The pipelined algorithm's own cases, beyond every option combination (ops_test.cu): several pieces
+// The pipelined algorithm's own cases, beyond every option combination (ops_test.cu): several chunks
 // per rank, a shard kept in symmetric memory, calls enqueued back to back, 1000 replays of a captured
 // CUDA graph with inputs that change between replays, repeated layouts replayed from graphs of the
 // library's own, and a peer that never comes.
@@ -21,7 +21,7 @@ OpOptions pipelined(int chunks = 0) {
   return o;
 }
 
-int pieces_per_rank(RankContext& ctx) {
+int chunks_per_rank(RankContext& ctx) {
   auto comm = make_comm(ctx);
   Stream st;
   reference::Fp32Gemm fp32;
@@ -39,13 +39,13 @@ int pieces_per_rank(RankContext& ctx) {
   return 0;
 }
 
-TEST(PipelinedOps, SeveralPiecesPerRank_1Rank) {
+TEST(PipelinedOps, SeveralChunksPerRank_1Rank) {
   REQUIRE_GPUS(1);
-  RUN_RANKS(1, pieces_per_rank);
+  RUN_RANKS(1, chunks_per_rank);
 }
 
-TEST(PipelinedOps, SeveralPiecesPerRank_MultiRank) {
-  RUN_EVERY_WORLD_SIZE(pieces_per_rank);
+TEST(PipelinedOps, SeveralChunksPerRank_MultiRank) {
+  RUN_EVERY_WORLD_SIZE(chunks_per_rank);
 }
 
 // The reduce-scatter sums the landed partials in its own GEMM's epilogue by default on two ranks; the
@@ -136,9 +136,9 @@ TEST(PipelinedOps, CapturedGraphReplays1000TimesWithChangingInputs) {
 
 // Outside graph capture, a pipelined call whose layout (shapes, options, pointers) was used before
 // runs as the replay of a graph recorded from it (OverlapResources::enqueue_call). The calls go through
-// eight layouts of each op, two inputs by two outputs by two piece counts, in an irregular order, each
+// eight layouts of each op, two inputs by two outputs by two chunk counts, in an irregular order, each
 // output poisoned first: a replay that read another call's input, wrote another call's output or ran
-// another layout's pieces would leave wrong or poisoned elements.
+// another layout's chunks would leave wrong or poisoned elements.
 int repeated_layouts(RankContext& ctx) {
   BothOps t(ctx);
   auto& comm = t.comm;

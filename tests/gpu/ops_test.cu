@@ -1,7 +1,7 @@
 // The ops with each algorithm, against the reference (inputs regenerated from seeds on every rank,
 // fp32 cuBLASLt GEMM): every option combination, odd shapes, on 1 rank and at every multi-rank world
 // size (gpu_test.h); arguments that differ across ranks or are refused on one rank fail on every rank
-// with the outputs untouched. The pipelined algorithm's own cases (pieces, a shard in symmetric memory,
+// with the outputs untouched. The pipelined algorithm's own cases (chunks, a shard in symmetric memory,
 // calls back to back, CUDA graph replays, an absent peer) are in ops_pipelined_test.cu, the fused
 // algorithm's in ops_fused_test.cu.
 #include <cstdlib>

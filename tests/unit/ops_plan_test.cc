@@ -110,17 +110,17 @@ TEST(AllGatherMatmulPlan, RefusesEachBadArgumentByName) {
   bogus.algorithm = static_cast<Algorithm>(7);
   EXPECT_REFUSED(plan_all_gather_matmul(2, a, {b}, 0, {out}, TensorRef{}, bogus),
                  "all_gather_matmul: options.algorithm is 7; expected sequential, pipelined, fused or auto");
-  OpOptions pieces;
-  pieces.algorithm = Algorithm::kPipelined;
-  pieces.chunks_per_rank = kMaxChunksPerRank + 1;
-  EXPECT_REFUSED(plan_all_gather_matmul(2, a, {b}, 0, {out}, TensorRef{}, pieces),
+  OpOptions chunks;
+  chunks.algorithm = Algorithm::kPipelined;
+  chunks.chunks_per_rank = kMaxChunksPerRank + 1;
+  EXPECT_REFUSED(plan_all_gather_matmul(2, a, {b}, 0, {out}, TensorRef{}, chunks),
                  "options.chunks_per_rank is 17; expected 0 (the default) to 16");
-  pieces.chunks_per_rank = -1;
+  chunks.chunks_per_rank = -1;
   EXPECT_REFUSED(plan_matmul_reduce_scatter(2, t(0, {1024, 256}), t(1, {256, 768}), 0, ReduceOp::kSum,
-                                            t(3, {512, 768}), pieces),
+                                            t(3, {512, 768}), chunks),
                  "options.chunks_per_rank is -1");
-  pieces.chunks_per_rank = kMaxChunksPerRank;
-  EXPECT_NO_THROW(plan_all_gather_matmul(2, a, {b}, 0, {out}, TensorRef{}, pieces));
+  chunks.chunks_per_rank = kMaxChunksPerRank;
+  EXPECT_NO_THROW(plan_all_gather_matmul(2, a, {b}, 0, {out}, TensorRef{}, chunks));
 }
 
 // An enum value outside its list (from C, Python or a cast) is refused by name, on both ops: read as

@@ -20,18 +20,18 @@ namespace {
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 // Cluster rows the scheduler walks down before moving along N: deeper bands reuse B in L2 (a plain
-// GEMM gains up to 5% at the large seed shapes with 8), but a band that spans several pieces makes
-// its first tiles wait for the band's last piece, so a band stays within one piece. (A reduce-scatter's
+// GEMM gains up to 5% at the large seed shapes with 8), but a band that spans several chunks makes
+// its first tiles wait for the band's last chunk, so a band stays within one chunk. (A reduce-scatter's
 // bands are a matter of correctness: reduce_scatter_band_m.)
 // ASYNCTP_FUSED_BAND_M overrides it for measurement (docs/design/fused_all_gather_matmul.md).
 int band_m_for(const FusedGemmArgs& a) {
-  if (a.rs.rank >= 0) return reduce_scatter_band_m(a.rs.rows_per_rank, a.rs.rows_per_piece);
+  if (a.rs.rank >= 0) return reduce_scatter_band_m(a.rs.rows_per_rank, a.rs.rows_per_chunk);
   static const int forced = detail::knob_int(detail::Knob::kFusedBandM, 0);
   if (forced > 0) return forced;
   constexpr int kDeepest = 8;
   if (a.chunks.flags == nullptr) return kDeepest;
-  const int64_t piece_cluster_rows = a.chunks.rows_per_piece / kClusterRows;
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kDeepest, piece_cluster_rows)));
+  const int64_t chunk_cluster_rows = a.chunks.rows_per_chunk / kClusterRows;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kDeepest, chunk_cluster_rows)));
 }
 
 int tile_n_for(const FusedGemmArgs& a) {
@@ -93,8 +93,8 @@ int sm_count() {
 
 int grid_sms(const FusedGemmArgs& args) { return args.sms > 0 ? std::min(args.sms, sm_count()) : sm_count(); }
 
-int reduce_scatter_band_m(int64_t rows_per_rank, int64_t rows_per_piece) {
-  int64_t a = rows_per_rank / kClusterRows, b = rows_per_piece / kClusterRows;
+int reduce_scatter_band_m(int64_t rows_per_rank, int64_t rows_per_chunk) {
+  int64_t a = rows_per_rank / kClusterRows, b = rows_per_chunk / kClusterRows;
   while (b != 0) a %= b, std::swap(a, b);  // a = gcd
   for (int64_t band = std::min<int64_t>(8, a); band > 1; --band) {
     if (a % band == 0) return static_cast<int>(band);

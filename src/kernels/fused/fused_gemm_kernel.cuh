@@ -1,9 +1,9 @@
-// The fused all-gather GEMM assembled from CUTLASS 3 pieces, and its host launch. Included by one
+// The fused GEMM assembled from CUTLASS 3 parts, and its host launch. Included by one
 // generated .cu file per instantiation (fused_gemm_instances.h).
 //
 // The kernel is CUTLASS's Hopper warp-specialized cooperative GEMM (one producer warpgroup issuing
 // TMA loads, two consumer warpgroups issuing WGMMA on a 128 x kTileN x 64 tile, a TMA epilogue) with two of
-// our pieces in it: the async-input mainloop (waits for a tile's rows, reads the local shard in
+// our chunks in it: the async-input mainloop (waits for a tile's rows, reads the local shard in
 // place) and the async-input tile scheduler (own rows first), launched in 2x1x1 clusters
 // (docs/performance.md has its figures beside cuBLAS).
 // The two-rank reduce-scatter's instantiations (kReduceInEpilogue) also take a source C and wrap the

@@ -24,7 +24,7 @@ enum TraceWord : int {
   kTraceUnit = 1,         // cluster << 32 | split << 16 | splits << 1 | staged (a reduce-scatter tile of a peer's rows)
   kTraceStart = 2,        // the CTA's start, in the record of its first unit only (0 in the others)
   kTraceFixupEnter = 3,   // the mainloop's end: accumulators whole
-  kTraceWaitDone = 4,     // the last wait in fixup returned (split partials, or the peers' pieces); 0: none
+  kTraceWaitDone = 4,     // the last wait in fixup returned (split partials, or the peers' chunks); 0: none
   kTraceFixupExit = 5,    // staging or reduction done
   kTraceEpilogueDone = 6, // the epilogue's stores issued (or skipped, for a staged tile)
   kTraceProducerStart = 7, // the CTA's first unit only: its mainloop producer past the kernel's prologue (0: other units)
