@@ -16,11 +16,34 @@ def _gen(seed, *shape):
     return torch.randn(*shape, generator=g)
 
 
-def _mlp(rank, world):
-    import torch.distributed._functional_collectives as funcol
+def _compiled_with_asynctp(name, run):
+    """run() under the compile switch; returns its result and asserts the compiled code calls asynctp's
+    ops, never PyTorch's fused ones."""
     from torch._inductor.utils import run_and_get_code
 
     import asynctp.inductor
+
+    asynctp.inductor.enable_async_tp(name)
+    try:
+        result, code = run_and_get_code(run)
+    finally:
+        asynctp.inductor.disable_async_tp()
+    source = "\n".join(code)
+    assert "asynctp.all_gather_matmul" in source, "the compiled code does not call asynctp's all_gather_matmul"
+    assert "asynctp.matmul_reduce_scatter" in source, "the compiled code does not call asynctp's matmul_reduce_scatter"
+    assert "symm_mem.fused" not in source, "PyTorch's fused ops are still in the compiled code"
+    return result
+
+
+def _assert_close(what, got, want, rtol):
+    """Different kernels and summation orders: a bf16 tolerance of the largest value."""
+    err = (got.float() - want.float()).abs().max().item()
+    tol = rtol * want.float().abs().max().item()
+    assert err <= tol, f"{what}: compiled with asynctp against eager: max abs error {err:.4g} > {tol:.4g}"
+
+
+def _mlp(rank, world):
+    import torch.distributed._functional_collectives as funcol
 
     dev = torch.device("cuda", rank)
     name = asynctp.comm.group_name()
@@ -36,19 +59,8 @@ def _mlp(rank, world):
         return funcol.reduce_scatter_tensor(h @ w_down.t(), "sum", 0, name)
 
     eager = mlp(x)
-    asynctp.inductor.enable_async_tp(name)
-    try:
-        compiled, code = run_and_get_code(torch.compile(mlp, fullgraph=True), x)
-    finally:
-        asynctp.inductor.disable_async_tp()
-    source = "\n".join(code)
-    assert "asynctp.all_gather_matmul" in source, "the compiled graph does not call asynctp's all_gather_matmul"
-    assert "asynctp.matmul_reduce_scatter" in source, "the compiled graph does not call asynctp's matmul_reduce_scatter"
-    assert "symm_mem.fused" not in source, "PyTorch's fused ops are still in the compiled graph"
-    # Different kernels and summation orders: bf16 tolerance of the largest value.
-    err = (compiled.float() - eager.float()).abs().max().item()
-    tol = 2e-2 * eager.float().abs().max().item()
-    assert err <= tol, f"compiled with asynctp against eager: max abs error {err:.4g} > {tol:.4g}"
+    compiled = _compiled_with_asynctp(name, lambda: torch.compile(mlp, fullgraph=True)(x))
+    _assert_close("output", compiled, eager, 2e-2)
 
 
 @pytest.mark.parametrize("world", [1, 2])
@@ -58,9 +70,6 @@ def test_compiled_tp_mlp_runs_asynctps_ops_and_matches_eager(world):
 
 def _attention_projections_with_grads(rank, world):
     import torch.distributed._functional_collectives as funcol
-    from torch._inductor.utils import run_and_get_code
-
-    import asynctp.inductor
 
     dev = torch.device("cuda", rank)
     name = asynctp.comm.group_name()
@@ -87,19 +96,9 @@ def _attention_projections_with_grads(rank, world):
         return [y, x.grad, *[p.grad for p in params]]
 
     eager = run(block)
-    asynctp.inductor.enable_async_tp(name)
-    try:
-        compiled, code = run_and_get_code(lambda: run(torch.compile(block, fullgraph=True)))
-    finally:
-        asynctp.inductor.disable_async_tp()
-    source = "\n".join(code)
-    assert "asynctp.all_gather_matmul" in source, "the compiled forward does not call asynctp's all_gather_matmul"
-    assert "asynctp.matmul_reduce_scatter" in source, "the compiled graphs do not call asynctp's matmul_reduce_scatter"
-    assert "symm_mem.fused" not in source, "PyTorch's fused ops are still in the compiled graphs"
+    compiled = _compiled_with_asynctp(name, lambda: run(torch.compile(block, fullgraph=True)))
     for what, c, e in zip(["output", "x.grad", "wq.grad", "wk.grad", "wv.grad", "wo.grad"], compiled, eager):
-        err = (c.float() - e.float()).abs().max().item()
-        tol = 3e-2 * e.float().abs().max().item()
-        assert err <= tol, f"{what}: compiled with asynctp against eager: max abs error {err:.4g} > {tol:.4g}"
+        _assert_close(what, c, e, 3e-2)
 
 
 @pytest.mark.parametrize("world", [1, 2])
