@@ -358,31 +358,27 @@ inline int failure_mid_protocol_breaks_the_communicator(RankContext& ctx, const 
   f.call(options);
   f.comm->synchronize(f.st.s);  // the overlapped resources exist, and both ranks made a call together
   ctx.barrier();
+  // The error `fn` throws, or "" where it throws none.
+  auto error_of = [](const std::function<void()>& fn) {
+    try {
+      fn();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
   const char* injected = "a failure the test injects after the epoch began";
   if (ctx.rank == 0) {
     algo::Resources::of(*f.comm).overlap->fail_after_next_epoch(injected);
-    std::string first, second;
-    try {
-      f.call(options);
-    } catch (const Error& e) {
-      first = e.what();
-    }
+    const std::string first = error_of([&] { f.call(options); });
     RANK_CHECK(contains(first, injected) && contains(first, "can no longer be used"), "first call: ", first);
-    try {
-      f.call(options);
-    } catch (const Error& e) {
-      second = e.what();
-    }
-    RANK_CHECK(contains(second, "can no longer be used, since") && contains(second, injected), "next call: ",
-               second);
+    const std::string next = error_of([&] { f.call(options); });
+    RANK_CHECK(contains(next, "can no longer be used, since") && contains(next, injected), "next call: ", next);
   } else {
-    std::string message;
-    try {
+    const std::string message = error_of([&] {
       f.call(options);
       f.comm->synchronize(f.st.s);
-    } catch (const Error& e) {
-      message = e.what();
-    }
+    });
     RANK_CHECK(contains(message, "timed out after") || contains(message, "aborted"), message);
   }
   (void)f.comm.release();  // a peer's kernel trapped, or its group was aborted: no collective teardown
