@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed: the torch.compile pass is not tested here")
 
-import asynctp  # noqa: E402
+import asynctp.comm  # noqa: E402 (asynctp.comm.group_name in the ranks)
 from multiprocess import run_ranks  # noqa: E402
 
 
