@@ -1,5 +1,8 @@
 #include "algo/overlap_resources.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "algo/resources.h"
 #include "comm/communicator_impl.h"
 #include "common/check.h"
@@ -181,6 +184,15 @@ void OverlapResources::launch_done_kernel(cudaStream_t stream, bool wait, bool a
                                            staged_, zero_words, wait_context());
   if (advance) epoch_begun();
   ASYNCTP_CUDA_CHECK(cudaGetLastError());
+}
+
+void OverlapResources::set_epoch_for_tests(uint32_t epoch) {
+  ASYNCTP_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint32_t> words(static_cast<size_t>(lsa_size_) * kPadWordsPerPeer, 0);
+  std::fill(words.begin(), words.begin() + pushed_count(0, 0), epoch);
+  ASYNCTP_CUDA_CHECK(cudaMemcpy(pad_->local(), words.data(), words.size() * sizeof(uint32_t), cudaMemcpyHostToDevice));
+  ASYNCTP_CUDA_CHECK(cudaMemcpy(epoch_, &epoch, sizeof(epoch), cudaMemcpyHostToDevice));
+  host_epoch_ = epoch;
 }
 
 void OverlapResources::epoch_begun() {

@@ -128,6 +128,11 @@ class OverlapResources {
   void end_call() { mid_protocol_ = false; }
   // For the tests: the next call's epoch begins, then the call throws an Error saying `why`.
   void fail_after_next_epoch(std::string why) { injected_failure_ = std::move(why); }
+  // For the tests: as though the calls so far had reached `epoch` (near 2^32, to cross the wrap):
+  // this rank's epoch and every flag of its pad that holds an epoch (done, ready, arrived; the pushed
+  // counts stay zero) become `epoch`. Every rank must do it with no call in flight (the device is
+  // drained here), and none may make its next call before all have (the caller's barrier).
+  void set_epoch_for_tests(uint32_t epoch);
   // An event recorded on `from` now.
   cudaEvent_t record(cudaStream_t from);
   // Work enqueued on `to` from now on runs after everything enqueued so far on `from`.

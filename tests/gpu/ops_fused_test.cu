@@ -449,6 +449,11 @@ TEST(FusedOps, ReduceScatterWithAPeerThatNeverComesEndsWithTheTimeoutReport) {
   });
 }
 
+// Fused calls and replays stay right as the epochs wrap past 2^32 (ops_problems.h).
+TEST(FusedOps, CallsAndReplaysAcrossTheEpochWrapAreRight) {
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) { return calls_across_the_epoch_wrap(ctx, with(Algorithm::kFused)); });
+}
+
 // A fused call that throws after its epoch began breaks the communicator, saying why (ops_problems.h).
 TEST(FusedOps, AFailureAfterTheEpochBeganBreaksTheCommunicatorWithTheCause) {
   RUN_EVERY_WORLD_SIZE([](RankContext& ctx) {

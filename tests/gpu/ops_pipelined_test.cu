@@ -205,6 +205,11 @@ TEST(PipelinedOps, APeerThatNeverComesEndsWithTheTimeoutReport) {
   RUN_EVERY_WORLD_SIZE([](RankContext& ctx) { return absent_peer_times_out(ctx, pipelined()); });
 }
 
+// Pipelined calls and replays stay right as the epochs wrap past 2^32 (ops_problems.h).
+TEST(PipelinedOps, CallsAndReplaysAcrossTheEpochWrapAreRight) {
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) { return calls_across_the_epoch_wrap(ctx, pipelined()); });
+}
+
 // A pipelined call that throws after its epoch began breaks the communicator, saying why
 // (ops_problems.h).
 TEST(PipelinedOps, AFailureAfterTheEpochBeganBreaksTheCommunicatorWithTheCause) {

@@ -188,6 +188,56 @@ inline int graph_replays(RankContext& ctx, const OpOptions& ag_options, const Op
   return 0;
 }
 
+// The epochs that flags carry are 32-bit and compared as a signed difference, so they may wrap: every
+// rank's epoch and flags are set just short of 2^32 (a test hook), then eager calls of each op cross the
+// wrap, and so do replays of a graph captured before; every result is checked, on two sets of inputs
+// that alternate (a stale flag would let a rank read the other set).
+inline int calls_across_the_epoch_wrap(RankContext& ctx, const OpOptions& options) {
+  BothOps t(ctx);
+  auto& comm = t.comm;
+  auto& st = t.st;
+  auto& ag = t.ag;
+  auto& rs = t.rs;
+  const int ws = t.ws, r = t.r;
+  Buf ag_a(ag.m * ag.K * 2), ag_out(ag.M * ag.N * 2), rs_a(rs.M * rs.kl * 2), rs_out(rs.rows * rs.N * 2);
+  InputSets in(ag, rs, 2, r, t.fp32, st.s);
+  auto step = [&] {
+    all_gather_matmul(*comm, ag.a_ref(ag_a.p), {ag.b_ref()}, 0, {ag.out_ref(ag_out.p)}, TensorRef{}, st.s, options);
+    matmul_reduce_scatter(*comm, rs.a_ref(rs_a.p), rs.b_ref(), 0, ReduceOp::kSum, rs.out_ref(rs_out.p), st.s, options);
+  };
+  auto checked = [&](int i, const char* what, const std::function<void()>& run) {
+    const int v = i % 2;
+    RANK_CUDA(cudaMemcpyAsync(ag_a.p, in.ag_a[v]->p, ag.m * ag.K * 2, cudaMemcpyDeviceToDevice, st.s));
+    RANK_CUDA(cudaMemcpyAsync(rs_a.p, in.rs_a[v]->p, rs.M * rs.kl * 2, cudaMemcpyDeviceToDevice, st.s));
+    reference::poison(ag_out.p, ag.M * ag.N * 2, st.s);
+    reference::poison(rs_out.p, rs.rows * rs.N * 2, st.s);
+    run();
+    ag.check(ag_out.p, in.ag_ref[v]->f(), detail::cat("all_gather_matmul, ", what, " ", i).c_str(), st.s);
+    rs.check(rs_out.p, in.rs_ref[v]->f(), r, ws, detail::cat("matmul_reduce_scatter, ", what, " ", i).c_str(), st.s);
+  };
+  // Just short of the wrap: each call of each op advances the epoch by one.
+  auto near_the_wrap = [&] {
+    comm->synchronize(st.s);
+    ctx.barrier();
+    algo::Resources::of(*comm).overlap->set_epoch_for_tests(0xFFFFFFFFu - 4);
+    ctx.barrier();
+  };
+  checked(0, "first call", step);  // streams, flags, workspace and GEMM plans are made here
+  cudaGraph_t graph;
+  RANK_CUDA(cudaStreamBeginCapture(st.s, cudaStreamCaptureModeThreadLocal));
+  step();
+  RANK_CUDA(cudaStreamEndCapture(st.s, &graph));
+  cudaGraphExec_t exec = executable_on_every_rank(ctx, graph, st.s);
+  near_the_wrap();
+  for (int i = 0; i < 6; ++i) checked(i, "eager call across the wrap", step);
+  near_the_wrap();
+  for (int i = 0; i < 6; ++i) checked(i, "replay across the wrap", [&] { RANK_CUDA(cudaGraphLaunch(exec, st.s)); });
+  std::printf("rank %d: %s calls and replays across the epoch wrap correct\n", r, algorithm_name(options.algorithm));
+  RANK_CUDA(cudaGraphExecDestroy(exec));
+  RANK_CUDA(cudaGraphDestroy(graph));
+  return 0;
+}
+
 // One call of each op captured at the small shapes, then, in turn, eager calls at ever larger shapes
 // (each grows the communicator's scratch, workspace and fused inbox) and replays of the graph, every
 // result checked. The graph holds the pointers it was captured with: had a growth freed them, a replay
