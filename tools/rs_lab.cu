@@ -63,7 +63,9 @@ using kernels::fused::StagedLayout;
 constexpr int kNoGpu = 77;
 constexpr int kPeer = 1;  // this GPU plays rank 0; rank 1's rows are the ones it stages
 // The kernel's staged counters (one per rank and chunk) and the done count after them.
-constexpr size_t kCounterBytes = (2 * kMaxChunksPerRank + 1) * sizeof(uint32_t);
+// The staged counters of a two-rank team, laid out as the op's (chunk_slots.h).
+constexpr kernels::fused::StagedCounters kCounters{2};
+constexpr size_t kCounterBytes = kCounters.words() * sizeof(uint32_t);
 // A wait in the kernel that has not ended by then will not.
 constexpr uint64_t kWaitNs = 2'000'000'000ull;
 
@@ -215,7 +217,7 @@ class Shape {
     // itself (the pushed call waits for it).
     kernels::fused::DoneSignal done;
     done.peers = 1;
-    done.finished = counters_.as<uint32_t>() + 2 * kMaxChunksPerRank;
+    done.finished = counters_.as<uint32_t>() + kCounters.finished_warps();
     done.epoch = epoch_word_.as<uint32_t>();
     done.flag[0] = done_word_.as<uint32_t>();
     ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(done_.p, &done, sizeof(done), cudaMemcpyHostToDevice, main_));
@@ -422,7 +424,7 @@ class Shape {
       ASYNCTP_CUDA_CHECK(cudaStreamWaitEvent(pushes_, fork_, 0));
       for (int j = 0; j < chunks_.used; ++j) {
         ASYNCTP_CU_CHECK(detail::driver().stream_wait_value32(
-            cu(pushes_), cu(counters_.as<uint32_t>() + kPeer * kMaxChunksPerRank + j),
+            cu(pushes_), cu(counters_.as<uint32_t>() + kCounters.of(kPeer, j)),
             layout.count(rs, j), CU_STREAM_WAIT_VALUE_GEQ));
         raise_flag(pushes_, j);
       }

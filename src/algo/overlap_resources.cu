@@ -82,7 +82,7 @@ OverlapResources::OverlapResources(Communicator& comm) : comm_(comm) {
     for (int p = 0; p < lsa_size_; ++p) {
       if (p != m.lsa.rank) d.flag[d.peers++] = pad_->peer(p) + done_flag(m.lsa.rank);
     }
-    d.finished = staged_ + static_cast<size_t>(lsa_size_) * kMaxChunksPerRank;
+    d.finished = staged_ + counters().finished_warps();
     d.epoch = epoch_;
     ASYNCTP_CUDA_CHECK(cudaMalloc(&done_signal_, sizeof(d)));
     ASYNCTP_CUDA_CHECK(cudaMemcpy(done_signal_, &d, sizeof(d), cudaMemcpyHostToDevice));
@@ -132,7 +132,7 @@ OverlapResources::~OverlapResources() {
 
 void OverlapResources::wait_staged(cudaStream_t stream, int peer, int chunk, uint32_t count) {
   ASYNCTP_CU_CHECK(detail::driver().stream_wait_value32(
-      reinterpret_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(staged_ + peer * kMaxChunksPerRank + chunk),
+      reinterpret_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(staged_ + counters().of(peer, chunk)),
       count, CU_STREAM_WAIT_VALUE_GEQ));
 }
 
@@ -170,7 +170,7 @@ void OverlapResources::wait_previous_done_without_sm(cudaStream_t stream) {
 }
 
 void OverlapResources::zero_staged(cudaStream_t stream, int peer, int chunks) {
-  ASYNCTP_CUDA_CHECK(cudaMemsetAsync(staged_ + static_cast<size_t>(peer) * kMaxChunksPerRank, 0,
+  ASYNCTP_CUDA_CHECK(cudaMemsetAsync(staged_ + counters().of(peer, 0), 0,
                                      static_cast<size_t>(chunks) * sizeof(uint32_t), stream));
 }
 

@@ -213,7 +213,8 @@ class OverlapResources {
   uint32_t* staged_ = nullptr;
   kernels::fused::DoneSignal* done_signal_ = nullptr;
   // The staged counters, then the done signal's count of finished warps.
-  size_t staged_bytes() const { return (static_cast<size_t>(lsa_size_) * kMaxChunksPerRank + 1) * sizeof(uint32_t); }
+  kernels::fused::StagedCounters counters() const { return kernels::fused::StagedCounters{lsa_size_}; }
+  size_t staged_bytes() const { return static_cast<size_t>(counters().words()) * sizeof(uint32_t); }
   uint32_t* epoch_ = nullptr;  // device: the epoch of the current (or last) overlapped call
   uint32_t host_epoch_ = 0;    // the same, as the host knows it while host_knows_epoch_
   // False for good once a call has been captured (begin_fused_epoch).

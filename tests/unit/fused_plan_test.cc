@@ -192,5 +192,23 @@ TEST(FusedPlan, ReduceScatterStagedLayoutAndCounts) {
   EXPECT_EQ(rs.tiles_in_chunk(1), 4u * 4);
 }
 
+// The staged counters as the kernel indexes them (ReduceScatterTiles::staged_index) and as the op
+// and the lab lay them out (StagedCounters): the same slot for every tile's rank and chunk, and the
+// done signal's count after them all.
+TEST(FusedPlan, ReduceScatterStagedCountersAreIndexedAlikeByTheKernelAndTheHost) {
+  using kernels::fused::StagedCounters;
+  kernels::fused::ReduceScatterTiles rs;
+  rs.rows_per_rank = 1280, rs.rows_per_chunk = 768, rs.tiles_n = 4;
+  for (int ranks : {2, 3, 8}) {
+    const StagedCounters counters{ranks};
+    for (int32_t row0 = 0; row0 < ranks * rs.rows_per_rank; row0 += 128) {
+      const int32_t index = rs.staged_index(row0);
+      EXPECT_EQ(index, StagedCounters::of(rs.owner_of(row0), rs.chunk_of(row0))) << "row " << row0;
+      EXPECT_LT(index, counters.finished_warps());
+    }
+    EXPECT_EQ(counters.words(), counters.finished_warps() + 1);
+  }
+}
+
 }  // namespace
 }  // namespace asynctp
