@@ -34,7 +34,7 @@ struct FusedGemmArgs {
   int band_m = 0;                 // tile order (async_input_scheduler.cuh); 0 picks the default
   int tile_n = 0;                 // 192 or 256; 0 picks it (pick_tile_n; a reduce-scatter's is kRsTileN)
   // Lets the kernel split its last round of tiles along K (tail_split.h): tail_split_workspace_bytes(
-  // split_sms) bytes whose counters start at zero (Communicator::Impl::tail_split_workspace). Null:
+  // split_sms) bytes whose counters start at zero (algo::Resources::tail_split_workspace). Null:
   // every tile is computed whole. split_wait bounds the wait of a tile's last split for the others.
   void* split_workspace = nullptr;
   int split_sms = 0;
