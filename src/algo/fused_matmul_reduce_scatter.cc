@@ -43,6 +43,43 @@ bool reduce_in_epilogue(int world_size, int64_t tiles, int sms) {
   return world_size == 2 && tiles >= kEpilogueFromRounds * sms;
 }
 
+// What the fused reduce-scatter's pushes read from the host: with the peers' inboxes, the key of their
+// recorded replay (StreamReplay::key_of), so 64-bit fields only (no padding).
+struct PushWork {
+  int64_t me, ws, rows, chunk_rows, used_chunks, n, epilogue;
+  uint64_t rank_bytes;
+  const char* staging;  // slot d: this rank's tiles of rank d's rows
+};
+
+// Each chunk of each peer's rows, once the kernel has staged all its tiles (the staged counters), to
+// that peer's inbox with its arrived flag; rank me+1 first, as the kernel computes them. One stream per
+// destination, forked from `origin` and joined back.
+void enqueue_pushes_of(OverlapResources& pr, const PushWork& w, const std::vector<const void*>& inboxes,
+                       cudaStream_t origin) {
+  const kernels::fused::StagedLayout layout(w.epilogue != 0, w.n);
+  kernels::fused::ReduceScatterTiles counts;  // what the kernel counts per chunk
+  counts.rows_per_rank = static_cast<int32_t>(w.rows);
+  counts.rows_per_chunk = static_cast<int32_t>(w.chunk_rows);
+  counts.tiles_n = static_cast<int32_t>(layout.tiles_n);
+  const int me = static_cast<int>(w.me), ws = static_cast<int>(w.ws);
+  Fanout pushes(pr, origin);
+  for (int i = 1; i < ws; ++i) {
+    const int d = (me + i) % ws;
+    cudaStream_t push = pushes.use(pr.peer_stream(d));
+    for (int j = 0; j < w.used_chunks; ++j) {
+      const int64_t r0 = j * w.chunk_rows, r1 = std::min<int64_t>(w.rows, (j + 1) * w.chunk_rows);
+      pr.wait_staged(push, d, j, layout.count(counts, j));
+      const size_t offset = layout.bytes_before(r0);
+      ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(bytes(const_cast<void*>(inboxes[d])) + me * w.rank_bytes + offset,
+                                         w.staging + d * w.rank_bytes + offset, layout.bytes_before(r1) - offset,
+                                         cudaMemcpyDeviceToDevice, push));
+      pr.signal(push, d, pr.arrived_flag(me, j));
+    }
+    pr.zero_staged(push, d, static_cast<int>(w.used_chunks));  // as the next call expects to find them
+  }
+  pushes.join();
+}
+
 // Whether a reduction in the epilogue pushes the staged tiles from the kernel, straight into the
 // peer's inbox over NVLink (kernels/fused/reduce_scatter_tiles.h, push_inbox), instead of through the
 // staging buffer and the copy engine. ASYNCTP_FUSED_RS_PUSH=kernel|copy-engine, set alike on every
@@ -163,45 +200,23 @@ void fused_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPl
 
   // Each chunk of each peer's rows, once the kernel has staged all its tiles, to that peer's inbox;
   // rank me+1 first, as the kernel computes them. One stream per destination, forked from `origin`.
-  const auto enqueue_pushes = [&](cudaStream_t origin) {
-    Fanout pushes(pr, origin);
-    for (int i = 1; i < ws; ++i) {
-      const int d = (me + i) % ws;
-      cudaStream_t push = pushes.use(pr.peer_stream(d));
-      for (int j = 0; j < used_chunks; ++j) {
-        const int64_t r0 = chunks.begin(j), r1 = chunks.end(j, rows);
-        pr.wait_staged(push, d, j, layout.count(rs, j));
-        const size_t offset = layout.bytes_before(r0);
-        ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(bytes(inbox.peer(d)) + me * rank_bytes + offset,
-                                           staging + d * rank_bytes + offset, layout.bytes_before(r1) - offset,
-                                           cudaMemcpyDeviceToDevice, push));
-        pr.signal(push, d, pr.arrived_flag(me, j));
-      }
-      pr.zero_staged(push, d, used_chunks);  // as the next call expects to find them
-    }
-    pushes.join();
+  // The pushes read only `work` and the peers' inboxes, which make their replay's key.
+  const PushWork work{me, ws, rows, chunk_rows, used_chunks, plan.N, layout.epilogue ? 1 : 0, rank_bytes, staging};
+  std::vector<const void*> inboxes;
+  for (int d = 0; d < ws; ++d) inboxes.push_back(inbox.peer(d));
+  const auto enqueue_pushes = [&pr, work, inboxes](cudaStream_t origin) {
+    enqueue_pushes_of(pr, work, inboxes, origin);
   };
   timeline.mark("resources");
   pr.begin_call();
   // Outside graph capture the pushes are one graph launch after the kernel (stream_replay.h); the graph
-  // is made before the kernel, the first time this layout is used. Everything the pushes depend on is
-  // in the key, so that a kept graph is launched only where it is still right. Where ranks share the
-  // GPU they are enqueued one by one instead (OverlapResources::replays_off).
+  // is made before the kernel, the first time this layout is used. Where ranks share the GPU they are
+  // enqueued one by one instead (OverlapResources::replays_off).
   const bool captured = OverlapResources::capturing(stream);
   cudaGraphExec_t replay = nullptr;
   if (!captured && !pr.replays_off()) {
-    StreamReplay::Key key = {static_cast<uint64_t>(ReplayKind::kFusedRsPushes),
-                             static_cast<uint64_t>(me),
-                             static_cast<uint64_t>(ws),
-                             static_cast<uint64_t>(rows),
-                             rank_bytes,
-                             static_cast<uint64_t>(chunk_rows),
-                             static_cast<uint64_t>(used_chunks),
-                             static_cast<uint64_t>(tiles_n),
-                             reinterpret_cast<uintptr_t>(staging),
-                             static_cast<uint64_t>(layout.epilogue)};
-    for (int d = 0; d < ws; ++d) key.push_back(reinterpret_cast<uintptr_t>(inbox.peer(d)));
-    replay = pr.replays().prepare(key, stream, enqueue_pushes);
+    replay = pr.replays().prepare(StreamReplay::key_of(ReplayKind::kFusedRsPushes, work, inboxes), stream,
+                                  enqueue_pushes);
   }
   // Pushes go into the peers' inboxes, so each peer must be done with the last call first: outside
   // graph capture only the pushes wait for that (docs/design/fused_all_gather_matmul.md), under capture the whole call. Outside
