@@ -27,17 +27,19 @@ class StreamReplay {
   using Key = std::vector<uint64_t>;
   using Enqueue = std::function<void(cudaStream_t origin)>;
 
-  // A key made of `work`, a plain struct compared whole (no padding: every byte is a value), and
-  // `pointers` (one per peer, say). Work recorded for it that reads only `work` and `pointers` has
-  // every value it depends on in its key by construction.
+  // A key made of `work`, a plain struct compared whole (no padding: every byte is a value), then
+  // `pointers` (one per peer, say) and `values` (one per B, say). Work recorded for it that reads only
+  // these has every value it depends on in its key by construction.
   template <typename Work>
-  static Key key_of(ReplayKind kind, const Work& work, const std::vector<const void*>& pointers) {
+  static Key key_of(ReplayKind kind, const Work& work, const std::vector<const void*>& pointers,
+                    const std::vector<int64_t>& values = {}) {
     static_assert(std::is_trivially_copyable_v<Work> && std::has_unique_object_representations_v<Work>,
                   "a replay key's struct must have no padding: it is compared byte for byte");
     Key key(1 + (sizeof(Work) + sizeof(uint64_t) - 1) / sizeof(uint64_t), 0);
     key[0] = static_cast<uint64_t>(kind);
     std::memcpy(key.data() + 1, &work, sizeof(Work));
     for (const void* p : pointers) key.push_back(reinterpret_cast<uintptr_t>(p));
+    for (int64_t v : values) key.push_back(static_cast<uint64_t>(v));
     return key;
   }
 
