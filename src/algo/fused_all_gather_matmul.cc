@@ -11,6 +11,7 @@
 #include "comm/communicator_impl.h"
 #include "common/check.h"
 #include "common/element.h"
+#include "common/env.h"
 #include "kernels/fused/fused_gemm.h"
 
 namespace asynctp::algo {
@@ -131,13 +132,12 @@ void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan
   const bool pushes_wait = pr.begin_fused_epoch(stream, OverlapResources::capturing(stream));
   Fanout fan(pr, stream);
 
-  // The kernels first: each API call enqueued before them would delay their start on an idle GPU, and
-  // the copies below need no kernel (their side streams follow the fork above, not the kernels). Should
-  // a launch fail, the copies are still enqueued and the call still ends as usual before the error goes
-  // up, so the peers get this rank's rows and do not wait for it until they time out.
-  timeline.mark("kernel");
+  // Should a launch fail, the copies are still enqueued and the call still ends as usual before the
+  // error goes up, so the peers get this rank's rows and do not wait for it until they time out.
   std::exception_ptr launch_failed;
-  if (all_kernel) {
+  const auto launch_kernels = [&] {
+    timeline.mark("kernel");
+    if (!all_kernel) return;
     try {
       for (size_t i = 0; i < bs.size(); ++i) {
         kernels::fused::FusedGemmArgs& g = kernels_args[i];
@@ -162,44 +162,59 @@ void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan
     } catch (...) {
       launch_failed = std::current_exception();
     }
-  }
-  timeline.mark("kernel_launched");
+    timeline.mark("kernel_launched");
+  };
 
-  // Push this rank's shard to each peer, chunk by chunk, rank me-1 first: it multiplies these rows
-  // right after its own, while rank me-i multiplies them i-th.
-  cudaStream_t push = fan.use(pr.peer_stream(me));
-  if (pushes_wait) pr.wait_previous_done_without_sm(push);
-  for (int i = 1; i < ws; ++i) {
-    const int q = (me - i + ws) % ws;
-    char* dst = bytes(gathered.peer(q)) + begin * row_bytes;
-    for (int j = 0; j < used_chunks; ++j) {
-      const RowRange r = chunk(j);
-      ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(dst + r.begin * row_bytes, bytes(a_shard.data) + r.begin * row_bytes,
-                                         r.size() * row_bytes, cudaMemcpyDeviceToDevice, push));
-      pr.signal(push, q, pr.arrived_flag(me, j));
-    }
-  }
-  // This rank's own rows, where the GEMM reads them from the gathered buffer.
-  cudaStream_t local = fan.use(pr.signal_stream());
-  if (own_rows_in_gathered) {
-    ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(mine + begin * row_bytes, a_shard.data, shard_bytes, cudaMemcpyDeviceToDevice, local));
-    for (int j = 0; j < used_chunks; ++j) pr.signal(local, me, pr.arrived_flag(me, j));
-  }
-  if (plan.return_a) {
-    char* out = bytes(gathered_a.data);
-    ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(out + begin * row_bytes, a_shard.data, shard_bytes, cudaMemcpyDeviceToDevice, local));
-    // The peers' rows, once all have landed: a one-warp wait, which finds an SM only when the kernel
-    // ends (the kernel fills them all), so the copy never delays the GEMM.
-    OverlapResources::FlagList landed;
+  const auto enqueue_copies = [&] {
+    // Push this rank's shard to each peer, chunk by chunk, rank me-1 first: it multiplies these rows
+    // right after its own, while rank me-i multiplies them i-th.
+    cudaStream_t push = fan.use(pr.peer_stream(me));
+    if (pushes_wait) pr.wait_previous_done_without_sm(push);
     for (int i = 1; i < ws; ++i) {
-      for (int j = 0; j < used_chunks; ++j) landed.add(pr.arrived_flag((me + i) % ws, j), (me + i) % ws);
+      const int q = (me - i + ws) % ws;
+      char* dst = bytes(gathered.peer(q)) + begin * row_bytes;
+      for (int j = 0; j < used_chunks; ++j) {
+        const RowRange r = chunk(j);
+        ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(dst + r.begin * row_bytes, bytes(a_shard.data) + r.begin * row_bytes,
+                                           r.size() * row_bytes, cudaMemcpyDeviceToDevice, push));
+        pr.signal(push, q, pr.arrived_flag(me, j));
+      }
     }
-    pr.wait_ready(local, landed);
-    if (begin > 0) ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(out, mine, begin * row_bytes, cudaMemcpyDeviceToDevice, local));
-    if (end < plan.M) {
-      ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(out + end * row_bytes, mine + end * row_bytes, (plan.M - end) * row_bytes,
-                                         cudaMemcpyDeviceToDevice, local));
+    // This rank's own rows, where the GEMM reads them from the gathered buffer.
+    cudaStream_t local = fan.use(pr.signal_stream());
+    if (own_rows_in_gathered) {
+      ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(mine + begin * row_bytes, a_shard.data, shard_bytes, cudaMemcpyDeviceToDevice, local));
+      for (int j = 0; j < used_chunks; ++j) pr.signal(local, me, pr.arrived_flag(me, j));
     }
+    if (plan.return_a) {
+      char* out = bytes(gathered_a.data);
+      ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(out + begin * row_bytes, a_shard.data, shard_bytes, cudaMemcpyDeviceToDevice, local));
+      // The peers' rows, once all have landed: a one-warp wait, which finds an SM only when the kernel
+      // ends (the kernel fills them all), so the copy never delays the GEMM.
+      OverlapResources::FlagList landed;
+      for (int i = 1; i < ws; ++i) {
+        for (int j = 0; j < used_chunks; ++j) landed.add(pr.arrived_flag((me + i) % ws, j), (me + i) % ws);
+      }
+      pr.wait_ready(local, landed);
+      if (begin > 0) ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(out, mine, begin * row_bytes, cudaMemcpyDeviceToDevice, local));
+      if (end < plan.M) {
+        ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(out + end * row_bytes, mine + end * row_bytes, (plan.M - end) * row_bytes,
+                                           cudaMemcpyDeviceToDevice, local));
+      }
+    }
+  };
+
+  // The kernels first, where each stream has a hardware queue of its own: each API call enqueued
+  // before them would delay their start on an idle GPU, and the copies need no kernel (their side
+  // streams follow the fork above, not the kernels). Where the device has one queue for every stream
+  // (CUDA_DEVICE_MAX_CONNECTIONS=1), the copies go first: the queue would hold them behind the kernel
+  // that waits for them.
+  if (detail::one_device_connection()) {
+    enqueue_copies();
+    launch_kernels();
+  } else {
+    launch_kernels();
+    enqueue_copies();
   }
 
   if (!all_kernel) {

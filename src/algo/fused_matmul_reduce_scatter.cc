@@ -130,6 +130,9 @@ const char* fused_rs_unsupported(const MatmulReduceScatterPlan& plan, const Tens
                                  const TensorRef& output) {
   if (plan.scatter_last) return "scatter_dim last";
   if (!fused_rs_takes_rows(plan.out_rows)) return "rows per rank not a multiple of 256";
+  // The kernel's own tiles wait for the peers' pushes, which wait for what the peers' kernels stage:
+  // with one hardware queue, the queue holds the pushes behind the kernel that waits for them.
+  if (detail::one_device_connection()) return "one hardware queue per device (CUDA_DEVICE_MAX_CONNECTIONS=1)";
   kernels::fused::FusedGemmArgs g;
   g.dtype = element_of(plan.dtype);
   g.M = plan.M, g.N = plan.N, g.K = plan.k_local;

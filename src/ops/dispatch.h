@@ -22,8 +22,9 @@ namespace asynctp::ops {
 Algorithm algorithm_that_runs(const algo::AllGatherMatmulPlan& plan, Algorithm chosen);
 // The same for matmul_reduce_scatter: fused runs pipelined where the fused kernel does not take the
 // problem (algo::fused_rs_unsupported: scatter along the last dim, rows per rank not whole 256-row
-// clusters, shapes or pointers the kernel's loads cannot take; the plan has refused pointers off
-// 16-byte boundaries on every rank, so this too is alike on every rank).
+// clusters, shapes or pointers the kernel's loads cannot take, one hardware queue per device; the plan
+// has refused pointers off 16-byte boundaries on every rank, and the ranks agree on the queues, so
+// this too is alike on every rank).
 Algorithm algorithm_that_runs(const algo::MatmulReduceScatterPlan& plan, const TensorRef& a, const TensorRef& b,
                               const TensorRef& output, Algorithm chosen);
 

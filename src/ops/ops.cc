@@ -12,6 +12,7 @@
 #include "asynctp/version.h"
 #include "comm/communicator_impl.h"
 #include "common/check.h"
+#include "common/env.h"
 #include "kernels/fused/tile_trace.h"
 #include "ops/cross_rank_check.h"
 #include "ops/dispatch.h"
@@ -205,9 +206,14 @@ void matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const TensorR
                                    [&] { return tune::key_of(plan, comm.world_size(), impl_of(comm).gpu_name); });
   unless_refused(refusal, [&] { check_runs_here(comm, op, options.algorithm); });
 
+  ops::Signature signature = ops::signature_of(op, a, {b}, scatter_dim, options, static_cast<int64_t>(reduce_op));
+  // Fused runs pipelined where the device has one hardware queue (algo::fused_rs_unsupported): every
+  // rank must run the same.
+  if (options.algorithm == Algorithm::kFused) {
+    signature.add("one hardware queue per device (CUDA_DEVICE_MAX_CONNECTIONS=1)", detail::one_device_connection() ? 1 : 0);
+  }
   const algo::AgreeFn agreed =
-      agree(comm, op, ops::signature_of(op, a, {b}, scatter_dim, options, static_cast<int64_t>(reduce_op)), options,
-            stream, refusal, NamedInputs{{"a", a}, {"b", b}});
+      agree(comm, op, std::move(signature), options, stream, refusal, NamedInputs{{"a", a}, {"b", b}});
   ops::run_matmul_reduce_scatter(comm, plan, options.algorithm, options.chunks_per_rank, a, b, output, stream, agreed);
 }
 
