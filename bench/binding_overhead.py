@@ -1,9 +1,12 @@
 """Where the Python binding's time goes, per call of all_gather_matmul (4096x3584x8192, bf16): the C
 interface called directly with prepared arguments, the public function (which skips the dispatcher
-where it may), and torch.ops.asynctp (always through the dispatcher). Host: wall time of the call
-alone; GPU: event-timed call started on idle GPUs after a barrier, as bench/compare_torch.py times.
+where it may), and torch.ops.asynctp (always through the dispatcher); beside them PyTorch's own
+torch.ops.symm_mem.fused_all_gather_matmul. Host: wall time of the call alone; GPU: event-timed call
+started on idle GPUs after a barrier, as bench/compare_torch.py times. At one rank the host time has
+no wait for a peer in it.
 
     torchrun --nproc-per-node 2 bench/binding_overhead.py
+    torchrun --nproc-per-node 1 bench/binding_overhead.py
 """
 
 import ctypes
@@ -12,6 +15,7 @@ import time
 
 import torch
 import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
 
 import asynctp
 from asynctp import _calls, _lib
@@ -53,6 +57,15 @@ def main():
         for path, fn in paths.items():
             rows.append((alg, path, median_after_barrier(fn, host_us, 20, warmup=3),
                          median_after_barrier(fn, gpu_us, 20, warmup=3)))
+    try:
+        symm_mem.enable_symm_mem_for_group(name)
+        torch_fused = lambda: torch.ops.symm_mem.fused_all_gather_matmul(a, [b], 0, name)  # noqa: E731
+        rows.append(("PyTorch's fused", "torch.ops.symm_mem.fused_all_gather_matmul",
+                     median_after_barrier(torch_fused, host_us, 20, warmup=3),
+                     median_after_barrier(torch_fused, gpu_us, 20, warmup=3)))
+    except Exception as e:  # the table still shows asynctp's rows, and why PyTorch's is missing
+        rows.append(("PyTorch's fused", f"torch.ops.symm_mem.fused_all_gather_matmul: {type(e).__name__}: {e}",
+                     float("nan"), float("nan")))
     if dist.get_rank() == 0:
         print(f"{world} ranks, {torch.cuda.get_device_name()}, all_gather_matmul {M}x{N}x{K} bf16, medians (rank 0)")
         print("| algorithm | called through | host µs | GPU µs |\n|---|---|---:|---:|")

@@ -2,7 +2,7 @@
 // Hopper kernels of a few schedules, tiles and clusters, and through the fused kernel itself, timed
 // beside cuBLASLt on one GPU, each call behind a kernel that holds the GPU (the kernels' own time). It
 // answers whether another configuration than the fused kernel's (cooperative, 128 x 256 tiles, 2 x 1
-// cluster) would be faster at the partial GEMMs asynctp runs, and what the fused kernel's own pieces
+// cluster) would be faster at the partial GEMMs asynctp runs, and what the fused kernel's own chunks
 // cost beside CUTLASS's kernel of the same configuration (docs/experiments.md). Diagnostic only: not built by default (`ninja -C build asynctp-gemm-configs`), no arguments.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -19,7 +19,7 @@
 
 #include "gemm/cublaslt_gemm.h"
 #include "gpu_hold.cuh"
-#include "kernels/fused/ag_gemm.h"
+#include "kernels/fused/fused_gemm.h"
 #include "kernels/fused/packed_stride.h"
 
 using asynctp::kernels::fused::packed_stride;
@@ -85,12 +85,12 @@ float run(const char* name, int M, int N, int K, Elt* a, Elt* b, Elt* d, cudaStr
 // cooperative 128 x 256 / 2 x 1 configuration), every tile whole, walking `band_m` cluster rows down
 // before moving along N (0: its default); timed by median_us.
 float fused(int M, int N, int K, int band_m, Elt* a, Elt* b, Elt* d, cudaStream_t s) {
-  asynctp::kernels::fused::AgGemmArgs g;
+  asynctp::kernels::fused::FusedGemmArgs g;
   g.M = M, g.N = N, g.K = K;
   g.a = a, g.b = b, g.c = d;
   g.tile_n = 256;
   g.band_m = band_m;
-  return median_us([&] { asynctp::kernels::fused::run_ag_gemm(g, s); }, s);
+  return median_us([&] { asynctp::kernels::fused::run_fused_gemm(g, s); }, s);
 }
 
 // cuBLASLt as the library runs it (gemm::GemmRunner: the heuristic's first choice, its workspace), timed
@@ -133,7 +133,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const int shapes[][3] = {{4096, 3584, 4096}, {2048, 3584, 4096}, {12288, 7168, 2048}, {4096, 6656, 8192}, {16384, 8192, 4096}};
-  asynctp::kernels::fused::load_ag_gemm_kernels();  // sets its shared-memory limit
+  asynctp::kernels::fused::load_fused_gemm_kernels();  // sets its shared-memory limit
   size_t mx = size_t(16384) * 8192;
   Elt *a, *b, *d;
   cudaMalloc(&a, mx * 2); cudaMalloc(&b, mx * 2); cudaMalloc(&d, mx * 2);

@@ -2,21 +2,21 @@
 // kernel as a plain GEMM and cuBLASLt, so that what the kernel itself costs inside the op can be
 // measured, and changed, on a machine of one GPU (docs/performance.md, "One GPU").
 //
-// The peer is this GPU itself, and its pieces are already in the inbox: before the timed calls, the
+// The peer is this GPU itself, and its chunks are already in the inbox: before the timed calls, the
 // staged tiles of rank 1's rows are copied into the inbox slot where rank 1's copy of this rank's rows
 // would land, so that own row r ends as P[r] + P[m + r] (P the partial product, m = M / 2), which is
 // checked against an fp32 GEMM. Then each call either finds the peer's arrived flags up at its
-// launch (preset: no own tile waits) or has them raised, piece by piece, by stream memory operations
-// that wait for the piece's staged count as the op's pushes do (signalled), but copy nothing: a copy
+// launch (preset: no own tile waits) or has them raised, chunk by chunk, by stream memory operations
+// that wait for the chunk's staged count as the op's pushes do (signalled), but copy nothing: a copy
 // within one GPU runs as a kernel, which could not start beside the persistent GEMM that waits for it
 // (the op's copies go to another GPU, on a copy engine). So what the lab shows is the kernel's own
-// cost of staging and reducing, and of its own tiles waiting for pieces as soon as they are staged;
-// not the copy engine's traffic, nor the time a piece takes to cross NVLink.
+// cost of staging and reducing, and of its own tiles waiting for chunks as soon as they are staged;
+// not the copy engine's traffic, nor the time a chunk takes to cross NVLink.
 //
 // The pushed call is the epilogue's way pushed from the kernel (reduce_scatter_tiles.h, push_inbox):
 // the kernel stores rank 1's rows into a buffer of their own (the peer's inbox, checked against the
 // staged tiles) and counts them into the very counts its own tiles wait for, as if the peer pushed
-// its pieces at the same moments; it waits for, and raises, a done flag of its own. That is the
+// its chunks at the same moments; it waits for, and raises, a done flag of its own. That is the
 // memory traffic of the op on two GPUs (each GPU's inbox written once, by the peer), less NVLink.
 //
 // Built with the tools; `asynctp-rs-lab --help` says how to run it.
@@ -45,7 +45,7 @@
 #include "common/device_fault.h"
 #include "common/driver_api.h"
 #include "gemm/cublaslt_gemm.h"
-#include "kernels/fused/ag_gemm.h"
+#include "kernels/fused/fused_gemm.h"
 #include "kernels/fused/staged_layout.h"
 #include "kernels/fused/tail_split.h"
 #include "kernels/fused/tile_trace.h"
@@ -55,15 +55,17 @@ namespace {
 
 using namespace asynctp;
 using bench::DeviceBuffer;
-using kernels::fused::AgGemmArgs;
-using kernels::fused::RowPieces;
+using kernels::fused::FusedGemmArgs;
+using kernels::fused::RowChunks;
 using kernels::fused::StagedLayout;
 
 // Exit status where no GPU is visible: what CTest's SKIP_RETURN_CODE takes (tests/CMakeLists.txt).
 constexpr int kNoGpu = 77;
 constexpr int kPeer = 1;  // this GPU plays rank 0; rank 1's rows are the ones it stages
-// The kernel's staged counters (one per rank and piece) and the done count after them.
-constexpr size_t kCounterBytes = (2 * kMaxChunksPerRank + 1) * sizeof(uint32_t);
+// The kernel's staged counters (one per rank and chunk) and the done count after them.
+// The staged counters of a two-rank team, laid out as the op's (chunk_slots.h).
+constexpr kernels::fused::StagedCounters kCounters{2};
+constexpr size_t kCounterBytes = kCounters.words() * sizeof(uint32_t);
 // A wait in the kernel that has not ended by then will not.
 constexpr uint64_t kWaitNs = 2'000'000'000ull;
 
@@ -72,7 +74,7 @@ struct Options {
       {4096, 3584, 4096}, {2048, 3584, 4096}, {4096, 6656, 8192}, {16384, 8192, 4096}, {12288, 7168, 2048}};
   int iters = 30;
   int warmup = 5;
-  int pieces = 0;  // 0: as the op chooses
+  int chunks = 0;  // 0: as the op chooses
   bool queued = false;
   std::string trace;
   std::vector<std::string> calls;  // empty: all of kCalls
@@ -98,19 +100,19 @@ constexpr CallKind kCalls[] = {
 };
 
 const char* kUsage =
-    "usage: asynctp-rs-lab [--shapes MxNxK,...] [--iters N] [--warmup N] [--pieces N] [--queued]\n"
+    "usage: asynctp-rs-lab [--shapes MxNxK,...] [--iters N] [--warmup N] [--chunks N] [--queued]\n"
     "                      [--calls NAME,...] [--trace DIR]\n"
     "\n"
     "The fused reduce-scatter's partial GEMM (M rows of both ranks, K per rank) on the current GPU as\n"
     "rank 0 of two, bf16, B row-major, timed beside the same kernel as a plain GEMM and cuBLASLt\n"
     "(without and with a source C of all M rows). Both ways of reducing (epilogue, fixup), each with\n"
-    "the peer's arrived flags up before the launch (preset) or raised as each piece's staged count\n"
+    "the peer's arrived flags up before the launch (preset) or raised as each chunk's staged count\n"
     "completes (signalled); nothing is copied; or the epilogue's way pushed from the kernel (pushed;\n"
     "see tools/rs_lab.cu). Results are checked first. Each\n"
     "call starts on an idle GPU (unless --queued); one call of each per round, rounds in shuffled\n"
     "order; medians, µs.\n"
     "  --shapes   partial GEMMs (default: the seed shapes' on two ranks and 12288x7168x2048)\n"
-    "  --pieces   pieces per rank (default 0: the op's choice)\n"
+    "  --chunks   chunks per rank (default 0: the op's choice)\n"
     "  --calls    which of cublaslt, cublaslt-c, plain, epilogue-preset, epilogue-signalled,\n"
     "             fixup-preset, fixup-signalled, epilogue-pushed to run (default all; e.g. for ncu,\n"
     "             which cannot run a signalled call: its kernel waits for flags that a stream raises\n"
@@ -158,8 +160,8 @@ Options parse(int argc, char** argv) {
       o.iters = parse_int(a, v, 1, 100000);
     } else if (a == "--warmup") {
       o.warmup = parse_int(a, v, 0, 100000);
-    } else if (a == "--pieces") {
-      o.pieces = parse_int(a, v, 0, kMaxChunksPerRank);
+    } else if (a == "--chunks") {
+      o.chunks = parse_int(a, v, 0, kMaxChunksPerRank);
     } else if (a == "--trace") {
       o.trace = v;
     } else if (a == "--calls") {
@@ -195,9 +197,9 @@ struct Call {
 // One partial GEMM's buffers and the calls timed on them.
 class Shape {
  public:
-  Shape(int64_t M, int64_t N, int64_t K, int pieces, cudaStream_t main, cudaStream_t pushes)
+  Shape(int64_t M, int64_t N, int64_t K, int chunks, cudaStream_t main, cudaStream_t pushes)
       : M_(M), N_(N), K_(K), m_(M / 2),
-        pieces_(m_, algo::resolve_fused_rs_pieces(pieces, m_)),
+        chunks_(m_, algo::resolve_fused_rs_chunks(chunks, m_)),
         main_(main), pushes_(pushes),
         a_(size_t(M) * K * 2), b_(size_t(K) * N * 2), out_(size_t(m_) * N * 2), plain_out_(size_t(M) * N * 2),
         staging_(staging_bytes()), inbox_(staging_bytes()), peer_inbox_(size_t(m_) * N * 2),
@@ -215,7 +217,7 @@ class Shape {
     // itself (the pushed call waits for it).
     kernels::fused::DoneSignal done;
     done.peers = 1;
-    done.finished = counters_.as<uint32_t>() + 2 * kMaxChunksPerRank;
+    done.finished = counters_.as<uint32_t>() + kCounters.finished_warps();
     done.epoch = epoch_word_.as<uint32_t>();
     done.flag[0] = done_word_.as<uint32_t>();
     ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(done_.p, &done, sizeof(done), cudaMemcpyHostToDevice, main_));
@@ -230,7 +232,7 @@ class Shape {
   }
 
   std::string text() const { return std::to_string(M_) + "x" + std::to_string(N_) + "x" + std::to_string(K_); }
-  int pieces() const { return pieces_.used; }
+  int chunks() const { return chunks_.used; }
 
   // cuBLASLt's GEMM of all M rows; with `source`, D = A @ B + C, C being the inbox read as [M, N]: what
   // an epilogue that reads a source costs cuBLAS, beside what it costs the fused kernel's own tiles.
@@ -246,7 +248,7 @@ class Shape {
   // The fused kernel as a plain GEMM: all M rows, nothing staged (the bench's "fused GEMM alone").
   Call plain() {
     return {[] {}, [this] {
-              AgGemmArgs g = base();
+              FusedGemmArgs g = base();
               g.c = plain_out_.p;
               launch(g);
             }};
@@ -266,7 +268,7 @@ class Shape {
                                                                        CU_STREAM_WRITE_VALUE_DEFAULT));
               }
               if (!signalled) {
-                for (int j = 0; j < pieces_.used; ++j) raise_flag(main_, j);
+                for (int j = 0; j < chunks_.used; ++j) raise_flag(main_, j);
               }
             },
             [this, epilogue, signalled, pushed] { launch_reduce_scatter(epilogue, signalled, pushed); }};
@@ -288,7 +290,7 @@ class Shape {
     call.run();
   }
 
-  // Puts the peer's pieces for `epilogue`'s layout in the inbox: what this GPU stages of rank 1's
+  // Puts the peer's chunks for `epilogue`'s layout in the inbox: what this GPU stages of rank 1's
   // rows, copied (by a kernel, on an idle GPU) where rank 1's copy of this rank's rows would land.
   void fill_inbox(bool epilogue) {
     once(reduce_scatter(epilogue, false));
@@ -387,13 +389,13 @@ class Shape {
  private:
   void launch_reduce_scatter(bool epilogue, bool signalled, bool pushed) {
     const StagedLayout layout(epilogue, N_);
-    AgGemmArgs g = base();
+    FusedGemmArgs g = base();
     g.c = out_.p;
     kernels::fused::ReduceScatterTiles& rs = g.rs;
     rs.rank = 0;
     rs.world = 2;
     rs.rows_per_rank = static_cast<int32_t>(m_);
-    rs.rows_per_piece = static_cast<int32_t>(pieces_.rows);
+    rs.rows_per_chunk = static_cast<int32_t>(chunks_.rows);
     rs.tiles_n = static_cast<int32_t>(layout.tiles_n);
     rs.reduce_in_epilogue = epilogue;
     rs.staging = staging_.as<uint32_t>();
@@ -417,12 +419,12 @@ class Shape {
     ASYNCTP_CUDA_CHECK(cudaEventRecord(fork_, main_));
     launch(g, [&] {
       if (!signalled) return;
-      // As the op's pushes, on a stream that follows the fork, not the kernel: each piece's flag once
-      // the piece is staged (without the copy the op makes before it).
+      // As the op's pushes, on a stream that follows the fork, not the kernel: each chunk's flag once
+      // the chunk is staged (without the copy the op makes before it).
       ASYNCTP_CUDA_CHECK(cudaStreamWaitEvent(pushes_, fork_, 0));
-      for (int j = 0; j < pieces_.used; ++j) {
+      for (int j = 0; j < chunks_.used; ++j) {
         ASYNCTP_CU_CHECK(detail::driver().stream_wait_value32(
-            cu(pushes_), cu(counters_.as<uint32_t>() + kPeer * kMaxChunksPerRank + j),
+            cu(pushes_), cu(counters_.as<uint32_t>() + kCounters.of(kPeer, j)),
             layout.count(rs, j), CU_STREAM_WAIT_VALUE_GEQ));
         raise_flag(pushes_, j);
       }
@@ -435,8 +437,8 @@ class Shape {
     return std::max(StagedLayout(true, N_).bytes_before(M_), StagedLayout(false, N_).bytes_before(M_));
   }
 
-  AgGemmArgs base() const {
-    AgGemmArgs g;
+  FusedGemmArgs base() const {
+    FusedGemmArgs g;
     g.M = M_, g.N = N_, g.K = K_;
     g.a = a_.p, g.b = b_.p;
     g.tile_n = static_cast<int>(kernels::fused::kRsTileN);
@@ -446,18 +448,18 @@ class Shape {
     return g;
   }
 
-  void raise_flag(cudaStream_t s, int piece) {
+  void raise_flag(cudaStream_t s, int chunk) {
     ASYNCTP_CU_CHECK(detail::driver().stream_write_value32(
-        cu(s), cu(flags_.as<uint32_t>() + kPeer * kMaxChunksPerRank + piece), epoch_, CU_STREAM_WRITE_VALUE_DEFAULT));
+        cu(s), cu(flags_.as<uint32_t>() + kPeer * kMaxChunksPerRank + chunk), epoch_, CU_STREAM_WRITE_VALUE_DEFAULT));
   }
 
   // Launches the kernel, then `after` (what follows the fork recorded before it); where tracing, with
   // a trace buffer that traced() reads once the stream is done.
-  void launch(AgGemmArgs& g, const std::function<void()>& after = [] {}) {
+  void launch(FusedGemmArgs& g, const std::function<void()>& after = [] {}) {
     if (tracing_) g.trace = kernels::fused::tile_trace_buffer(g, main_);
-    kernels::fused::run_ag_gemm(g, main_);
+    kernels::fused::run_fused_gemm(g, main_);
     after();
-    if (g.trace != nullptr) traced_ = std::make_unique<AgGemmArgs>(g);
+    if (g.trace != nullptr) traced_ = std::make_unique<FusedGemmArgs>(g);
   }
 
   void make_reference() {
@@ -473,7 +475,7 @@ class Shape {
   }
 
   int64_t M_, N_, K_, m_;
-  RowPieces pieces_;
+  RowChunks chunks_;
   cudaStream_t main_, pushes_;
   DeviceBuffer a_, b_, out_, plain_out_, staging_, inbox_, peer_inbox_, counters_, flags_, epoch_word_, pushed_,
       done_word_, done_, split_, stamps_;
@@ -481,7 +483,7 @@ class Shape {
   uint32_t epoch_ = 0;
   cudaEvent_t fork_ = nullptr, joined_ = nullptr, start_ = nullptr, stop_ = nullptr;
   bool tracing_ = false;
-  std::unique_ptr<AgGemmArgs> traced_;  // the traced call's kernel, until traced() has written it
+  std::unique_ptr<FusedGemmArgs> traced_;  // the traced call's kernel, until traced() has written it
 };
 
 int run(const Options& o) {
@@ -491,7 +493,7 @@ int run(const Options& o) {
     return kNoGpu;
   }
   if (!o.trace.empty()) setenv("ASYNCTP_TRACE_TILES", o.trace.c_str(), 1);
-  kernels::fused::load_ag_gemm_kernels();
+  kernels::fused::load_fused_gemm_kernels();
   cudaStream_t main = nullptr, pushes = nullptr;
   int lowest = 0, highest = 0;
   ASYNCTP_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lowest, &highest));
@@ -510,15 +512,15 @@ int run(const Options& o) {
     for (const CallKind& k : kCalls) {
       if (o.calls.empty() || std::find(o.calls.begin(), o.calls.end(), k.name) != o.calls.end()) chosen.push_back(k);
     }
-    std::printf("partial M x N x K | pieces |");
+    std::printf("partial M x N x K | chunks |");
     for (const CallKind& k : chosen) std::printf(" %s |", k.name);
     std::printf(" (µs, medians of %d%s)\n", o.iters, o.queued ? ", queued" : "");
     for (const auto& s : o.shapes) {
-      Shape shape(s[0], s[1], s[2], o.pieces, main, pushes);
+      Shape shape(s[0], s[1], s[2], o.chunks, main, pushes);
       shape.set_events(start, stop);
       std::vector<Call> calls;
       for (const CallKind& k : chosen) calls.push_back(shape.call(k, runner));
-      // Correct first: each chosen reduce-scatter call on its own way's pieces in the inbox (timed calls
+      // Correct first: each chosen reduce-scatter call on its own way's chunks in the inbox (timed calls
       // of the other way then read the wrong layout there: their results are not checked, and cost the
       // same).
       bool ok = true;
@@ -556,7 +558,7 @@ int run(const Options& o) {
         std::shuffle(order.begin(), order.end(), rng);
         for (const size_t c : order) us[c].push_back(shape.time(calls[c], o.queued));
       }
-      std::printf("%s | %d |", shape.text().c_str(), shape.pieces());
+      std::printf("%s | %d |", shape.text().c_str(), shape.chunks());
       for (auto& u : us) {
         std::sort(u.begin(), u.end());
         std::printf(" %.1f |", u[u.size() / 2]);

@@ -26,7 +26,7 @@ class Communicator;
 enum class Algorithm {
   kSequential,  // NCCL collective, then cuBLASLt: the baseline; any topology
   kPipelined,   // copy-engine chunks and per-chunk GEMMs on several streams; one node (NVLink/P2P) only
-  kFused,       // one persistent CUTLASS Hopper GEMM that waits on per-piece flags (docs/fused*.md)
+  kFused,       // one persistent CUTLASS Hopper GEMM that waits on per-chunk flags (docs/fused*.md)
   kAuto,        // per call: what a tuning cache measured fastest for this exact problem on this GPU model
                 // and world size, else a model's estimate (docs/design/auto.md); also picks chunks_per_rank
 };
@@ -44,11 +44,11 @@ struct OpOptions {
   // skipped while the stream is being captured into a CUDA graph, and can be turned off here by callers
   // that guarantee equal arguments.
   bool check_across_ranks = true;
-  // kPipelined: how many pieces each rank's share of the data is moved and multiplied in (1 to
-  // kMaxChunksPerRank). More pieces start the first GEMM sooner but make every GEMM smaller. 0 picks
-  // the default: 2 for all_gather_matmul with gather_dim last (where the first piece cannot overlap
+  // kPipelined: how many chunks each rank's share of the data is moved and multiplied in (1 to
+  // kMaxChunksPerRank). More chunks start the first GEMM sooner but make every GEMM smaller. 0 picks
+  // the default: 2 for all_gather_matmul with gather_dim last (where the first chunk cannot overlap
   // anything) and for a two-rank matmul_reduce_scatter that sums in its GEMM (docs/design/pipelined.md), else
-  // 1. kFused: how many pieces each rank's shard (all_gather_matmul; 0: 1, the fastest at the seed
+  // 1. kFused: how many chunks each rank's shard (all_gather_matmul; 0: 1, the fastest at the seed
   // shapes, docs/design/fused_all_gather_matmul.md) or each rank's rows of the partial product (matmul_reduce_scatter; 0: one
   // per 512 rows, 1 to 4) are pushed in, each with its own flag. kSequential ignores it.
   int chunks_per_rank = 0;

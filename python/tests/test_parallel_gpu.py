@@ -1,7 +1,8 @@
-"""asynctp.parallel's styles on GPUs: a Llama MLP with biases, parallelized with asynctp's styles in
-sequence-parallel layouts, against the same model on one GPU run by plain PyTorch: output rows and every
-gradient, each rank's part, within bf16 tolerance (fp32 accumulation in different orders). Skipped
-without PyTorch or enough GPUs."""
+"""asynctp.parallel's styles on GPUs: a Llama MLP and an attention block's projections (q, k, v
+column-wise, the output row-wise), with biases, parallelized with asynctp's styles in sequence-parallel
+layouts, against the same model on one GPU run by plain PyTorch: output rows and every gradient, each
+rank's part, within bf16 tolerance (fp32 accumulation in different orders). Skipped without PyTorch or
+enough GPUs."""
 
 import pytest
 
@@ -18,7 +19,7 @@ def _close(got, ref, what):
     assert err <= tol, f"{what}: max abs error {err:.4g} > {tol:.4g}"
 
 
-def _mlp(rank, world):
+def _block(rank, world, kind):
     from torch import nn
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Shard
@@ -28,13 +29,20 @@ def _mlp(rank, world):
 
     dev = torch.device("cuda", rank)
 
+    # The attention itself is left out: what is checked is its projections, whose input is gathered
+    # once for q, k and v and whose output projection's partial sums are reduce-scattered.
+    if kind == "mlp":
+        columns, rows_out = ("w1", "w3"), "w2"
+        forward = lambda m, x: m["w2"](nn.functional.silu(m["w1"](x)) * m["w3"](x))  # noqa: E731
+    else:
+        columns, rows_out = ("wq", "wk", "wv"), "wo"
+        forward = lambda m, x: m["wo"](nn.functional.silu(m["wq"](x)) * m["wk"](x) + m["wv"](x))  # noqa: E731
+
     def model():
         torch.manual_seed(0)
-        m = nn.ModuleDict({"w1": nn.Linear(512, 1024), "w3": nn.Linear(512, 1024), "w2": nn.Linear(1024, 512)})
-        return m.to(dev, torch.bfloat16)
-
-    def forward(m, x):
-        return m["w2"](nn.functional.silu(m["w1"](x)) * m["w3"](x))
+        layers = {name: nn.Linear(512, 1024) for name in columns}
+        layers[rows_out] = nn.Linear(1024, 512)
+        return nn.ModuleDict(layers).to(dev, torch.bfloat16)
 
     g = torch.Generator().manual_seed(1)
     x = torch.randn(2, 256 * world, 512, generator=g).to(dev, torch.bfloat16)
@@ -48,15 +56,13 @@ def _mlp(rank, world):
     for algorithm in ("sequential", "fused"):
         par = model()
         mesh = init_device_mesh("cuda", (world,))
-        parallelize_module(par, mesh, {
-            "w1": ap.ColwiseParallel(input_layouts=Shard(1), algorithm=algorithm),
-            "w3": ap.ColwiseParallel(input_layouts=Shard(1), algorithm=algorithm),
-            "w2": ap.RowwiseParallel(output_layouts=Shard(1), algorithm=algorithm),
-        })
+        plan = {name: ap.ColwiseParallel(input_layouts=Shard(1), algorithm=algorithm) for name in columns}
+        plan[rows_out] = ap.RowwiseParallel(output_layouts=Shard(1), algorithm=algorithm)
+        parallelize_module(par, mesh, plan)
         rows = slice(rank * 256, (rank + 1) * 256)
         x_local = x[:, rows].clone().requires_grad_()
         y = forward(par, x_local)
-        what = f"{algorithm}, {world} rank(s)"
+        what = f"{kind}, {algorithm}, {world} rank(s)"
         _close(y, y_ref[:, rows], f"{what}: output")
         (y.float() * upstream[:, rows].float()).sum().backward()
         _close(x_local.grad, x_ref.grad[:, rows], f"{what}: input gradient")
@@ -66,6 +72,7 @@ def _mlp(rank, world):
             _close(shard, full, f"{what}: {name} gradient")
 
 
+@pytest.mark.parametrize("kind", ["mlp", "attention"])
 @pytest.mark.parametrize("world", [1, 2])
-def test_styles_match_one_gpu_pytorch_forward_and_backward(world):
-    run_ranks(world, _mlp)
+def test_styles_match_one_gpu_pytorch_forward_and_backward(world, kind):
+    run_ranks(world, _block, kind)

@@ -15,6 +15,9 @@
 #                  $PYTEST_TIMEOUT_S seconds (default 560)
 #   ab BASE_DIR N  asynctp-bench --gpus 1 at the seed shapes, BASE_DIR's build and BUILD_DIR's in turn,
 #                  N times each (the fused kernel as a GEMM alone beside cuBLAS)
+#   torch          the PyTorch paths with torchrun on every GPU (one rank each, at least 1):
+#                  examples/two_ways_in.py (compile switch and DTensor styles against one GPU),
+#                  bench/binding_overhead.py at that world size and at 1, bench/communicator_cost.py
 set -uo pipefail
 build=${1:?usage: scripts/gpu/stages.sh BUILD_DIR STAGE...}
 shift
@@ -89,6 +92,20 @@ while [ $# -gt 0 ]; do
       echo "exit $?"
       grep -E "^(FAILED|ERROR)|passed|failed" "$out/pytest.log" | tail -12
       grep -qE "^[0-9]+ passed" "$out/pytest.log" && ! grep -qE "[0-9]+ (failed|errors?)" "$out/pytest.log" || status=1
+      ;;
+    torch)
+      export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} ASYNCTP_LIBRARY=$(cd "$build" && pwd)/libasynctp_c.so
+      for run in "$gpus examples/two_ways_in.py" "$gpus bench/binding_overhead.py" "1 bench/binding_overhead.py" \
+                 "$gpus bench/communicator_cost.py"; do
+        read -r ranks script <<<"$run"
+        name=$(basename "$script" .py)_$ranks
+        echo "== torchrun --nproc-per-node $ranks $script"
+        timeout "${TORCH_TIMEOUT_S:-300}" torchrun --nproc-per-node "$ranks" "$script" >"$out/$name.txt" 2>"$out/$name.err"
+        rc=$?
+        echo "exit $rc"
+        [ $rc -eq 0 ] || { status=1; tail -5 "$out/$name.err"; }
+        grep -v "^W[0-9]" "$out/$name.txt" | head -20
+      done
       ;;
     ab)
       base=${1:?ab needs the base build folder}

@@ -5,7 +5,7 @@ usage: scripts/tables/tile_trace_summary.py DIR_OR_CSV...
 
 For each file: the kernel's span and how long its prologue took (from a CTA's start until its
 mainloop producer had its first tile), then per kind of tile (staged: a reduce-scatter tile of a peer's
-rows; own: one that adds the peers' pieces; split: a K-split of the last round; plain) the mean time
+rows; own: one that adds the peers' chunks; split: a K-split of the last round; plain) the mean time
 of its mainloop, of the wait inside fixup, of fixup as a whole and of its epilogue, in µs; then, for
 each round (the k-th unit of every CTA), when its first and last tiles ended; then the call's
 marks (<op>_<shape>_rank<r>.calls): when the stream and the host reached each.

@@ -1,25 +1,27 @@
 // Internal: the fused algorithm. all_gather_matmul (gather_dim 0): every rank pushes its shard into
-// each peer's symmetric inbox with the copy engine, piece by piece, and flags each piece; one
+// each peer's symmetric inbox with the copy engine, chunk by chunk, and flags each chunk; one
 // persistent CUTLASS kernel per B multiplies the rows as their flags come up, this rank's own rows
-// first, read in place. docs/design/fused_all_gather_matmul.md explains it. gather_dim last runs `pipelined`.
+// first, read in place. docs/design/fused_all_gather_matmul.md explains it. Not for gather_dim last
+// (ops::algorithm_that_runs runs `pipelined` there).
 #pragma once
 
 #include <vector>
 
 #include "algo/sequential.h"
-#include "kernels/fused/ag_gemm.h"
+#include "kernels/fused/fused_gemm.h"
 #include "kernels/fused/tile_trace.h"
 
 namespace asynctp::algo {
 
 void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,
-                             const SymmetricBuffer* a_symmetric, const std::vector<TensorRef>& bs,
+                             const std::vector<TensorRef>& bs,
                              const std::vector<TensorRef>& outputs, const TensorRef& gathered_a, cudaStream_t stream,
                              const AgreeFn& agree, int chunks_per_rank);
 
 // matmul_reduce_scatter (scatter_dim 0, rows per rank a multiple of 256): one persistent GEMM whose
-// tiles of other ranks' rows are staged and pushed by the copy engine piece by piece, and whose own
-// tiles add the peers' pieces before the epilogue. Other cases run `pipelined`.
+// tiles of other ranks' rows are staged and pushed by the copy engine chunk by chunk, and whose own
+// tiles add the peers' chunks before the epilogue. Only where fused_rs_unsupported is "" (ops::
+// algorithm_that_runs runs `pipelined` elsewhere).
 // docs/design/fused_matmul_reduce_scatter.md explains it.
 void fused_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPlan& plan, const TensorRef& a,
                                  const TensorRef& b, const TensorRef& output, cudaStream_t stream,
@@ -29,28 +31,28 @@ void fused_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPl
 // cluster holds two ranks' rows.
 inline bool fused_rs_takes_rows(int64_t rows_per_rank) { return rows_per_rank % kernels::fused::kClusterRows == 0; }
 
-// Why the fused kernel does not take this reduce-scatter ("" where it does); it then runs pipelined.
+// Why the fused kernel does not take this reduce-scatter ("" where it does).
 const char* fused_rs_unsupported(const MatmulReduceScatterPlan& plan, const TensorRef& a, const TensorRef& b,
                                  const TensorRef& output);
 
-// Pieces each rank's rows are pushed in by the fused reduce-scatter: `requested`, else rows / 512
+// Chunks each rank's rows are pushed in by the fused reduce-scatter: `requested`, else rows / 512
 // between 1 and 4; never more than the rows hold 256-row clusters.
-int resolve_fused_rs_pieces(int requested, int64_t rows_per_rank);
+int resolve_fused_rs_chunks(int requested, int64_t rows_per_rank);
 
 // Gives `g` what shapes the kernel's grid: the SMs this rank's kernel may use (the communicator's
 // budget), and the communicator's workspace for splitting its last round of tiles along K (allocated on
 // first use; none while that first use is captured, and the kernel computes every tile whole).
-void attach_grid(Communicator& comm, kernels::fused::AgGemmArgs& g, cudaStream_t stream);
+void attach_grid(Communicator& comm, kernels::fused::FusedGemmArgs& g, cudaStream_t stream);
 
 // Where ASYNCTP_TRACE_TILES is set (kernels/fused/tile_trace.h): gives `g` a tile trace buffer, and
 // after the call's last enqueue, waits for `stream` and writes the trace.
-void attach_tile_trace(kernels::fused::AgGemmArgs& g, cudaStream_t stream);
-void finish_tile_trace(Communicator& comm, const char* op, const kernels::fused::AgGemmArgs& g,
+void attach_tile_trace(kernels::fused::FusedGemmArgs& g, cudaStream_t stream);
+void finish_tile_trace(Communicator& comm, const char* op, const kernels::fused::FusedGemmArgs& g,
                        kernels::fused::CallTimeline& timeline, cudaStream_t stream);
 
-// Pieces each rank's shard is pushed in: `requested`, or kFusedDefaultPieces where it is 0; at most
+// Chunks each rank's shard is pushed in: `requested`, or kFusedDefaultChunks where it is 0; at most
 // `rows_per_rank`.
-constexpr int kFusedDefaultPieces = 1;
-int resolve_fused_pieces(int requested, int64_t rows_per_rank);
+constexpr int kFusedDefaultChunks = 1;
+int resolve_fused_chunks(int requested, int64_t rows_per_rank);
 
 }  // namespace asynctp::algo

@@ -1,4 +1,4 @@
-// Fused all_gather_matmul: copy-engine pushes into the peers' gathered buffers, one flag per piece,
+// Fused all_gather_matmul: copy-engine pushes into the peers' gathered buffers, one flag per chunk,
 // and a persistent GEMM that waits for each tile's rows itself (kernels/fused/).
 #include <algorithm>
 #include <exception>
@@ -7,30 +7,34 @@
 #include "algo/fused.h"
 #include "algo/overlap_resources.h"
 #include "algo/pipelined.h"
+#include "algo/resources.h"
 #include "comm/communicator_impl.h"
 #include "common/check.h"
-#include "kernels/fused/ag_gemm.h"
+#include "common/element.h"
+#include "common/env.h"
+#include "kernels/fused/fused_gemm.h"
 
 namespace asynctp::algo {
 
-int resolve_fused_pieces(int requested, int64_t rows_per_rank) {
-  const int pieces = requested > 0 ? requested : kFusedDefaultPieces;
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(pieces, rows_per_rank)));
+int resolve_fused_chunks(int requested, int64_t rows_per_rank) {
+  const int chunks = requested > 0 ? requested : kFusedDefaultChunks;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(chunks, rows_per_rank)));
 }
 
-void attach_grid(Communicator& comm, kernels::fused::AgGemmArgs& g, cudaStream_t stream) {
+void attach_grid(Communicator& comm, kernels::fused::FusedGemmArgs& g, cudaStream_t stream) {
   Communicator::Impl& m = impl_of(comm);
   g.sms = m.sm_budget;
-  g.split_workspace = m.tail_split_workspace(stream);
-  g.split_sms = m.tail_split_sms;
+  Resources& r = Resources::of(comm);
+  g.split_workspace = r.tail_split_workspace(stream);
+  g.split_sms = r.tail_split_sms();
   g.split_wait = kernels::WaitContext{m.fault, timeout_ns(comm), m.rank};
 }
 
-void attach_tile_trace(kernels::fused::AgGemmArgs& g, cudaStream_t stream) {
+void attach_tile_trace(kernels::fused::FusedGemmArgs& g, cudaStream_t stream) {
   g.trace = kernels::fused::tile_trace_buffer(g, stream);
 }
 
-void finish_tile_trace(Communicator& comm, const char* op, const kernels::fused::AgGemmArgs& g,
+void finish_tile_trace(Communicator& comm, const char* op, const kernels::fused::FusedGemmArgs& g,
                        kernels::fused::CallTimeline& timeline, cudaStream_t stream) {
   if (g.trace == nullptr) return;
   comm.synchronize(stream);
@@ -40,11 +44,11 @@ void finish_tile_trace(Communicator& comm, const char* op, const kernels::fused:
 
 namespace {
 
-kernels::fused::AgGemmArgs gemm_args(Communicator& comm, const AllGatherMatmulPlan& plan, const void* a,
+kernels::fused::FusedGemmArgs gemm_args(Communicator& comm, const AllGatherMatmulPlan& plan, const void* a,
                                      const TensorRef& b, const TensorRef& c, size_t i, cudaStream_t stream) {
-  kernels::fused::AgGemmArgs g;
-  g.dtype = plan.dtype;
-  g.b_layout = plan.b_layout;
+  kernels::fused::FusedGemmArgs g;
+  g.dtype = element_of(plan.dtype);
+  g.b_layout = layout_of(plan.b_layout);
   g.M = plan.M;
   g.N = plan.N[i];
   g.K = plan.K;
@@ -56,25 +60,20 @@ kernels::fused::AgGemmArgs gemm_args(Communicator& comm, const AllGatherMatmulPl
 }
 
 // outputs[i] = a @ bs[i] with cuBLASLt, where the fused kernel cannot take the problem.
-void cublas_gemm(Communicator::Impl& m, const AllGatherMatmulPlan& plan, const void* a, const TensorRef& b,
+void cublas_gemm(gemm::GemmRunner& runner, const AllGatherMatmulPlan& plan, const void* a, const TensorRef& b,
                  const TensorRef& c, size_t i, cudaStream_t stream) {
   gemm::Problem p{plan.M, plan.N[i], plan.K, plan.dtype, plan.b_layout};
-  m.gemm.run(p, a, b.data, c.data, stream);
+  runner.run(p, a, b.data, c.data, stream);
 }
 
 }  // namespace
 
 void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,
-                             const SymmetricBuffer* a_symmetric, const std::vector<TensorRef>& bs,
+                             const std::vector<TensorRef>& bs,
                              const std::vector<TensorRef>& outputs, const TensorRef& gathered_a, cudaStream_t stream,
                              const AgreeFn& agree, int chunks_per_rank) {
-  if (plan.gather_last) {
-    // Every row needs every rank's columns, so no row can start early; the pipelined algorithm's row
-    // pieces are the overlap there.
-    pipelined_all_gather_matmul(comm, plan, a_shard, a_symmetric, bs, outputs, gathered_a, stream, agree,
-                                chunks_per_rank);
-    return;
-  }
+  ASYNCTP_CHECK(!plan.gather_last, "fused all_gather_matmul: gather along the last dim runs pipelined "
+                "(ops::algorithm_that_runs)");
   kernels::fused::CallTimeline timeline(stream);
   timeline.mark("entry");
   agree();
@@ -88,11 +87,11 @@ void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan
 
   if (ws == 1) {
     for (size_t i = 0; i < bs.size(); ++i) {
-      kernels::fused::AgGemmArgs g = gemm_args(comm, plan, a_shard.data, bs[i], outputs[i], i, stream);
-      if (*kernels::fused::ag_gemm_unsupported(g) == '\0') {
-        kernels::fused::run_ag_gemm(g, stream);
+      kernels::fused::FusedGemmArgs g = gemm_args(comm, plan, a_shard.data, bs[i], outputs[i], i, stream);
+      if (*kernels::fused::fused_gemm_unsupported(g) == '\0') {
+        kernels::fused::run_fused_gemm(g, stream);
       } else {
-        cublas_gemm(m, plan, a_shard.data, bs[i], outputs[i], i, stream);
+        cublas_gemm(Resources::of(comm).gemm, plan, a_shard.data, bs[i], outputs[i], i, stream);
       }
     }
     if (plan.return_a) {
@@ -102,21 +101,21 @@ void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan
   }
 
   OverlapResources& pr = OverlapResources::of(comm, stream);
-  kernels::fused::load_ag_gemm_kernels();
+  kernels::fused::load_fused_gemm_kernels();
   SymmetricBuffer& gathered = pr.inbox(static_cast<size_t>(plan.M) * row_bytes, stream);
   char* mine = bytes(gathered.local());
-  const int pieces = resolve_fused_pieces(chunks_per_rank, rows);
-  const int64_t piece_rows = (rows + pieces - 1) / pieces;
-  const int used_pieces = static_cast<int>((rows + piece_rows - 1) / piece_rows);
-  auto piece = [&](int j) { return RowRange{j * piece_rows, std::min<int64_t>(rows, (j + 1) * piece_rows)}; };
+  const int chunks = resolve_fused_chunks(chunks_per_rank, rows);
+  const int64_t chunk_rows = (rows + chunks - 1) / chunks;
+  const int used_chunks = static_cast<int>((rows + chunk_rows - 1) / chunk_rows);
+  auto chunk = [&](int j) { return RowRange{j * chunk_rows, std::min<int64_t>(rows, (j + 1) * chunk_rows)}; };
 
   // Each B's kernel, or where the kernel cannot take the problem on this rank, cuBLAS once every
-  // piece is in (a local choice: the peers' side of the protocol is the same either way).
-  std::vector<kernels::fused::AgGemmArgs> kernels_args;
+  // chunk is in (a local choice: the peers' side of the protocol is the same either way).
+  std::vector<kernels::fused::FusedGemmArgs> kernels_args;
   bool all_kernel = true;
   for (size_t i = 0; i < bs.size(); ++i) {
     kernels_args.push_back(gemm_args(comm, plan, mine, bs[i], outputs[i], i, stream));
-    all_kernel = all_kernel && *kernels::fused::ag_gemm_unsupported(kernels_args.back()) == '\0';
+    all_kernel = all_kernel && *kernels::fused::fused_gemm_unsupported(kernels_args.back()) == '\0';
   }
   // The kernel reads this rank's rows from the caller's tensor (which the plan has checked is 16-byte
   // aligned, as TMA needs); rows of a tile that also holds a neighbour's rows come from the gathered
@@ -133,16 +132,15 @@ void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan
   const bool pushes_wait = pr.begin_fused_epoch(stream, OverlapResources::capturing(stream));
   Fanout fan(pr, stream);
 
-  // The kernels first: each API call enqueued before them would delay their start on an idle GPU, and
-  // the copies below need no kernel (their side streams follow the fork above, not the kernels). Should
-  // a launch fail, the copies are still enqueued and the call still ends as usual before the error goes
-  // up, so the peers get this rank's rows and do not wait for it until they time out.
-  timeline.mark("kernel");
+  // Should a launch fail, the copies are still enqueued and the call still ends as usual before the
+  // error goes up, so the peers get this rank's rows and do not wait for it until they time out.
   std::exception_ptr launch_failed;
-  if (all_kernel) {
+  const auto launch_kernels = [&] {
+    timeline.mark("kernel");
+    if (!all_kernel) return;
     try {
       for (size_t i = 0; i < bs.size(); ++i) {
-        kernels::fused::AgGemmArgs& g = kernels_args[i];
+        kernels::fused::FusedGemmArgs& g = kernels_args[i];
         g.a_local = a_shard.data;
         g.local_begin = begin;
         g.local_end = end;
@@ -151,7 +149,7 @@ void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan
           g.chunks.epoch = pr.epoch();
           g.chunks.flag_stride = kMaxChunksPerRank;
           g.chunks.rows_per_rank = static_cast<int32_t>(rows);
-          g.chunks.rows_per_piece = static_cast<int32_t>(piece_rows);
+          g.chunks.rows_per_chunk = static_cast<int32_t>(chunk_rows);
           g.chunks.pad_index = pr.arrived_flag(0, 0);
           g.chunks.wait = pr.wait_context();
           attach_tile_trace(g, stream);
@@ -159,68 +157,86 @@ void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan
         // The last kernel reads the gathered buffer last; it can tell the peers it is done unless copies
         // of return_a still read the buffer after it.
         if (i + 1 == bs.size() && !plan.return_a) g.done = pr.done_signal();
-        kernels::fused::run_ag_gemm(g, stream);
+        kernels::fused::run_fused_gemm(g, stream);
       }
     } catch (...) {
       launch_failed = std::current_exception();
     }
-  }
-  timeline.mark("kernel_launched");
+    timeline.mark("kernel_launched");
+  };
 
-  // Push this rank's shard to each peer, piece by piece, rank me-1 first: it multiplies these rows
-  // right after its own, while rank me-i multiplies them i-th.
-  cudaStream_t push = fan.use(pr.peer_stream(me));
-  if (pushes_wait) pr.wait_previous_done_without_sm(push);
-  for (int i = 1; i < ws; ++i) {
-    const int q = (me - i + ws) % ws;
-    char* dst = bytes(gathered.peer(q)) + begin * row_bytes;
-    for (int j = 0; j < used_pieces; ++j) {
-      const RowRange r = piece(j);
-      ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(dst + r.begin * row_bytes, bytes(a_shard.data) + r.begin * row_bytes,
-                                         r.size() * row_bytes, cudaMemcpyDeviceToDevice, push));
-      pr.signal(push, q, pr.arrived_flag(me, j));
-    }
-  }
-  // This rank's own rows, where the GEMM reads them from the gathered buffer.
-  cudaStream_t local = fan.use(pr.signal_stream());
-  if (own_rows_in_gathered) {
-    ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(mine + begin * row_bytes, a_shard.data, shard_bytes, cudaMemcpyDeviceToDevice, local));
-    for (int j = 0; j < used_pieces; ++j) pr.signal(local, me, pr.arrived_flag(me, j));
-  }
-  if (plan.return_a) {
-    char* out = bytes(gathered_a.data);
-    ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(out + begin * row_bytes, a_shard.data, shard_bytes, cudaMemcpyDeviceToDevice, local));
-    // The peers' rows, once all have landed: a one-warp wait, which finds an SM only when the kernel
-    // ends (the kernel fills them all), so the copy never delays the GEMM.
-    OverlapResources::FlagList landed;
+  const auto enqueue_copies = [&] {
+    // Push this rank's shard to each peer, chunk by chunk, rank me-1 first: it multiplies these rows
+    // right after its own, while rank me-i multiplies them i-th.
+    cudaStream_t push = fan.use(pr.peer_stream(me));
+    if (pushes_wait) pr.wait_previous_done_without_sm(push);
     for (int i = 1; i < ws; ++i) {
-      for (int j = 0; j < used_pieces; ++j) landed.add(pr.arrived_flag((me + i) % ws, j), (me + i) % ws);
+      const int q = (me - i + ws) % ws;
+      char* dst = bytes(gathered.peer(q)) + begin * row_bytes;
+      for (int j = 0; j < used_chunks; ++j) {
+        const RowRange r = chunk(j);
+        ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(dst + r.begin * row_bytes, bytes(a_shard.data) + r.begin * row_bytes,
+                                           r.size() * row_bytes, cudaMemcpyDeviceToDevice, push));
+        pr.signal(push, q, pr.arrived_flag(me, j));
+      }
     }
-    pr.wait_ready(local, landed);
-    if (begin > 0) ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(out, mine, begin * row_bytes, cudaMemcpyDeviceToDevice, local));
-    if (end < plan.M) {
-      ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(out + end * row_bytes, mine + end * row_bytes, (plan.M - end) * row_bytes,
-                                         cudaMemcpyDeviceToDevice, local));
+    // This rank's own rows, where the GEMM reads them from the gathered buffer.
+    cudaStream_t local = fan.use(pr.signal_stream());
+    if (own_rows_in_gathered) {
+      ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(mine + begin * row_bytes, a_shard.data, shard_bytes, cudaMemcpyDeviceToDevice, local));
+      for (int j = 0; j < used_chunks; ++j) pr.signal(local, me, pr.arrived_flag(me, j));
     }
+    if (plan.return_a) {
+      char* out = bytes(gathered_a.data);
+      ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(out + begin * row_bytes, a_shard.data, shard_bytes, cudaMemcpyDeviceToDevice, local));
+      // The peers' rows, once all have landed: a one-warp wait, which finds an SM only when the kernel
+      // ends (the kernel fills them all), so the copy never delays the GEMM.
+      OverlapResources::FlagList landed;
+      for (int i = 1; i < ws; ++i) {
+        for (int j = 0; j < used_chunks; ++j) landed.add(pr.arrived_flag((me + i) % ws, j), (me + i) % ws);
+      }
+      pr.wait_ready(local, landed);
+      if (begin > 0) ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(out, mine, begin * row_bytes, cudaMemcpyDeviceToDevice, local));
+      if (end < plan.M) {
+        ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(out + end * row_bytes, mine + end * row_bytes, (plan.M - end) * row_bytes,
+                                           cudaMemcpyDeviceToDevice, local));
+      }
+    }
+  };
+
+  // The kernels first, where each stream has a hardware queue of its own: each API call enqueued
+  // before them would delay their start on an idle GPU, and the copies need no kernel (their side
+  // streams follow the fork above, not the kernels). Where the device has one queue for every stream
+  // (CUDA_DEVICE_MAX_CONNECTIONS=1), the copies go first: the queue would hold them behind the kernel
+  // that waits for them.
+  if (detail::one_device_connection()) {
+    enqueue_copies();
+    launch_kernels();
+  } else {
+    launch_kernels();
+    enqueue_copies();
   }
 
   if (!all_kernel) {
     OverlapResources::FlagList all;
     for (int q = 0; q < ws; ++q) {
-      for (int j = 0; j < used_pieces; ++j) all.add(pr.arrived_flag(q, j), q);
+      for (int j = 0; j < used_chunks; ++j) all.add(pr.arrived_flag(q, j), q);
     }
     pr.wait_ready(stream, all);
-    for (size_t i = 0; i < bs.size(); ++i) cublas_gemm(m, plan, mine, bs[i], outputs[i], i, stream);
+    for (size_t i = 0; i < bs.size(); ++i) cublas_gemm(Resources::of(comm).gemm, plan, mine, bs[i], outputs[i], i, stream);
   }
   timeline.mark("copies_enqueued");
   fan.join();
-  // This rank no longer reads its gathered buffer: peers may push the next call's pieces. The last
+  // This rank no longer reads its gathered buffer: peers may push the next call's chunks. The last
   // kernel has said so itself as it ended, where it could (and was launched).
   const bool kernel_signals = all_kernel && !launch_failed && kernels_args.back().done != nullptr;
   if (!kernel_signals) {
     for (int i = 1; i < ws; ++i) pr.signal(stream, (me + i) % ws, OverlapResources::done_flag(me));
   }
-  if (launch_failed) std::rethrow_exception(launch_failed);
+  if (launch_failed) {
+    pr.end_call();  // the pushes and the done signal above complete what the peers wait for
+    std::rethrow_exception(launch_failed);
+  }
   timeline.mark("end");
   if (all_kernel) finish_tile_trace(comm, "ag", kernels_args[0], timeline, stream);
 }

@@ -1,8 +1,8 @@
 // Fused matmul_reduce_scatter: one persistent GEMM computes the partial product destination by
 // destination (rank me+1's rows first, this rank's own last). Tiles of a peer's rows are staged in
-// this GPU's memory and counted; the copy engine pushes each piece to its destination's inbox as soon
+// this GPU's memory and counted; the copy engine pushes each chunk to its destination's inbox as soon
 // as its count is complete (or, on request, the kernel stores them into the peer's inbox itself); this
-// rank's own tiles wait for the peers' pieces of the same rows and add them in fp32 as the output is
+// rank's own tiles wait for the peers' chunks of the same rows and add them in fp32 as the output is
 // written (docs/design/fused_matmul_reduce_scatter.md): on two ranks and large problems in the epilogue, otherwise in
 // the kernel's fixup().
 #include <algorithm>
@@ -15,8 +15,9 @@
 #include "algo/pipelined.h"
 #include "comm/communicator_impl.h"
 #include "common/check.h"
+#include "common/element.h"
 #include "common/env.h"
-#include "kernels/fused/ag_gemm.h"
+#include "kernels/fused/fused_gemm.h"
 #include "kernels/fused/staged_layout.h"
 #include "kernels/fused/tail_split.h"
 
@@ -42,6 +43,43 @@ bool reduce_in_epilogue(int world_size, int64_t tiles, int sms) {
   return world_size == 2 && tiles >= kEpilogueFromRounds * sms;
 }
 
+// What the fused reduce-scatter's pushes read from the host: with the peers' inboxes, the key of their
+// recorded replay (StreamReplay::key_of), so 64-bit fields only (no padding).
+struct PushWork {
+  int64_t me, ws, rows, chunk_rows, used_chunks, n, epilogue;
+  uint64_t rank_bytes;
+  const char* staging;  // slot d: this rank's tiles of rank d's rows
+};
+
+// Each chunk of each peer's rows, once the kernel has staged all its tiles (the staged counters), to
+// that peer's inbox with its arrived flag; rank me+1 first, as the kernel computes them. One stream per
+// destination, forked from `origin` and joined back.
+void enqueue_pushes_of(OverlapResources& pr, const PushWork& w, const std::vector<const void*>& inboxes,
+                       cudaStream_t origin) {
+  const kernels::fused::StagedLayout layout(w.epilogue != 0, w.n);
+  kernels::fused::ReduceScatterTiles counts;  // what the kernel counts per chunk
+  counts.rows_per_rank = static_cast<int32_t>(w.rows);
+  counts.rows_per_chunk = static_cast<int32_t>(w.chunk_rows);
+  counts.tiles_n = static_cast<int32_t>(layout.tiles_n);
+  const int me = static_cast<int>(w.me), ws = static_cast<int>(w.ws);
+  Fanout pushes(pr, origin);
+  for (int i = 1; i < ws; ++i) {
+    const int d = (me + i) % ws;
+    cudaStream_t push = pushes.use(pr.peer_stream(d));
+    for (int j = 0; j < w.used_chunks; ++j) {
+      const int64_t r0 = j * w.chunk_rows, r1 = std::min<int64_t>(w.rows, (j + 1) * w.chunk_rows);
+      pr.wait_staged(push, d, j, layout.count(counts, j));
+      const size_t offset = layout.bytes_before(r0);
+      ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(bytes(const_cast<void*>(inboxes[d])) + me * w.rank_bytes + offset,
+                                         w.staging + d * w.rank_bytes + offset, layout.bytes_before(r1) - offset,
+                                         cudaMemcpyDeviceToDevice, push));
+      pr.signal(push, d, pr.arrived_flag(me, j));
+    }
+    pr.zero_staged(push, d, static_cast<int>(w.used_chunks));  // as the next call expects to find them
+  }
+  pushes.join();
+}
+
 // Whether a reduction in the epilogue pushes the staged tiles from the kernel, straight into the
 // peer's inbox over NVLink (kernels/fused/reduce_scatter_tiles.h, push_inbox), instead of through the
 // staging buffer and the copy engine. ASYNCTP_FUSED_RS_PUSH=kernel|copy-engine, set alike on every
@@ -56,7 +94,7 @@ bool push_from_kernel() {
 // for the peer's done itself before it stores into the peer's inbox. Under capture (where the host
 // does not know the epoch) the epoch kernel runs before it, as for the copy engine's way, and waits too.
 void run_pushed_from_kernel(Communicator& comm, OverlapResources& pr, SymmetricBuffer& inbox, size_t rank_bytes,
-                            kernels::fused::AgGemmArgs& g, kernels::fused::CallTimeline& timeline,
+                            kernels::fused::FusedGemmArgs& g, kernels::fused::CallTimeline& timeline,
                             cudaStream_t stream) {
   kernels::fused::ReduceScatterTiles& rs = g.rs;
   const int me = rs.rank, peer = 1 - rs.rank;
@@ -72,7 +110,7 @@ void run_pushed_from_kernel(Communicator& comm, OverlapResources& pr, SymmetricB
   if (rs.begin_epoch == 0) pr.begin_fused_epoch(stream, captured);
   attach_tile_trace(g, stream);
   timeline.mark("kernel");
-  kernels::fused::run_ag_gemm(g, stream);
+  kernels::fused::run_fused_gemm(g, stream);
   timeline.mark("kernel_launched");
   timeline.mark("end");
   finish_tile_trace(comm, "rs", g, timeline, stream);
@@ -80,34 +118,33 @@ void run_pushed_from_kernel(Communicator& comm, OverlapResources& pr, SymmetricB
 
 }  // namespace
 
-int resolve_fused_rs_pieces(int requested, int64_t rows_per_rank) {
+int resolve_fused_rs_chunks(int requested, int64_t rows_per_rank) {
   const int64_t clusters = std::max<int64_t>(1, rows_per_rank / kernels::fused::kClusterRows);
-  // A piece of at least 512 rows keeps bands of two cluster rows (B reused in L2); up to 4 pieces, so
+  // A chunk of at least 512 rows keeps bands of two cluster rows (B reused in L2); up to 4 chunks, so
   // that a rank's first own tiles wait for a quarter of what the peers stage, not for all of it.
-  const int64_t pieces = requested > 0 ? requested : std::clamp<int64_t>(rows_per_rank / 512, 1, 4);
-  return static_cast<int>(std::min<int64_t>(pieces, clusters));
+  const int64_t chunks = requested > 0 ? requested : std::clamp<int64_t>(rows_per_rank / 512, 1, 4);
+  return static_cast<int>(std::min<int64_t>(chunks, clusters));
 }
 
 const char* fused_rs_unsupported(const MatmulReduceScatterPlan& plan, const TensorRef& a, const TensorRef& b,
                                  const TensorRef& output) {
   if (plan.scatter_last) return "scatter_dim last";
   if (!fused_rs_takes_rows(plan.out_rows)) return "rows per rank not a multiple of 256";
-  kernels::fused::AgGemmArgs g;
-  g.dtype = plan.dtype;
+  // The kernel's own tiles wait for the peers' pushes, which wait for what the peers' kernels stage:
+  // with one hardware queue, the queue holds the pushes behind the kernel that waits for them.
+  if (detail::one_device_connection()) return "one hardware queue per device (CUDA_DEVICE_MAX_CONNECTIONS=1)";
+  kernels::fused::FusedGemmArgs g;
+  g.dtype = element_of(plan.dtype);
   g.M = plan.M, g.N = plan.N, g.K = plan.k_local;
   g.a = a.data, g.b = b.data, g.c = output.data;
-  return kernels::fused::ag_gemm_unsupported(g);
+  return kernels::fused::fused_gemm_unsupported(g);
 }
 
 void fused_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPlan& plan, const TensorRef& a,
                                  const TensorRef& b, const TensorRef& output, cudaStream_t stream,
                                  const AgreeFn& agree, int chunks_per_rank) {
-  // Every rank decides alike (ranks running different protocols would wait for each other in vain):
-  // the plan is agreed on, and the plan refuses pointers off 16-byte boundaries on every rank.
-  if (*fused_rs_unsupported(plan, a, b, output) != '\0') {
-    pipelined_matmul_reduce_scatter(comm, plan, a, b, output, stream, agree, chunks_per_rank);
-    return;
-  }
+  ASYNCTP_CHECK(*fused_rs_unsupported(plan, a, b, output) == '\0', "fused matmul_reduce_scatter: ",
+                fused_rs_unsupported(plan, a, b, output), "; such a call runs pipelined (ops::algorithm_that_runs)");
   kernels::fused::CallTimeline timeline(stream);
   timeline.mark("entry");
   agree();
@@ -117,20 +154,20 @@ void fused_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPl
   const int64_t rows = plan.out_rows;
   const float scale = plan.reduce_op == ReduceOp::kAvg ? 1.0f / static_cast<float>(ws) : 1.0f;
 
-  kernels::fused::AgGemmArgs g;
-  g.dtype = plan.dtype;
-  g.b_layout = plan.b_layout;
+  kernels::fused::FusedGemmArgs g;
+  g.dtype = element_of(plan.dtype);
+  g.b_layout = layout_of(plan.b_layout);
   g.M = plan.M, g.N = plan.N, g.K = plan.k_local;
   g.a = a.data, g.b = b.data, g.c = output.data;
   g.alpha = scale;
   attach_grid(comm, g, stream);
   if (ws == 1) {  // nothing to reduce; the average of one is itself
-    kernels::fused::run_ag_gemm(g, stream);
+    kernels::fused::run_fused_gemm(g, stream);
     return;
   }
 
   OverlapResources& pr = OverlapResources::of(comm, stream);
-  kernels::fused::load_ag_gemm_kernels();
+  kernels::fused::load_fused_gemm_kernels();
   const int64_t tiles_n = kernels::fused::StagedLayout::tiles_along(plan.N);
   const kernels::fused::StagedLayout layout(reduce_in_epilogue(ws, plan.M / kernels::fused::kTileRows * tiles_n, m.sm_budget), plan.N);
   // The kernel's last warp zeroes the counts it pushes into before it says done (done_signal), which
@@ -140,15 +177,15 @@ void fused_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPl
   // Slot d: this rank's tiles of d's rows (none where the kernel pushes).
   char* staging = push ? nullptr : static_cast<char*>(m.scratch_for(ws * rank_bytes, stream));
   SymmetricBuffer& inbox = pr.inbox(ws * rank_bytes, stream);  // slot q: rank q's tiles of this rank's rows
-  const kernels::fused::RowPieces pieces(rows, resolve_fused_rs_pieces(chunks_per_rank, rows));
-  const int64_t piece_rows = pieces.rows;
-  const int used_pieces = pieces.used;
+  const kernels::fused::RowChunks chunks(rows, resolve_fused_rs_chunks(chunks_per_rank, rows));
+  const int64_t chunk_rows = chunks.rows;
+  const int used_chunks = chunks.used;
 
   kernels::fused::ReduceScatterTiles& rs = g.rs;
   rs.rank = me;
   rs.world = ws;
   rs.rows_per_rank = static_cast<int32_t>(rows);
-  rs.rows_per_piece = static_cast<int32_t>(piece_rows);
+  rs.rows_per_chunk = static_cast<int32_t>(chunk_rows);
   rs.tiles_n = static_cast<int32_t>(tiles_n);
   rs.reduce_in_epilogue = layout.epilogue;
   rs.inbox = reinterpret_cast<const uint32_t*>(inbox.local());
@@ -164,47 +201,25 @@ void fused_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPl
     return;
   }
 
-  // Each piece of each peer's rows, once the kernel has staged all its tiles, to that peer's inbox;
+  // Each chunk of each peer's rows, once the kernel has staged all its tiles, to that peer's inbox;
   // rank me+1 first, as the kernel computes them. One stream per destination, forked from `origin`.
-  const auto enqueue_pushes = [&](cudaStream_t origin) {
-    Fanout pushes(pr, origin);
-    for (int i = 1; i < ws; ++i) {
-      const int d = (me + i) % ws;
-      cudaStream_t push = pushes.use(pr.peer_stream(d));
-      for (int j = 0; j < used_pieces; ++j) {
-        const int64_t r0 = pieces.begin(j), r1 = pieces.end(j, rows);
-        pr.wait_staged(push, d, j, layout.count(rs, j));
-        const size_t offset = layout.bytes_before(r0);
-        ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(bytes(inbox.peer(d)) + me * rank_bytes + offset,
-                                           staging + d * rank_bytes + offset, layout.bytes_before(r1) - offset,
-                                           cudaMemcpyDeviceToDevice, push));
-        pr.signal(push, d, pr.arrived_flag(me, j));
-      }
-      pr.zero_staged(push, d, used_pieces);  // as the next call expects to find them
-    }
-    pushes.join();
+  // The pushes read only `work` and the peers' inboxes, which make their replay's key.
+  const PushWork work{me, ws, rows, chunk_rows, used_chunks, plan.N, layout.epilogue ? 1 : 0, rank_bytes, staging};
+  std::vector<const void*> inboxes;
+  for (int d = 0; d < ws; ++d) inboxes.push_back(inbox.peer(d));
+  const auto enqueue_pushes = [&pr, work, inboxes](cudaStream_t origin) {
+    enqueue_pushes_of(pr, work, inboxes, origin);
   };
   timeline.mark("resources");
   pr.begin_call();
   // Outside graph capture the pushes are one graph launch after the kernel (stream_replay.h); the graph
-  // is made before the kernel, the first time this layout is used. Everything the pushes depend on is
-  // in the key, so that a kept graph is launched only where it is still right. Where ranks share the
-  // GPU they are enqueued one by one instead (OverlapResources::replays_off).
+  // is made before the kernel, the first time this layout is used. Where ranks share the GPU they are
+  // enqueued one by one instead (OverlapResources::replays_off).
   const bool captured = OverlapResources::capturing(stream);
   cudaGraphExec_t replay = nullptr;
   if (!captured && !pr.replays_off()) {
-    StreamReplay::Key key = {static_cast<uint64_t>(ReplayKind::kFusedRsPushes),
-                             static_cast<uint64_t>(me),
-                             static_cast<uint64_t>(ws),
-                             static_cast<uint64_t>(rows),
-                             rank_bytes,
-                             static_cast<uint64_t>(piece_rows),
-                             static_cast<uint64_t>(used_pieces),
-                             static_cast<uint64_t>(tiles_n),
-                             reinterpret_cast<uintptr_t>(staging),
-                             static_cast<uint64_t>(layout.epilogue)};
-    for (int d = 0; d < ws; ++d) key.push_back(reinterpret_cast<uintptr_t>(inbox.peer(d)));
-    replay = pr.replays().prepare(key, stream, enqueue_pushes);
+    replay = pr.replays().prepare(StreamReplay::key_of(ReplayKind::kFusedRsPushes, work, inboxes), stream,
+                                  enqueue_pushes);
   }
   // Pushes go into the peers' inboxes, so each peer must be done with the last call first: outside
   // graph capture only the pushes wait for that (docs/design/fused_all_gather_matmul.md), under capture the whole call. Outside
@@ -225,7 +240,7 @@ void fused_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPl
   rs.pad_index = pr.arrived_flag(0, 0);
   attach_tile_trace(g, stream);
   timeline.mark("kernel");
-  kernels::fused::run_ag_gemm(g, stream);
+  kernels::fused::run_fused_gemm(g, stream);
   timeline.mark("kernel_launched");
 
   // From a fork taken before the kernel: the pushes must not wait for the kernel, which waits for them.

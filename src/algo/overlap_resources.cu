@@ -1,5 +1,9 @@
 #include "algo/overlap_resources.h"
 
+#include <algorithm>
+#include <vector>
+
+#include "algo/resources.h"
 #include "comm/communicator_impl.h"
 #include "common/check.h"
 #include "common/driver_api.h"
@@ -45,14 +49,14 @@ void OverlapResources::FlagList::add(int f, int o) {
 }
 
 OverlapResources& OverlapResources::of(Communicator& comm, cudaStream_t stream) {
-  Communicator::Impl& m = impl_of(comm);
-  if (!m.overlap) {
+  Resources& r = Resources::of(comm);
+  if (!r.overlap) {
     ASYNCTP_CHECK(!capturing(stream),
                   "pipelined/fused: the first pipelined or fused call on a communicator sets up streams, flags and "
                   "memory, which cannot happen while a CUDA graph is being captured; make one call before capturing");
-    m.overlap.reset(new OverlapResources(comm));
+    r.overlap.reset(new OverlapResources(comm));
   }
-  return *m.overlap;
+  return *r.overlap;
 }
 
 OverlapResources::OverlapResources(Communicator& comm) : comm_(comm) {
@@ -69,7 +73,7 @@ OverlapResources::OverlapResources(Communicator& comm) : comm_(comm) {
   peer_streams_.resize(lsa_size_);
   for (cudaStream_t& s : peer_streams_) ASYNCTP_CUDA_CHECK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, greatest));
   for (cudaStream_t& s : gemms_) ASYNCTP_CUDA_CHECK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, least));
-  // Enough for the largest call: a fork, joins, and an event per piece per peer for each of two kinds.
+  // Enough for the largest call: a fork, joins, and an event per chunk per peer for each of two kinds.
   events_.resize(8 + 4 * static_cast<size_t>(lsa_size_) * (kMaxChunksPerRank + 1));
   for (cudaEvent_t& e : events_) ASYNCTP_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   // What a fused kernel needs to raise this rank's done flag at its peers, in device memory.
@@ -78,12 +82,12 @@ OverlapResources::OverlapResources(Communicator& comm) : comm_(comm) {
     for (int p = 0; p < lsa_size_; ++p) {
       if (p != m.lsa.rank) d.flag[d.peers++] = pad_->peer(p) + done_flag(m.lsa.rank);
     }
-    d.finished = staged_ + static_cast<size_t>(lsa_size_) * kMaxChunksPerRank;
+    d.finished = staged_ + counters().finished_warps();
     d.epoch = epoch_;
     ASYNCTP_CUDA_CHECK(cudaMalloc(&done_signal_, sizeof(d)));
     ASYNCTP_CUDA_CHECK(cudaMemcpy(done_signal_, &d, sizeof(d), cudaMemcpyHostToDevice));
   }
-  m.gemm.reserve();
+  Resources::of(comm).gemm.reserve();
   ranks_share_device_ = m.ranks_on_device > 1;
   eager_calls_ = ranks_share_device_ || detail::knob_flag(detail::Knob::kPipelinedEager);
   // Loads the small kernels now: CUDA loads a kernel at its first launch, and a load can wait for the
@@ -93,7 +97,7 @@ OverlapResources::OverlapResources(Communicator& comm) : comm_(comm) {
   ASYNCTP_CUDA_CHECK(cudaFuncGetAttributes(&attributes, wait_ready_kernel));
   // Where ranks share the GPU, what a fused call would make at its first use is made here, and no rank
   // leaves before every rank has made it all (Transport::settle).
-  if (ranks_share_device_) m.tail_split_workspace(m.setup_stream);
+  if (ranks_share_device_) Resources::of(comm).tail_split_workspace(m.setup_stream);
   ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(m.setup_stream));
   m.transport->settle("overlapped-call set-up");
 }
@@ -126,9 +130,9 @@ OverlapResources::~OverlapResources() {
   cudaFree(done_signal_);
 }
 
-void OverlapResources::wait_staged(cudaStream_t stream, int peer, int piece, uint32_t count) {
+void OverlapResources::wait_staged(cudaStream_t stream, int peer, int chunk, uint32_t count) {
   ASYNCTP_CU_CHECK(detail::driver().stream_wait_value32(
-      reinterpret_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(staged_ + peer * kMaxChunksPerRank + piece),
+      reinterpret_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(staged_ + counters().of(peer, chunk)),
       count, CU_STREAM_WAIT_VALUE_GEQ));
 }
 
@@ -165,9 +169,9 @@ void OverlapResources::wait_previous_done_without_sm(cudaStream_t stream) {
                                                         static_cast<unsigned int>(waits.size()), waits.data(), 0));
 }
 
-void OverlapResources::zero_staged(cudaStream_t stream, int peer, int pieces) {
-  ASYNCTP_CUDA_CHECK(cudaMemsetAsync(staged_ + static_cast<size_t>(peer) * kMaxChunksPerRank, 0,
-                                     static_cast<size_t>(pieces) * sizeof(uint32_t), stream));
+void OverlapResources::zero_staged(cudaStream_t stream, int peer, int chunks) {
+  ASYNCTP_CUDA_CHECK(cudaMemsetAsync(staged_ + counters().of(peer, 0), 0,
+                                     static_cast<size_t>(chunks) * sizeof(uint32_t), stream));
 }
 
 void OverlapResources::launch_done_kernel(cudaStream_t stream, bool wait, bool advance, bool reset_staged,
@@ -178,7 +182,26 @@ void OverlapResources::launch_done_kernel(cudaStream_t stream, bool wait, bool a
   const int zero_words = reset_staged ? static_cast<int>(staged_bytes() / sizeof(uint32_t)) : 0;
   begin_epoch_kernel<<<1, 32, 0, stream>>>(pad_->local(), epoch_, lsa_size_, impl_of(comm_).lsa.rank, wait, advance,
                                            staged_, zero_words, wait_context());
+  if (advance) epoch_begun();
   ASYNCTP_CUDA_CHECK(cudaGetLastError());
+}
+
+void OverlapResources::set_epoch_for_tests(uint32_t epoch) {
+  ASYNCTP_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<uint32_t> words(static_cast<size_t>(lsa_size_) * kPadWordsPerPeer, 0);
+  std::fill(words.begin(), words.begin() + pushed_count(0, 0), epoch);
+  ASYNCTP_CUDA_CHECK(cudaMemcpy(pad_->local(), words.data(), words.size() * sizeof(uint32_t), cudaMemcpyHostToDevice));
+  ASYNCTP_CUDA_CHECK(cudaMemcpy(epoch_, &epoch, sizeof(epoch), cudaMemcpyHostToDevice));
+  host_epoch_ = epoch;
+}
+
+void OverlapResources::epoch_begun() {
+  mid_protocol_ = true;
+  if (!injected_failure_.empty()) {
+    std::string why;
+    why.swap(injected_failure_);
+    throw Error(why);
+  }
 }
 
 void OverlapResources::enqueue_call(const StreamReplay::Key& key, cudaStream_t stream,
@@ -200,6 +223,7 @@ void OverlapResources::enqueue_call(const StreamReplay::Key& key, cudaStream_t s
     enqueue(stream);
     return;
   }
+  mid_protocol_ = true;  // the replay begins the epoch on the device
   StreamReplay::launch(replay, stream);
   if (host_knows_epoch_) ++host_epoch_;
   ++replayed_calls_;

@@ -13,10 +13,10 @@
 // Flag indices in the pad (one pad per rank):
 //   done(p)        peer p is finished with the call that carried epoch E: it no longer reads this
 //                  rank's buffers, nor reads its own buffers that this rank writes into;
-//   ready(p, j)    piece j of what peer p offers this rank is in place (pipelined: peers pull);
-//   arrived(p, j)  piece j from peer p has landed in this rank's inbox (fused: peers push; the fused
+//   ready(p, j)    chunk j of what peer p offers this rank is in place (pipelined: peers pull);
+//   arrived(p, j)  chunk j from peer p has landed in this rank's inbox (fused: peers push; the fused
 //                  GEMM waits on these flags itself);
-//   pushed(p, j)   not a flag but a count: tiles of piece j that peer p's fused reduce-scatter kernel
+//   pushed(p, j)   not a flag but a count: tiles of chunk j that peer p's fused reduce-scatter kernel
 //                  has stored into this rank's inbox itself (kernels/fused/reduce_scatter_tiles.h,
 //                  push_inbox); zero between calls.
 #pragma once
@@ -25,6 +25,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "algo/stream_replay.h"
@@ -33,13 +35,13 @@
 #include "asynctp/signal.h"
 #include "asynctp/symmetric.h"
 #include "kernels/fused/done_signal.h"
-#include "kernels/fused/piece_slots.h"
+#include "kernels/fused/chunk_slots.h"
 #include "kernels/wait_context.h"
 
 namespace asynctp::algo {
 
-// The kernels index their flag and counter slots by piece with a stride of their own.
-static_assert(kernels::fused::kPieceSlots == kMaxChunksPerRank, "the kernels' slots per rank must match kMaxChunksPerRank");
+// The kernels index their flag and counter slots by chunk with a stride of their own.
+static_assert(kernels::fused::kChunkSlots == kMaxChunksPerRank, "the kernels' slots per rank must match kMaxChunksPerRank");
 
 class OverlapResources {
  public:
@@ -51,9 +53,9 @@ class OverlapResources {
   OverlapResources& operator=(const OverlapResources&) = delete;
 
   static int done_flag(int peer) { return peer; }
-  int ready_flag(int peer, int piece) const { return lsa_size_ + peer * kMaxChunksPerRank + piece; }
-  int arrived_flag(int peer, int piece) const { return lsa_size_ * (1 + kMaxChunksPerRank) + peer * kMaxChunksPerRank + piece; }
-  int pushed_count(int peer, int piece) const { return lsa_size_ * (1 + 2 * kMaxChunksPerRank) + peer * kMaxChunksPerRank + piece; }
+  int ready_flag(int peer, int chunk) const { return lsa_size_ + peer * kMaxChunksPerRank + chunk; }
+  int arrived_flag(int peer, int chunk) const { return lsa_size_ * (1 + kMaxChunksPerRank) + peer * kMaxChunksPerRank + chunk; }
+  int pushed_count(int peer, int chunk) const { return lsa_size_ * (1 + 2 * kMaxChunksPerRank) + peer * kMaxChunksPerRank + chunk; }
   static constexpr int kPadWordsPerPeer = 1 + 3 * kMaxChunksPerRank;
   // This rank's pad and epoch, for kernels that wait on flags themselves; `peer`'s pad, for kernels
   // that raise its flags or counts themselves.
@@ -67,16 +69,16 @@ class OverlapResources {
   // Collective; grows (after draining the GPU) when a call needs more, so not during graph capture.
   SymmetricBuffer& inbox(size_t bytes, cudaStream_t stream);
 
-  // Fused matmul_reduce_scatter: counters in this GPU's memory, one per (peer, piece), that the kernel
+  // Fused matmul_reduce_scatter: counters in this GPU's memory, one per (peer, chunk), that the kernel
   // raises as it stages that peer's tiles (kernels/fused/reduce_scatter_tiles.h).
   uint32_t* staged() const { return staged_; }
   // Fused ops: for the kernel to raise this rank's done flag at every peer as it ends
   // (kernels/fused/done_signal.h); its count of finished warps is zeroed with the staged counters.
   // In device memory; null where the team is too large, and the host must signal.
   const kernels::fused::DoneSignal* done_signal() const { return done_signal_; }
-  // Stream-ordered, without an SM: `stream` waits until staged counter (peer, piece) >= count. Unbounded
+  // Stream-ordered, without an SM: `stream` waits until staged counter (peer, chunk) >= count. Unbounded
   // by itself: the counter is raised by this rank's own kernel, whose staged tiles wait for nothing.
-  void wait_staged(cudaStream_t stream, int peer, int piece, uint32_t count);
+  void wait_staged(cudaStream_t stream, int peer, int chunk, uint32_t count);
 
   // Streams of this communicator. peer_stream(p) moves data to or from peer p (pipelined pulls, fused
   // pushes). It and the signal stream run at the device's highest priority so that a wait kernel at
@@ -115,7 +117,22 @@ class OverlapResources {
   static bool capturing(cudaStream_t stream);
 
   // Starts a call: events are handed out afresh from the pool.
-  void begin_call() { next_event_ = 0; }
+  void begin_call() {
+    next_event_ = 0;
+    mid_protocol_ = false;
+  }
+  // Whether the current call's epoch has begun and its protocol is not complete: its peers then wait
+  // on flags that a throw from here on would leave unraised (ops/dispatch.cc then breaks the
+  // communicator). end_call() says the call has enqueued all it owes its peers.
+  bool mid_protocol() const { return mid_protocol_; }
+  void end_call() { mid_protocol_ = false; }
+  // For the tests: the next call's epoch begins, then the call throws an Error saying `why`.
+  void fail_after_next_epoch(std::string why) { injected_failure_ = std::move(why); }
+  // For the tests: as though the calls so far had reached `epoch` (near 2^32, to cross the wrap):
+  // this rank's epoch and every flag of its pad that holds an epoch (done, ready, arrived; the pushed
+  // counts stay zero) become `epoch`. Every rank must do it with no call in flight (the device is
+  // drained here), and none may make its next call before all have (the caller's barrier).
+  void set_epoch_for_tests(uint32_t epoch);
   // An event recorded on `from` now.
   cudaEvent_t record(cudaStream_t from);
   // Work enqueued on `to` from now on runs after everything enqueued so far on `from`.
@@ -149,11 +166,12 @@ class OverlapResources {
   // zeroed by the pushes (zero_staged) and the done signal's count by the kernel's last warp.
   uint32_t begin_epoch_in_kernel(bool capturing_now) {
     if (!knows_epoch(capturing_now) || host_epoch_ + 1 == 0) return 0;
+    epoch_begun();
     return ++host_epoch_;
   }
   uint32_t* epoch_word() const { return epoch_; }
   // Stream-ordered: zeroes the staged counters of `peer`'s rows, after the pushes that waited on them.
-  void zero_staged(cudaStream_t stream, int peer, int pieces);
+  void zero_staged(cudaStream_t stream, int peer, int chunks);
 
   // Stream-ordered: waits (bounded) until every peer's done flag has reached the current epoch.
   void wait_done(cudaStream_t stream) {
@@ -179,6 +197,8 @@ class OverlapResources {
 
  private:
   explicit OverlapResources(Communicator& comm);
+  // The call's epoch has begun (mid_protocol), and the test hook's failure, if any, is thrown.
+  void epoch_begun();
   void launch_done_kernel(cudaStream_t stream, bool wait, bool advance, bool reset_staged, bool capturing_now);
   // Whether the host still knows the device epoch: not once a call has been captured (a replay runs
   // with whatever epoch the device holds then).
@@ -193,11 +213,14 @@ class OverlapResources {
   uint32_t* staged_ = nullptr;
   kernels::fused::DoneSignal* done_signal_ = nullptr;
   // The staged counters, then the done signal's count of finished warps.
-  size_t staged_bytes() const { return (static_cast<size_t>(lsa_size_) * kMaxChunksPerRank + 1) * sizeof(uint32_t); }
+  kernels::fused::StagedCounters counters() const { return kernels::fused::StagedCounters{lsa_size_}; }
+  size_t staged_bytes() const { return static_cast<size_t>(counters().words()) * sizeof(uint32_t); }
   uint32_t* epoch_ = nullptr;  // device: the epoch of the current (or last) overlapped call
   uint32_t host_epoch_ = 0;    // the same, as the host knows it while host_knows_epoch_
   // False for good once a call has been captured (begin_fused_epoch).
   bool host_knows_epoch_ = true;
+  bool mid_protocol_ = false;
+  std::string injected_failure_;
   cudaStream_t signal_ = nullptr;
   std::vector<cudaStream_t> peer_streams_;
   cudaStream_t gemms_[kGemmStreams] = {};

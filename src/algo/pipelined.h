@@ -37,14 +37,14 @@ void require_one_node(Communicator& comm, const char* op);
 // pipelined and fused can run.
 bool one_node(const Communicator& comm);
 
-// The number of pieces per rank a call uses: `requested`, or the default where it is 0, at most `rows`.
+// The number of chunks per rank a call uses: `requested`, or the default where it is 0, at most `rows`.
 int resolve_chunks(int requested, bool gather_last, int64_t rows);
 
-// Rows [begin, end) of piece `i` when `rows` rows are cut into `pieces` nearly equal pieces.
+// Rows [begin, end) of chunk `i` when `rows` rows are cut into `chunks` nearly equal chunks.
 struct RowRange {
   int64_t begin, end;
   int64_t size() const { return end - begin; }
 };
-RowRange piece_rows(int64_t rows, int pieces, int i);
+RowRange chunk_rows(int64_t rows, int chunks, int i);
 
 }  // namespace asynctp::algo

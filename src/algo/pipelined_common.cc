@@ -37,6 +37,6 @@ RsSum rs_sum_from_env() {
   }
 }
 
-RowRange piece_rows(int64_t rows, int pieces, int i) { return {rows * i / pieces, rows * (i + 1) / pieces}; }
+RowRange chunk_rows(int64_t rows, int chunks, int i) { return {rows * i / chunks, rows * (i + 1) / chunks}; }
 
 }  // namespace asynctp::algo

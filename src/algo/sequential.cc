@@ -1,6 +1,7 @@
 #include "algo/sequential.h"
 
 #include "algo/bytes.h"
+#include "algo/resources.h"
 #include "comm/communicator_impl.h"
 #include "common/check.h"
 
@@ -11,6 +12,7 @@ void sequential_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan&
                                   const TensorRef& gathered_a, cudaStream_t stream, const AgreeFn& agree) {
   agree();  // the all-gather comes first: nothing local to hide the check behind
   Communicator::Impl& m = impl_of(comm);
+  gemm::GemmRunner& runner = Resources::of(comm).gemm;
   const size_t es = dtype_size(plan.dtype);
   const size_t gathered_bytes = static_cast<size_t>(plan.M) * plan.K * es;
   // Gather-last lands rank by rank ([world][M][K/world]) and is then interleaved into [M, K].
@@ -25,10 +27,10 @@ void sequential_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan&
   } else {
     char* staging = base;
     m.transport->all_gather(a_shard.data, staging, shard_elems * es, stream);
-    const size_t piece = static_cast<size_t>(plan.k_local) * es;
+    const size_t chunk = static_cast<size_t>(plan.k_local) * es;
     for (int r = 0; r < m.world_size; ++r) {
-      ASYNCTP_CUDA_CHECK(cudaMemcpy2DAsync(gathered + r * piece, plan.K * es, staging + r * shard_elems * es, piece,
-                                           piece, plan.M, cudaMemcpyDeviceToDevice, stream));
+      ASYNCTP_CUDA_CHECK(cudaMemcpy2DAsync(gathered + r * chunk, plan.K * es, staging + r * shard_elems * es, chunk,
+                                           chunk, plan.M, cudaMemcpyDeviceToDevice, stream));
     }
   }
   for (size_t i = 0; i < bs.size(); ++i) {
@@ -38,7 +40,7 @@ void sequential_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan&
     p.K = plan.K;
     p.dtype = plan.dtype;
     p.b_layout = plan.b_layout;
-    m.gemm.run(p, gathered, bs[i].data, outputs[i].data, stream);
+    runner.run(p, gathered, bs[i].data, outputs[i].data, stream);
   }
 }
 
@@ -46,6 +48,7 @@ void sequential_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScat
                                       const TensorRef& b, const TensorRef& output, cudaStream_t stream,
                                       const AgreeFn& agree) {
   Communicator::Impl& m = impl_of(comm);
+  gemm::GemmRunner& runner = Resources::of(comm).gemm;
   const size_t es = dtype_size(plan.dtype);
   char* partial = static_cast<char*>(m.scratch_for(static_cast<size_t>(plan.M) * plan.N * es, stream));
   gemm::Problem p;
@@ -55,7 +58,7 @@ void sequential_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScat
   p.b_layout = plan.b_layout;
   if (!plan.scatter_last) {
     p.N = plan.N;
-    m.gemm.run(p, a.data, b.data, partial, stream);
+    runner.run(p, a.data, b.data, partial, stream);
   } else {
     // The reduce-scatter scatters contiguous blocks, so the partial product is laid out [world][M][N/world]: one GEMM
     // per destination rank, on that rank's columns of B.
@@ -66,7 +69,7 @@ void sequential_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScat
     p.ldc = n;
     for (int r = 0; r < m.world_size; ++r) {
       const size_t b_offset = static_cast<size_t>(r) * n * (col ? plan.k_local : 1);
-      m.gemm.run(p, a.data, bytes(b.data) + b_offset * es, partial + static_cast<size_t>(r) * plan.M * n * es, stream);
+      runner.run(p, a.data, bytes(b.data) + b_offset * es, partial + static_cast<size_t>(r) * plan.M * n * es, stream);
     }
   }
   agree();  // the partial GEMM above runs on the GPU meanwhile; it wrote only scratch

@@ -2,7 +2,7 @@
 //
 // Enqueued one by one, an overlapped call's stream work is dozens of API calls, microseconds of host
 // time each; a call often starts on an idle GPU, so that time is part of the call's. Launched as a graph
-// it is one call. Two users: the fused reduce-scatter's pushes (per destination and piece: wait for the
+// it is one call. Two users: the fused reduce-scatter's pushes (per destination and chunk: wait for the
 // staged count, copy into the peer's inbox, raise the peer's flag; on 4 GPUs, enqueued one by one, the
 // last of them reached the GPU after the kernel had staged its tiles: docs/design/fused_matmul_reduce_scatter.md),
 // and the whole of a pipelined call (docs/design/pipelined.md, "Repeated calls are graph replays").
@@ -11,7 +11,9 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <cstring>
 #include <functional>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -24,6 +26,22 @@ class StreamReplay {
  public:
   using Key = std::vector<uint64_t>;
   using Enqueue = std::function<void(cudaStream_t origin)>;
+
+  // A key made of `work`, a plain struct compared whole (no padding: every byte is a value), then
+  // `pointers` (one per peer, say) and `values` (one per B, say). Work recorded for it that reads only
+  // these has every value it depends on in its key by construction.
+  template <typename Work>
+  static Key key_of(ReplayKind kind, const Work& work, const std::vector<const void*>& pointers,
+                    const std::vector<int64_t>& values = {}) {
+    static_assert(std::is_trivially_copyable_v<Work> && std::has_unique_object_representations_v<Work>,
+                  "a replay key's struct must have no padding: it is compared byte for byte");
+    Key key(1 + (sizeof(Work) + sizeof(uint64_t) - 1) / sizeof(uint64_t), 0);
+    key[0] = static_cast<uint64_t>(kind);
+    std::memcpy(key.data() + 1, &work, sizeof(Work));
+    for (const void* p : pointers) key.push_back(reinterpret_cast<uintptr_t>(p));
+    for (int64_t v : values) key.push_back(static_cast<uint64_t>(v));
+    return key;
+  }
 
   StreamReplay() = default;
   ~StreamReplay();

@@ -12,7 +12,6 @@
 #include <random>
 #include <thread>
 
-#include "algo/overlap_resources.h"
 #include "asynctp/in_process.h"
 #include "asynctp/launcher.h"
 #include "asynctp/version.h"
@@ -22,7 +21,6 @@
 #include "common/check.h"
 #include "common/device_fault.h"
 #include "common/env.h"
-#include "kernels/fused/tail_split.h"
 
 namespace asynctp {
 namespace {
@@ -242,11 +240,6 @@ Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
 
   ASYNCTP_CUDA_CHECK(cudaEventCreateWithFlags(&m.last_call_end, cudaEventDisableTiming));
   ASYNCTP_CUBLAS_CHECK(cublasLtCreate(&m.cublaslt));
-  m.gemm.init(m.cublaslt);
-  if (m.transport->ranks_in_one_process() && m.world_size > 1) {
-    Impl* impl = &m;
-    m.gemm.set_before_first_launch([impl] { impl->quiesce("a GEMM's first launch"); });
-  }
   open_mailbox(m);
 
   ASYNCTP_CHECK(m.lsa.size >= 1, "Communicator: the transport reports an empty LSA team");
@@ -265,8 +258,11 @@ Communicator::~Communicator() {
   // peers that are gone or an NCCL kernel that still waits: collective teardown could hang, and so
   // could cudaFree (it waits for the device). The resources are then left to the dying process.
   const bool healthy = m.broken.empty() && cudaDeviceSynchronize() == cudaSuccess;
+  // What the layers above keep here goes first: it holds symmetric buffers, streams and GEMM plans
+  // made on this communicator.
+  for (auto it = m.attachments.rbegin(); it != m.attachments.rend(); ++it) it->second->detach(healthy);
+  m.attachments.clear();
   if (healthy) {
-    m.overlap.reset();
     m.workspace.reset();
     m.retired_buffers.clear();
     for (void* p : m.retired_scratch) cudaFree(p);
@@ -274,17 +270,12 @@ Communicator::~Communicator() {
     m.signals.reset();
     cudaFree(m.barrier_epoch);
     if (m.scratch) cudaFree(m.scratch);
-    cudaFree(m.tail_split);
-    cudaFree(m.nonfinite_buf);
-    cudaFreeHost(m.nonfinite_host);
   } else {
-    (void)m.overlap.release();
     (void)m.workspace.release();
     for (auto& b : m.retired_buffers) (void)b.release();
     (void)m.barrier_pad.release();
     (void)m.signals.release();
   }
-  m.gemm.reset(/*free_device_memory=*/m.broken.empty());  // plans go before the handle they were made with
   if (m.cublaslt) cublasLtDestroy(m.cublaslt);
   if (m.setup_stream) cudaStreamDestroy(m.setup_stream);
   if (m.last_call_end) cudaEventDestroy(m.last_call_end);

@@ -11,7 +11,6 @@
 
 #include "common/check.h"
 #include "common/device_fault.h"
-#include "kernels/fused/tail_split.h"
 
 namespace asynctp {
 
@@ -144,27 +143,6 @@ void Communicator::Impl::refuse_growth_under_capture(cudaStream_t stream, const 
 
 void Communicator::Impl::retire(std::unique_ptr<SymmetricBuffer> buffer) {
   if (buffer && graphs_captured) retired_buffers.push_back(std::move(buffer));
-}
-
-void* Communicator::Impl::tail_split_workspace(cudaStream_t stream) {
-  if (tail_split != nullptr) return tail_split;
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  ASYNCTP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-  if (capture != cudaStreamCaptureStatusNone) return nullptr;
-  int sms = 0;
-  ASYNCTP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const size_t bytes = kernels::fused::tail_split_workspace_bytes(sms);
-  void* p = nullptr;
-  ASYNCTP_CUDA_CHECK(cudaMalloc(&p, bytes));
-  cudaError_t zeroed = cudaMemsetAsync(p, 0, bytes, setup_stream);
-  if (zeroed == cudaSuccess) zeroed = cudaStreamSynchronize(setup_stream);
-  if (zeroed != cudaSuccess) {
-    cudaFree(p);
-    ASYNCTP_CUDA_CHECK(zeroed);
-  }
-  tail_split = p;
-  tail_split_sms = sms;
-  return tail_split;
 }
 
 }  // namespace asynctp

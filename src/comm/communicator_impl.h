@@ -3,26 +3,21 @@
 
 #include <cublasLt.h>
 
-#include <array>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "asynctp/communicator.h"
 #include "asynctp/signal.h"
 #include "asynctp/symmetric.h"
+#include "comm/attachment.h"
 #include "comm/host_mailbox.h"
 #include "comm/transport.h"
 #include "common/device_fault.h"
-#include "gemm/cublaslt_gemm.h"
 
 namespace asynctp {
-
-namespace algo {
-class OverlapResources;
-}
 
 // int64 slots each rank contributes to an argument check (see ops/cross_rank_check.cc).
 constexpr int kCheckSlots = 128;
@@ -44,9 +39,6 @@ struct Communicator::Impl {
   int cc_major = 0, cc_minor = 0;
   std::string gpu_name;
   std::string tuning_cache;  // kAuto's cache file on top of the built-in one; empty: none
-  // kAuto's choices made so far, by (op, M, N, K, dtype, last dim): {algorithm, chunks per rank}. A
-  // call's choice is then a lookup, not a model evaluation (tune/resolve.cc).
-  mutable std::map<std::array<int64_t, 6>, std::pair<int, int>> auto_choices;
 
   Team lsa;
   cublasLtHandle_t cublaslt = nullptr;
@@ -66,7 +58,6 @@ struct Communicator::Impl {
   uint32_t* barrier_epoch = nullptr;       // this rank's barrier count, on the GPU (graph replays)
   std::unique_ptr<SymmetricBuffer> workspace;
 
-  gemm::GemmRunner gemm;              // cuBLASLt plans and workspace, per communicator
   std::unique_ptr<HostMailbox> mailbox;  // argument checks on one node (else the transport's exchange)
   uint64_t check_seq = 0;                // argument checks made so far
   void* scratch = nullptr;            // ordinary device memory for the algorithms' local buffers
@@ -81,13 +72,27 @@ struct Communicator::Impl {
   void retire(std::unique_ptr<SymmetricBuffer> buffer);
   std::vector<const SymmetricBuffer*> symmetric_buffers;  // every live buffer made on this communicator
   uint64_t symmetric_buffers_made = 0;                    // SymmetricBuffer::serial of the last one made
-  std::unique_ptr<algo::OverlapResources> overlap;       // made by the first pipelined or fused call
-  void* tail_split = nullptr;  // the fused GEMM's split-K workspace (kernels/fused/tail_split.h)
-  int tail_split_sms = 0;      // the SM count it is sized for
-  bool check_nonfinite = false;        // ASYNCTP_CHECK_NAN=1: scan the ops' inputs first (ops/nonfinite.h)
-  unsigned long long* nonfinite_buf = nullptr;   // device: {count, first index} per input scanned
-  unsigned long long* nonfinite_host = nullptr;  // pinned copy of it
-  size_t nonfinite_inputs = 0;                   // inputs it has room for
+  bool check_nonfinite = false;  // ASYNCTP_CHECK_NAN=1: scan the ops' inputs first (ops/nonfinite.h)
+
+  // What the layers above keep here (comm/attachment.h), in the order they were made, each under its
+  // type's tag; `attached` finds or makes one.
+  std::vector<std::pair<const void*, std::unique_ptr<comm::Attachment>>> attachments;
+  template <typename T, typename Make>
+  T& attached(Make make) {
+    if (T* found = find_attached<T>()) return *found;
+    std::unique_ptr<T> made = make();
+    T& ref = *made;
+    attachments.emplace_back(comm::attachment_tag<T>(), std::move(made));
+    return ref;
+  }
+  // The attachment of type T, or null where none was made.
+  template <typename T>
+  T* find_attached() const {
+    for (const auto& [tag, a] : attachments) {
+      if (tag == comm::attachment_tag<T>()) return static_cast<T*>(a.get());
+    }
+    return nullptr;
+  }
 
   // Why this communicator may no longer be used, or empty while it is healthy. Set when a wait on the
   // peers gave up: the ranks are then out of step (or NCCL was aborted), so any later collective could
@@ -146,17 +151,13 @@ struct Communicator::Impl {
   // `held` to `needed` bytes: one message for every such growth.
   static void refuse_growth_under_capture(cudaStream_t stream, const char* what, size_t needed, size_t held);
 
-  // The fused GEMM's workspace for splitting its last round of tiles, allocated (counters zeroed) on
-  // first use; null where that first use is being captured into a CUDA graph, which allocates nothing
-  // (the kernel then computes every tile whole).
-  void* tail_split_workspace(cudaStream_t stream);
-
-  // Where the ranks are threads of one process, before a GEMM's first launch (GemmRunner's hook): every
+  // Where the ranks are threads of one process, before a GEMM's first launch (algo/resources.h sets it
+  // as the GEMM runner's hook): every
   // rank reaches this point (Transport::settle), drains its GPU (whatever a rank queued before it
   // waits only for work every rank queued before it too), and settles again, so that the launch, which
   // may load a cuBLAS kernel and wait for every GPU of the process, finds them idle. Collective: the
   // ranks run the same GEMMs in the same order, having agreed on the op's arguments before its first
-  // GEMM (ops.cc, plan_and_agree).
+  // GEMM (ops.cc, agree).
   void quiesce(const char* what);
 
   // The transport's exchange (every rank's `mine`, by rank; collective, host-synchronous). A rank that

@@ -7,6 +7,7 @@
 #include "comm/barrier.h"
 #include "comm/in_process_group.h"
 #include "common/check.h"
+#include "common/element.h"
 #include "kernels/sum_partials.h"
 
 namespace asynctp::comm {
@@ -130,7 +131,7 @@ class InProcessTransport final : public Transport {
     std::vector<const void*> parts;
     for (int q = 0; q < n; ++q) parts.push_back(static_cast<const char*>(s.peers[static_cast<size_t>(q)]) + rank_ * pitch);
     const float scale = op == ReduceOp::kAvg ? 1.0f / static_cast<float>(n) : 1.0f;
-    kernels::sum_partials(dtype, parts, recv, static_cast<int64_t>(count), scale, stream);
+    kernels::sum_partials(element_of(dtype), parts, recv, static_cast<int64_t>(count), scale, stream);
     barrier(stream);
   }
 

@@ -86,6 +86,14 @@ std::string knob_text(Knob knob) {
   return text == nullptr ? std::string() : std::string(text);
 }
 
+bool one_device_connection() {
+  static const bool one = [] {
+    const char* v = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    return v != nullptr && std::strtol(v, nullptr, 10) == 1;
+  }();
+  return one;
+}
+
 int resolve_timeout_ms(int requested) {
   return requested > 0 ? requested : knob_int(Knob::kTimeoutMs, kDefaultTimeoutMs);
 }

@@ -50,6 +50,11 @@ int knob_word(Knob knob);
 // A kText knob's value, empty where it is unset.
 std::string knob_text(Knob knob);
 
+// Whether CUDA_DEVICE_MAX_CONNECTIONS is 1 (Megatron-LM's setting): then every stream of the device
+// shares one hardware queue, and work enqueued after a kernel that waits for it may never start.
+// Read once, as CUDA reads it once when the process's context is made.
+bool one_device_connection();
+
 // `requested` if > 0, else ASYNCTP_TIMEOUT_MS, else kDefaultTimeoutMs.
 int resolve_timeout_ms(int requested);
 

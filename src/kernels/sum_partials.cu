@@ -47,11 +47,11 @@ __global__ void sum_partials_kernel(Parts parts, T* out, int64_t count, float sc
 
 }  // namespace
 
-void sum_partials(DType dtype, const std::vector<const void*>& parts, void* out, int64_t count, float scale,
+void sum_partials(Element element, const std::vector<const void*>& parts, void* out, int64_t count, float scale,
                   cudaStream_t stream) {
   ASYNCTP_CHECK(!parts.empty() && parts.size() <= static_cast<size_t>(kMaxPartials), "sum_partials: ", parts.size(),
                 " parts; expected 1 to ", kMaxPartials);
-  ASYNCTP_CHECK(dtype == DType::kBF16 || dtype == DType::kFP16, "sum_partials: dtype ", dtype_name(dtype),
+  ASYNCTP_CHECK(element == Element::kBF16 || element == Element::kFP16, "sum_partials: element ", element_name(element),
                 " is not supported; expected bf16 or fp16");
   Parts p{};
   p.n = static_cast<int>(parts.size());
@@ -64,7 +64,7 @@ void sum_partials(DType dtype, const std::vector<const void*>& parts, void* out,
   const int64_t vectors = count / 8;
   // Enough blocks to fill the GPU a few times over; the loop covers the rest.
   const int blocks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((vectors + kThreads - 1) / kThreads, 132 * 8)));
-  if (dtype == DType::kBF16) {
+  if (element == Element::kBF16) {
     sum_partials_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(p, static_cast<__nv_bfloat16*>(out), count, scale);
   } else {
     sum_partials_kernel<__half><<<blocks, kThreads, 0, stream>>>(p, static_cast<__half*>(out), count, scale);

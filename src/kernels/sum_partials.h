@@ -8,14 +8,14 @@
 #include <cstdint>
 #include <vector>
 
-#include "asynctp/tensor.h"
+#include "common/element.h"
 
 namespace asynctp::kernels {
 
 constexpr int kMaxPartials = 72;  // an NVL72 rack is the largest LSA team there is
 
-// Every pointer 16-byte aligned; `count` elements of `dtype` (bf16 or fp16) each.
-void sum_partials(DType dtype, const std::vector<const void*>& parts, void* out, int64_t count, float scale,
+// Every pointer 16-byte aligned; `count` elements of `element` each.
+void sum_partials(Element element, const std::vector<const void*>& parts, void* out, int64_t count, float scale,
                   cudaStream_t stream);
 
 }  // namespace asynctp::kernels

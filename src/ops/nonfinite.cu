@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <memory>
 
+#include "comm/attachment.h"
 #include "comm/communicator_impl.h"
 #include "common/check.h"
 
@@ -26,6 +28,20 @@ __global__ void scan_nonfinite_kernel(const uint16_t* x, int64_t n, uint16_t exp
   }
 }
 
+// The scan's buffers, kept on the communicator: {count, first index} per input, on the device and
+// pinned on the host, for up to `inputs` inputs.
+struct ScanBuffers final : comm::Attachment {
+  unsigned long long* device = nullptr;
+  unsigned long long* host = nullptr;
+  size_t inputs = 0;
+  void detach(bool healthy) override {
+    if (healthy) {
+      cudaFree(device);
+      cudaFreeHost(host);
+    }
+  }
+};
+
 uint16_t exponent_bits(DType dtype) { return dtype == DType::kBF16 ? 0x7F80 : 0x7C00; }
 
 std::string index_of(const TensorRef& t, int64_t flat) {
@@ -46,37 +62,37 @@ std::string describe_nonfinite(Communicator& comm, const char* op, const NamedIn
   ASYNCTP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
   if (capture != cudaStreamCaptureStatusNone || inputs.empty()) return {};
   Communicator::Impl& m = impl_of(comm);
-  // {count, first index} per input, on the device and pinned on the host.
+  ScanBuffers& buf = m.attached<ScanBuffers>([] { return std::make_unique<ScanBuffers>(); });
   const size_t bytes = 2 * sizeof(unsigned long long) * inputs.size();
-  if (m.nonfinite_inputs < inputs.size()) {
-    cudaFree(m.nonfinite_buf);  // waits for the device: the old buffer may still be in use
-    cudaFreeHost(m.nonfinite_host);
-    m.nonfinite_buf = nullptr, m.nonfinite_host = nullptr, m.nonfinite_inputs = 0;
-    ASYNCTP_CUDA_CHECK(cudaMalloc(&m.nonfinite_buf, bytes));
-    ASYNCTP_CUDA_CHECK(cudaMallocHost(&m.nonfinite_host, bytes));
-    m.nonfinite_inputs = inputs.size();
+  if (buf.inputs < inputs.size()) {
+    cudaFree(buf.device);  // waits for the device: the old buffer may still be in use
+    cudaFreeHost(buf.host);
+    buf.device = nullptr, buf.host = nullptr, buf.inputs = 0;
+    ASYNCTP_CUDA_CHECK(cudaMalloc(&buf.device, bytes));
+    ASYNCTP_CUDA_CHECK(cudaMallocHost(&buf.host, bytes));
+    buf.inputs = inputs.size();
   }
   for (size_t i = 0; i < inputs.size(); ++i) {
-    m.nonfinite_host[2 * i] = 0;
-    m.nonfinite_host[2 * i + 1] = ULLONG_MAX;
+    buf.host[2 * i] = 0;
+    buf.host[2 * i + 1] = ULLONG_MAX;
   }
-  ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(m.nonfinite_buf, m.nonfinite_host, bytes, cudaMemcpyHostToDevice, stream));
+  ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(buf.device, buf.host, bytes, cudaMemcpyHostToDevice, stream));
   constexpr int kThreads = 256;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const TensorRef& t = inputs[i].second;
     const int64_t n = t.numel();
     const int blocks = static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 132 * 16));
     scan_nonfinite_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const uint16_t*>(t.data), n,
-                                                           exponent_bits(t.dtype), m.nonfinite_buf + 2 * i);
+                                                           exponent_bits(t.dtype), buf.device + 2 * i);
     ASYNCTP_CUDA_CHECK(cudaGetLastError());
   }
-  ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(m.nonfinite_host, m.nonfinite_buf, bytes, cudaMemcpyDeviceToHost, stream));
+  ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(buf.host, buf.device, bytes, cudaMemcpyDeviceToHost, stream));
   m.wait_bounded(stream, 2 * static_cast<int64_t>(m.timeout_ms), op);
   for (size_t i = 0; i < inputs.size(); ++i) {
-    const unsigned long long count = m.nonfinite_host[2 * i];
+    const unsigned long long count = buf.host[2 * i];
     if (count == 0) continue;
     const auto& [name, t] = inputs[i];
-    const int64_t first = static_cast<int64_t>(m.nonfinite_host[2 * i + 1]);
+    const int64_t first = static_cast<int64_t>(buf.host[2 * i + 1]);
     uint16_t bits = 0;
     ASYNCTP_CUDA_CHECK(cudaMemcpy(&bits, static_cast<const uint16_t*>(t.data) + first, sizeof bits,
                                   cudaMemcpyDeviceToHost));

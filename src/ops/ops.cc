@@ -1,11 +1,10 @@
-// The public ops: validate, agree across ranks, then run the chosen algorithm.
+// The public ops: plan, choose, agree across ranks, dispatch.
 #include "asynctp/ops.h"
 
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "algo/fused.h"
 #include "algo/pipelined.h"
 #include "algo/sequential.h"
 #include "asynctp/communicator.h"
@@ -13,8 +12,10 @@
 #include "asynctp/version.h"
 #include "comm/communicator_impl.h"
 #include "common/check.h"
+#include "common/env.h"
 #include "kernels/fused/tile_trace.h"
 #include "ops/cross_rank_check.h"
+#include "ops/dispatch.h"
 #include "ops/nonfinite.h"
 #include "ops/plan.h"
 #include "tune/resolve.h"
@@ -35,36 +36,51 @@ namespace {
 
 using ops::NamedInputs;
 
-// Validates on this rank (and, under ASYNCTP_CHECK_NAN=1, scans `inputs` for NaN and Inf). Where
-// this rank refuses and ranks check each other, the refusal is shared first (so every rank fails
-// together); otherwise the cross-rank check is returned for the algorithm to run just before its first
-// communication.
-template <typename Plan, typename PlanFn>
-std::pair<Plan, algo::AgreeFn> plan_and_agree(Communicator& comm, const char* op, ops::Signature signature,
-                                              const OpOptions& options, cudaStream_t stream, PlanFn plan_fn,
-                                              const NamedInputs& inputs) {
-  Plan plan;
-  std::string refusal;
+// Runs `step` of this rank's checks where nothing was refused yet, keeping its refusal: a refusal must
+// go through the agreement, so that every rank fails together.
+template <typename Step>
+void unless_refused(std::string& refusal, Step step) {
+  if (!refusal.empty()) return;
   try {
-    plan = plan_fn();
+    step();
   } catch (const Error& e) {
     refusal = e.what();
   }
+}
+
+// kAuto made concrete for the planned call `key_fn()` describes; where this rank refused (or the
+// tuning cache cannot be read, which refuses it), sequential, which the refusal names.
+template <typename KeyFn>
+OpOptions choose(Communicator& comm, const OpOptions& requested, std::string& refusal, KeyFn key_fn) {
+  OpOptions options = requested;
+  if (options.algorithm != Algorithm::kAuto) return options;
+  options.algorithm = Algorithm::kSequential;
+  options.chunks_per_rank = 0;
+  unless_refused(refusal, [&] { options = tune::resolve(comm, key_fn(), requested); });
+  return options;
+}
+
+// Agreement across ranks. Under ASYNCTP_CHECK_NAN=1 `inputs` are scanned for NaN and Inf first. Where
+// this rank refuses and ranks check each other, the refusal is shared first (so every rank fails
+// together) and thrown; otherwise the cross-rank check is returned for the algorithm to run just
+// before its first communication.
+algo::AgreeFn agree(Communicator& comm, const char* op, ops::Signature signature, const OpOptions& options,
+                    cudaStream_t stream, std::string refusal, const NamedInputs& inputs) {
   if (refusal.empty() && impl_of(comm).check_nonfinite) refusal = ops::describe_nonfinite(comm, op, inputs, stream);
   if (!refusal.empty()) {
     if (options.check_across_ranks) ops::agree_across_ranks(comm, op, signature, refusal, stream);
     throw Error(refusal);
   }
-  if (!options.check_across_ranks) return {plan, [] {}};
+  if (!options.check_across_ranks) return [] {};
   // Threads of one process agree first: a GEMM's first launch there is a host exchange of every rank
   // (Communicator::Impl::quiesce), which a peer already waiting in the agreement would never reach.
   if (impl_of(comm).transport->ranks_in_one_process()) {
     ops::agree_across_ranks(comm, op, signature, std::string(), stream);
-    return {plan, [] {}};
+    return [] {};
   }
-  return {plan, [&comm, op, signature = std::move(signature), stream] {
-            ops::agree_across_ranks(comm, op, signature, std::string(), stream);
-          }};
+  return [&comm, op, signature = std::move(signature), stream] {
+    ops::agree_across_ranks(comm, op, signature, std::string(), stream);
+  };
 }
 
 // A call captured in a CUDA graph may be replayed at any time later: from then on the communicator
@@ -112,9 +128,9 @@ void check_not_in_workspace(const Communicator& comm, const char* op, const Name
   }
 }
 
-// Where the algorithm cannot run on these GPUs, a refusal like a bad argument's (inside the plan, so
-// that it goes through the agreement and every rank fails together): pipelined and fused need every
-// rank to reach every other's memory, and fused a Hopper GPU.
+// Where the algorithm cannot run on these GPUs, a refusal like a bad argument's (so that it goes
+// through the agreement and every rank fails together): pipelined and fused need every rank to reach
+// every other's memory, and fused a Hopper GPU.
 void check_runs_here(Communicator& comm, const char* op, Algorithm algorithm) {
   if (algorithm == Algorithm::kPipelined || algorithm == Algorithm::kFused) algo::require_one_node(comm, op);
   const Communicator::Impl& m = impl_of(comm);
@@ -125,6 +141,9 @@ void check_runs_here(Communicator& comm, const char* op, Algorithm algorithm) {
 
 }  // namespace
 
+// Each op: plan (this rank's arguments validated and its shapes parsed, once) -> choose (kAuto made
+// concrete from the plan) -> agree across ranks -> dispatch (ops/dispatch.h). A refusal at any step
+// before the agreement is carried to it.
 void all_gather_matmul(Communicator& comm, const TensorRef& a_shard, const std::vector<TensorRef>& bs, int gather_dim,
                        const std::vector<TensorRef>& outputs, const TensorRef& gathered_a, cudaStream_t stream,
                        const OpOptions& requested) {
@@ -133,12 +152,26 @@ void all_gather_matmul(Communicator& comm, const TensorRef& a_shard, const std::
   const Communicator::Impl::OrderedCall ordered(impl_of(comm), stream, op);
   kernels::fused::CallTimeline::note_op_entry();
   note_capture(comm, ordered);
-  // kAuto becomes a concrete algorithm first, so that the ranks compare what they will run.
-  std::string auto_refusal;
-  const OpOptions options = tune::resolve_all_gather_matmul(comm, a_shard, bs, gather_dim, requested, auto_refusal);
+  NamedInputs inputs{{"a_shard", a_shard}};
+  for (size_t i = 0; i < bs.size(); ++i) inputs.emplace_back(detail::cat("bs[", i, "]"), bs[i]);
+
+  std::string refusal;
+  ops::AllGatherMatmulPlan plan;
+  unless_refused(refusal, [&] {
+    plan = ops::plan_all_gather_matmul(comm.world_size(), a_shard, bs, gather_dim, outputs, gathered_a, requested);
+    NamedInputs all = inputs;
+    for (size_t i = 0; i < outputs.size(); ++i) all.emplace_back(detail::cat("outputs[", i, "]"), outputs[i]);
+    all.emplace_back("gathered_a", gathered_a);
+    check_on_this_gpu(comm, op, all);
+    check_not_in_workspace(comm, op, all);
+  });
+  const OpOptions options = choose(comm, requested, refusal,
+                                   [&] { return tune::key_of(plan, comm.world_size(), impl_of(comm).gpu_name); });
+  unless_refused(refusal, [&] { check_runs_here(comm, op, options.algorithm); });
+
   ops::Signature signature = ops::signature_of(op, a_shard, bs, gather_dim, options, gathered_a.defined() ? 1 : 0);
   // Pipelined: peers read a shard in symmetric memory in place, so every rank must keep it at the same
-  // offset. Looked up before validation, so only where the tensor is well formed enough to measure.
+  // offset. Looked up only where the tensor is well formed enough to measure.
   const SymmetricBuffer* a_symmetric = nullptr;
   if (options.algorithm == Algorithm::kPipelined || options.algorithm == Algorithm::kFused) {
     const bool well_formed = a_shard.data != nullptr && a_shard.ndim > 0 && a_shard.ndim <= TensorRef::kMaxDims;
@@ -148,31 +181,9 @@ void all_gather_matmul(Communicator& comm, const TensorRef& a_shard, const std::
                   a_symmetric ? static_cast<const char*>(a_shard.data) - static_cast<const char*>(a_symmetric->local())
                               : -1);
   }
-  NamedInputs inputs{{"a_shard", a_shard}};
-  for (size_t i = 0; i < bs.size(); ++i) inputs.emplace_back(detail::cat("bs[", i, "]"), bs[i]);
-  const auto [plan, agree] = plan_and_agree<ops::AllGatherMatmulPlan>(
-      comm, op, std::move(signature), options, stream,
-      [&] {
-        if (!auto_refusal.empty()) throw Error(auto_refusal);
-        auto p = ops::plan_all_gather_matmul(comm.world_size(), a_shard, bs, gather_dim, outputs, gathered_a, options);
-        NamedInputs all = inputs;
-        for (size_t i = 0; i < outputs.size(); ++i) all.emplace_back(detail::cat("outputs[", i, "]"), outputs[i]);
-        all.emplace_back("gathered_a", gathered_a);
-        check_on_this_gpu(comm, op, all);
-        check_not_in_workspace(comm, op, all);
-        check_runs_here(comm, op, options.algorithm);
-        return p;
-      },
-      inputs);
-  if (options.algorithm == Algorithm::kPipelined) {
-    algo::pipelined_all_gather_matmul(comm, plan, a_shard, a_symmetric, bs, outputs, gathered_a, stream, agree,
-                                      options.chunks_per_rank);
-  } else if (options.algorithm == Algorithm::kFused) {
-    algo::fused_all_gather_matmul(comm, plan, a_shard, a_symmetric, bs, outputs, gathered_a, stream, agree,
-                                  options.chunks_per_rank);
-  } else {
-    algo::sequential_all_gather_matmul(comm, plan, a_shard, bs, outputs, gathered_a, stream, agree);
-  }
+  const algo::AgreeFn agreed = agree(comm, op, std::move(signature), options, stream, refusal, inputs);
+  ops::run_all_gather_matmul(comm, plan, options.algorithm, options.chunks_per_rank, a_shard, a_symmetric, bs, outputs,
+                             gathered_a, stream, agreed);
 }
 
 void matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const TensorRef& b, int scatter_dim,
@@ -182,27 +193,28 @@ void matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const TensorR
   const Communicator::Impl::OrderedCall ordered(impl_of(comm), stream, op);
   kernels::fused::CallTimeline::note_op_entry();
   note_capture(comm, ordered);
-  std::string auto_refusal;
-  const OpOptions options = tune::resolve_matmul_reduce_scatter(comm, a, b, scatter_dim, requested, auto_refusal);
-  const auto [plan, agree] = plan_and_agree<ops::MatmulReduceScatterPlan>(
-      comm, op, ops::signature_of(op, a, {b}, scatter_dim, options, static_cast<int64_t>(reduce_op)), options, stream,
-      [&] {
-        if (!auto_refusal.empty()) throw Error(auto_refusal);
-        auto p = ops::plan_matmul_reduce_scatter(comm.world_size(), a, b, scatter_dim, reduce_op, output, options);
-        const NamedInputs all{{"a", a}, {"b", b}, {"output", output}};
-        check_on_this_gpu(comm, op, all);
-        check_not_in_workspace(comm, op, all);
-        check_runs_here(comm, op, options.algorithm);
-        return p;
-      },
-      NamedInputs{{"a", a}, {"b", b}});
-  if (options.algorithm == Algorithm::kPipelined) {
-    algo::pipelined_matmul_reduce_scatter(comm, plan, a, b, output, stream, agree, options.chunks_per_rank);
-  } else if (options.algorithm == Algorithm::kFused) {
-    algo::fused_matmul_reduce_scatter(comm, plan, a, b, output, stream, agree, options.chunks_per_rank);
-  } else {
-    algo::sequential_matmul_reduce_scatter(comm, plan, a, b, output, stream, agree);
+
+  std::string refusal;
+  ops::MatmulReduceScatterPlan plan;
+  unless_refused(refusal, [&] {
+    plan = ops::plan_matmul_reduce_scatter(comm.world_size(), a, b, scatter_dim, reduce_op, output, requested);
+    const NamedInputs all{{"a", a}, {"b", b}, {"output", output}};
+    check_on_this_gpu(comm, op, all);
+    check_not_in_workspace(comm, op, all);
+  });
+  const OpOptions options = choose(comm, requested, refusal,
+                                   [&] { return tune::key_of(plan, comm.world_size(), impl_of(comm).gpu_name); });
+  unless_refused(refusal, [&] { check_runs_here(comm, op, options.algorithm); });
+
+  ops::Signature signature = ops::signature_of(op, a, {b}, scatter_dim, options, static_cast<int64_t>(reduce_op));
+  // Fused runs pipelined where the device has one hardware queue (algo::fused_rs_unsupported): every
+  // rank must run the same.
+  if (options.algorithm == Algorithm::kFused) {
+    signature.add("one hardware queue per device (CUDA_DEVICE_MAX_CONNECTIONS=1)", detail::one_device_connection() ? 1 : 0);
   }
+  const algo::AgreeFn agreed =
+      agree(comm, op, std::move(signature), options, stream, refusal, NamedInputs{{"a", a}, {"b", b}});
+  ops::run_matmul_reduce_scatter(comm, plan, options.algorithm, options.chunks_per_rank, a, b, output, stream, agreed);
 }
 
 }  // namespace asynctp

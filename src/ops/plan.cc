@@ -106,6 +106,9 @@ AllGatherMatmulPlan plan_all_gather_matmul(int world_size, const TensorRef& a, c
   p.gather_last = normalize_dim(op, "gather_dim", gather_dim, a.ndim) == a.ndim - 1;
   const int64_t rows = a.numel() / a.shape[a.ndim - 1];
   const int64_t a_k = a.shape[a.ndim - 1];
+  // Both factors fit in 31 bits here, so the products below fit in 64.
+  check_gemm_dim(op, "M", rows, "a_shard's rows");
+  check_gemm_dim(op, "K", a_k, "a_shard's last dim");
   p.M = p.gather_last ? rows : rows * world_size;
   p.m_local = rows;
   p.k_local = a_k;

@@ -37,7 +37,7 @@ double number_or(const FlatObject& o, const char* name, double fallback, const s
   return o.count(name) != 0 ? number(o, name, where) : fallback;
 }
 
-// `name`'s number where it is a whole number in [lo, hi]: sizes, world sizes and piece counts, which
+// `name`'s number where it is a whole number in [lo, hi]: sizes, world sizes and chunk counts, which
 // are cast to integers (a fraction, a negative or a huge value would be cut, wrapped or undefined).
 int64_t whole(const FlatObject& o, const char* name, int64_t lo, int64_t hi, const std::string& where,
               const double* fallback = nullptr) {
@@ -75,8 +75,8 @@ std::vector<TuningCache::Measured> parse_measured(const std::string& text, const
   std::string token;
   while (in >> token) {
     const auto refuse = [&] {
-      throw Error(where + ": \"measured\" holds '" + token + "'; expected sequential=US or pipelined/PIECES=US or " +
-                  "fused/PIECES=US, with PIECES 0 to " + std::to_string(kMaxChunksPerRank) + " and US > 0");
+      throw Error(where + ": \"measured\" holds '" + token + "'; expected sequential=US or pipelined/CHUNKS=US or " +
+                  "fused/CHUNKS=US, with CHUNKS 0 to " + std::to_string(kMaxChunksPerRank) + " and US > 0");
     };
     const size_t equals = token.find('=');
     if (equals == std::string::npos) refuse();
@@ -95,9 +95,9 @@ std::vector<TuningCache::Measured> parse_measured(const std::string& text, const
       refuse();
     }
     if (slash == std::string::npos || slash > equals || slash + 1 == equals) refuse();
-    const std::string pieces = token.substr(slash + 1, equals - slash - 1);
-    if (pieces.find_first_not_of("0123456789") != std::string::npos || pieces.size() > 2) refuse();
-    m.chunks_per_rank = std::stoi(pieces);
+    const std::string chunks = token.substr(slash + 1, equals - slash - 1);
+    if (chunks.find_first_not_of("0123456789") != std::string::npos || chunks.size() > 2) refuse();
+    m.chunks_per_rank = std::stoi(chunks);
     if (m.chunks_per_rank > kMaxChunksPerRank) refuse();
     m.us = us;
     out.push_back(m);
@@ -203,8 +203,8 @@ void TuningCache::add_text(const std::string& body, const std::string& origin) {
       Entry e;
       e.key = parse_key(o, where);
       e.choice.algorithm = parse_algorithm(text(o, "algorithm", where), where);
-      const double no_pieces = 0;
-      e.choice.chunks_per_rank = static_cast<int>(whole(o, "chunks_per_rank", 0, kMaxChunksPerRank, where, &no_pieces));
+      const double no_chunks = 0;
+      e.choice.chunks_per_rank = static_cast<int>(whole(o, "chunks_per_rank", 0, kMaxChunksPerRank, where, &no_chunks));
       e.choice.from_cache = true;
       if (o.count("measured") != 0) e.measured = parse_measured(text(o, "measured", where), where);
       e.choice.why = "tuned: " + fmt(number_or(o, "us", 0, where)) + " us (sequential " +
@@ -292,7 +292,7 @@ std::string shape_name(const ProblemKey& k) {
   return std::to_string(k.M) + "x" + std::to_string(k.N) + "x" + std::to_string(k.K);
 }
 
-// What `algorithm` measured fastest at a tuned shape, over the piece counts timed there; null where the
+// What `algorithm` measured fastest at a tuned shape, over the chunk counts timed there; null where the
 // entry recorded no time for it.
 const TuningCache::Measured* fastest_of(const TuningCache::Entry& e, Algorithm algorithm) {
   const TuningCache::Measured* best = nullptr;
@@ -303,9 +303,9 @@ const TuningCache::Measured* fastest_of(const TuningCache::Entry& e, Algorithm a
 }
 
 // Of the overlapped algorithms timed at every one of `near`, the one whose worst ratio to the fastest
-// there is least, each algorithm taken at its fastest piece count at each shape (ties: the one the
+// there is least, each algorithm taken at its fastest chunk count at each shape (ties: the one the
 // nearest shape's record names first). False where no overlapped algorithm was timed at all of them.
-// An algorithm is judged at its best count because pieces_for chooses the count on its own: judged
+// An algorithm is judged at its best count because chunks_for chooses the count on its own: judged
 // at one count across shapes, an algorithm whose best count moves with the rows (the reduce-scatter's
 // pipelined) would lose to one that is slower everywhere but at a steady count.
 bool least_regret(const std::vector<const TuningCache::Entry*>& near, bool fused_applies, Algorithm& pick,
@@ -334,14 +334,14 @@ bool least_regret(const std::vector<const TuningCache::Entry*>& near, bool fused
   return found;
 }
 
-// The pieces for `algorithm` at an untuned shape. The nearest tuned shapes say which algorithm overlaps
-// best, but the pieces split a rank's rows, and the best count moves with the rows per rank in ways a
+// The chunks for `algorithm` at an untuned shape. The nearest tuned shapes say which algorithm overlaps
+// best, but the chunks split a rank's rows, and the best count moves with the rows per rank in ways a
 // shape of other rows does not predict (docs/design/auto.md: for the two-rank pipelined reduce-scatter 4 at
 // 4096 rows per rank, 2-3 at 6144, 2 or 4 at 8192). So a count is carried over only from a nearest
 // shape with the same M (the same rows per rank): the one that measured fastest there (its own choice
 // where the cache did not record what it measured); else 0, the algorithm's default. `from` names the
 // shape it came from.
-int pieces_for(const std::vector<const TuningCache::Entry*>& near, const ProblemKey& key, Algorithm algorithm,
+int chunks_for(const std::vector<const TuningCache::Entry*>& near, const ProblemKey& key, Algorithm algorithm,
                std::string& from) {
   for (const TuningCache::Entry* e : near) {
     if (e->key.M != key.M) continue;
@@ -359,11 +359,11 @@ Choice choose(const ProblemKey& key, const TuningCache& cache, bool fused_applie
   if (const Choice* c = cache.find(key)) return *c;
   Choice c = model_choice(key, cache.rates(key.gpu, key.world_size, key.op), fused_applies);
   if (c.algorithm == Algorithm::kSequential) return c;
-  // Whether to overlap is the model's call; how (pipelined or fused, and the pieces), it has no rates
+  // Whether to overlap is the model's call; how (pipelined or fused, and the chunks), it has no rates
   // for. The nearest tuned shape alone is a poor guide between two regimes (an algorithm fastest above
   // some row count and slower below it: a shape in between would take whichever side is nearer): of
   // what the nearest tuned shapes measured, it takes the algorithm of the candidate that loses least
-  // at the worst of them, and the pieces from pieces_for.
+  // at the worst of them, and the chunks from chunks_for.
   const std::vector<const TuningCache::Entry*> near = cache.nearest_overlapped(key, kNearestTunedShapes);
   if (near.empty()) return c;
   Algorithm pick = Algorithm::kPipelined;
@@ -380,11 +380,11 @@ Choice choose(const ProblemKey& key, const TuningCache& cache, bool fused_applie
                                                                                    : nearest->choice.algorithm;
     how = " as tuned at " + shape_name(nearest->key);
   }
-  std::string pieces_from;
-  c.chunks_per_rank = pieces_for(near, key, c.algorithm, pieces_from);
+  std::string chunks_from;
+  c.chunks_per_rank = chunks_for(near, key, c.algorithm, chunks_from);
   c.why += "; " + std::string(algorithm_name(c.algorithm)) + how + ", with " +
-           (pieces_from.empty() ? "its default pieces (no nearest tuned shape has this M)"
-                                : std::to_string(c.chunks_per_rank) + " pieces as at " + pieces_from);
+           (chunks_from.empty() ? "its default chunks (no nearest tuned shape has this M)"
+                                : std::to_string(c.chunks_per_rank) + " chunks as at " + chunks_from);
   return c;
 }
 

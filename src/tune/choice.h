@@ -108,7 +108,7 @@ const TuningCache& tuning_cache(const std::string& path);
 // The choice for `key`: the cache's entry; else the model's, whose overlapped choices take the
 // algorithm of the candidate that, of those the nearest tuned overlapped shapes measured, loses least
 // at the worst of them (the nearest shape's own choice where the cache did not record what it
-// measured), with the pieces of a nearest shape of the same M, else the algorithm's default.
+// measured), with the chunks of a nearest shape of the same M, else the algorithm's default.
 Choice choose(const ProblemKey& key, const TuningCache& cache, bool fused_applies);
 
 // The text of the cache built into the library (generated from tuning/*.jsonl at build time).

@@ -1,40 +1,30 @@
-// Internal: Algorithm::kAuto made concrete for one call, before the call is validated or checked
-// across ranks (the cross-rank check then compares the concrete choice, so ranks whose caches differ
-// get an error, not a hang). Arguments too malformed to size the problem resolve to sequential, and
-// validation then refuses them as it would any algorithm's.
+// Internal: Algorithm::kAuto made concrete for one planned call, before the ranks agree on it (the
+// agreement then compares the concrete choice, so ranks whose caches differ get an error, not a hang).
 #pragma once
 
 #include <string>
-#include <vector>
 
+#include "algo/problem.h"
 #include "asynctp/communicator.h"
 #include "asynctp/ops.h"
 #include "tune/choice.h"
 
 namespace asynctp::tune {
 
-// The problem `all_gather_matmul` / `matmul_reduce_scatter` would solve with these arguments on
-// `world_size` GPUs of model `gpu`, or false where they are too malformed to tell (a size that does not
-// fit in 64 bits among them).
-bool all_gather_matmul_key(int world_size, const std::string& gpu, const TensorRef& a_shard,
-                           const std::vector<TensorRef>& bs, int gather_dim, BLayout b_layout, ProblemKey& key);
-bool matmul_reduce_scatter_key(int world_size, const std::string& gpu, const TensorRef& a, const TensorRef& b,
-                               int scatter_dim, BLayout b_layout, ProblemKey& key);
+// The problem a planned call solves on `world_size` GPUs of model `gpu`: what auto's choice is keyed by.
+ProblemKey key_of(const algo::AllGatherMatmulPlan& plan, int world_size, const std::string& gpu);
+ProblemKey key_of(const algo::MatmulReduceScatterPlan& plan, int world_size, const std::string& gpu);
 
-// Whether `fused` runs its own kernel for the problem (else it runs pipelined underneath).
+// Whether the fused kernel takes a problem of this key (the pointers aside).
 bool fused_kernel_applies(const ProblemKey& key);
 
 // auto's choice for `key` on this communicator (its tuning cache, GPU model and world size).
 Choice choose_for(const Communicator& comm, const ProblemKey& key);
 
-// `options` with kAuto replaced by the choice for these arguments (unchanged for other algorithms).
-// Where the choice fails (a tuning cache that cannot be read or parsed), sequential, with the error in
-// `refusal` for the caller to refuse the call with through the cross-rank agreement: thrown here, it
-// would leave the peers waiting for this rank until they time out.
-OpOptions resolve_all_gather_matmul(const Communicator& comm, const TensorRef& a_shard,
-                                    const std::vector<TensorRef>& bs, int gather_dim, const OpOptions& options,
-                                    std::string& refusal);
-OpOptions resolve_matmul_reduce_scatter(const Communicator& comm, const TensorRef& a, const TensorRef& b,
-                                        int scatter_dim, const OpOptions& options, std::string& refusal);
+// `options` with kAuto replaced by the choice for `key` (unchanged for other algorithms), remembered
+// per communicator: the host time of a call is part of its cost. Across nodes, sequential. Throws an
+// Error where the tuning cache cannot be read or parsed; the caller refuses the call with it through
+// the agreement (thrown past it, it would leave the peers waiting for this rank until they time out).
+OpOptions resolve(Communicator& comm, const ProblemKey& key, const OpOptions& options);
 
 }  // namespace asynctp::tune

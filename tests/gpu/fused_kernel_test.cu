@@ -14,7 +14,8 @@
 
 #include "algo/fused.h"
 #include "comm/communicator_impl.h"
-#include "kernels/fused/ag_gemm.h"
+#include "common/element.h"
+#include "kernels/fused/fused_gemm.h"
 #include "kernels/fused/async_input_scheduler.cuh"
 #include "kernels/fused/reduce_scatter_tiles.h"
 #include "kernels/fused/tail_split.h"
@@ -53,16 +54,16 @@ std::vector<char> run_checked(Communicator& comm, const KernelCase& c, uint64_t 
   fp32.run(a32.f(), b32.f(), ref.f(), c.M, c.N, c.K, s);
   reference::poison(out.p, c.M * c.N * es, s);
 
-  kernels::fused::AgGemmArgs g;
-  g.dtype = c.dtype;
-  g.b_layout = c.col_major ? BLayout::kColMajor : BLayout::kRowMajor;
+  kernels::fused::FusedGemmArgs g;
+  g.dtype = element_of(c.dtype);
+  g.b_layout = c.col_major ? Layout::kColMajor : Layout::kRowMajor;
   g.M = c.M, g.N = c.N, g.K = c.K;
   g.a = a.p, g.b = b.p, g.c = out.p;
   algo::attach_grid(comm, g, s);
   RANK_CHECK(g.split_workspace != nullptr, "no split workspace outside graph capture");
   g.max_splits = max_splits;
-  RANK_CHECK(*kernels::fused::ag_gemm_unsupported(g) == '\0', "the kernel refused ", c.M, "x", c.N, "x", c.K);
-  kernels::fused::run_ag_gemm(g, s);
+  RANK_CHECK(*kernels::fused::fused_gemm_unsupported(g) == '\0', "the kernel refused ", c.M, "x", c.N, "x", c.K);
+  kernels::fused::run_fused_gemm(g, s);
   const auto cmp = reference::compare(out.p, c.dtype, c.M, c.N, ref.f(), c.N, 0, 0, 1.0f,
                                       reference::tolerance(c.dtype, 1), s);
   RANK_CHECK(cmp.ok(), c.M, "x", c.N, "x", c.K, " ", dtype_name(c.dtype), c.col_major ? " B=col" : " B=row",
@@ -71,7 +72,7 @@ std::vector<char> run_checked(Communicator& comm, const KernelCase& c, uint64_t 
   return host_copy(out, c.M * c.N * es);
 }
 
-// Whether the kernel's plan splits this case on this GPU (the tile width as run_ag_gemm picks it).
+// Whether the kernel's plan splits this case on this GPU (the tile width as run_fused_gemm picks it).
 bool plan_splits(const KernelCase& c, int sms) {
   using namespace kernels::fused;
   const int tile_n = pick_tile_n(c.M, c.N, c.K, sms, kMaxTailSplits);
@@ -128,7 +129,7 @@ TEST(FusedKernel, EveryInstantiationWaitsForItsRowsFlag) {
     RANK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     RANK_CUDA(cudaStreamCreateWithFlags(&copier, cudaStreamNonBlocking));
     reference::Fp32Gemm fp32;
-    kernels::fused::load_ag_gemm_kernels();
+    kernels::fused::load_fused_gemm_kernels();
     constexpr int64_t M = 1024, N = 768, K = 512, m = M / 2;
     Buf flags(2 * kMaxChunksPerRank * sizeof(uint32_t)), epoch(sizeof(uint32_t));
     int n = 0;
@@ -151,9 +152,9 @@ TEST(FusedKernel, EveryInstantiationWaitsForItsRowsFlag) {
           RANK_CUDA(cudaMemcpyAsync(epoch.p, &one, sizeof(one), cudaMemcpyHostToDevice, s));
           RANK_CUDA(cudaStreamSynchronize(s));
 
-          kernels::fused::AgGemmArgs g;
-          g.dtype = dt;
-          g.b_layout = col ? BLayout::kColMajor : BLayout::kRowMajor;
+          kernels::fused::FusedGemmArgs g;
+          g.dtype = element_of(dt);
+          g.b_layout = col ? Layout::kColMajor : Layout::kRowMajor;
           g.M = M, g.N = N, g.K = K;
           g.a = gathered.p, g.b = b.p, g.c = out.p;
           g.a_local = a.p, g.local_begin = 0, g.local_end = m;
@@ -162,10 +163,10 @@ TEST(FusedKernel, EveryInstantiationWaitsForItsRowsFlag) {
           g.chunks.epoch = static_cast<const uint32_t*>(epoch.p);
           g.chunks.flag_stride = kMaxChunksPerRank;
           g.chunks.rows_per_rank = static_cast<int32_t>(m);
-          g.chunks.rows_per_piece = static_cast<int32_t>(m);
+          g.chunks.rows_per_chunk = static_cast<int32_t>(m);
           g.chunks.wait = kernels::WaitContext{impl_of(*comm).fault, 20'000'000'000ull, 0};
           algo::attach_grid(*comm, g, s);
-          kernels::fused::run_ag_gemm(g, s);
+          kernels::fused::run_fused_gemm(g, s);
           std::this_thread::sleep_for(std::chrono::milliseconds(50));
           const std::string what = std::string(dtype_name(dt)) + (col ? " B=col" : " B=row") + " tiles 128x" +
                                    std::to_string(tile_n);
@@ -186,25 +187,25 @@ TEST(FusedKernel, EveryInstantiationWaitsForItsRowsFlag) {
   });
 }
 
-// The scheduler and fixup() find a reduce-scatter tile's rank and piece with cutlass::FastDivmod; the
-// epilogue counts and waits with plain division. A tile counted into another piece than its own
-// leaves that piece's count short and its push waiting until the timeout. No GPU needed.
-TEST(FusedKernel, TileRowsMapToTheSameRankAndPieceByEitherDivision) {
+// The scheduler and fixup() find a reduce-scatter tile's rank and chunk with cutlass::FastDivmod; the
+// epilogue counts and waits with plain division. A tile counted into another chunk than its own
+// leaves that chunk's count short and its push waiting until the timeout. No GPU needed.
+TEST(FusedKernel, TileRowsMapToTheSameRankAndChunkByEitherDivision) {
   using kernels::fused::ReduceScatterTiles;
   int checked = 0;
   for (const int world : {2, 3, 4, 8}) {
     for (const int m : {256, 1536, 4096, 8192, 12288, 65536}) {
-      for (const int piece_rows : {128, 256, 384, 512, 2048, 4096}) {
-        if (piece_rows > m || (m + piece_rows - 1) / piece_rows > static_cast<int>(kMaxChunksPerRank)) continue;
+      for (const int chunk_rows : {128, 256, 384, 512, 2048, 4096}) {
+        if (chunk_rows > m || (m + chunk_rows - 1) / chunk_rows > static_cast<int>(kMaxChunksPerRank)) continue;
         for (int rank = 0; rank < world; ++rank) {
           ReduceScatterTiles rs;
-          rs.rank = rank, rs.world = world, rs.rows_per_rank = m, rs.rows_per_piece = piece_rows;
-          const cutlass::FastDivmod by_rank(m), by_piece(piece_rows);
+          rs.rank = rank, rs.world = world, rs.rows_per_rank = m, rs.rows_per_chunk = chunk_rows;
+          const cutlass::FastDivmod by_rank(m), by_chunk(chunk_rows);
           for (int row0 = 0; row0 < world * m; row0 += static_cast<int>(kernels::fused::kTileRows)) {
-            const int owner = row0 / m, piece = row0 % m / piece_rows;
-            ASSERT_EQ(rs.staged_index(row0), owner * static_cast<int>(kMaxChunksPerRank) + piece) << row0;
-            ASSERT_EQ(rs.staged_index(row0, by_rank, by_piece), rs.staged_index(row0)) << world << " " << m << " " << row0;
-            ASSERT_EQ(rs.piece_of(row0), piece);
+            const int owner = row0 / m, chunk = row0 % m / chunk_rows;
+            ASSERT_EQ(rs.staged_index(row0), owner * static_cast<int>(kMaxChunksPerRank) + chunk) << row0;
+            ASSERT_EQ(rs.staged_index(row0, by_rank, by_chunk), rs.staged_index(row0)) << world << " " << m << " " << row0;
+            ASSERT_EQ(rs.chunk_of(row0), chunk);
             ASSERT_EQ(rs.is_staged(row0, by_rank), owner != rank);
             ASSERT_EQ(rs.is_staged(row0), owner != rank);
             ++checked;

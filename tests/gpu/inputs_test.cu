@@ -95,16 +95,66 @@ TEST(Inputs, NonFiniteInputsAreNamedWithRankTensorAndIndexUnderCheckNan) {
   RUN_EVERY_WORLD_SIZE(nonfinite_inputs_are_named);
 }
 
+// What the refusal tests below share: a small problem of each op on every rank, whose outputs are
+// poisoned before each call; rank 1 passes a tensor it should not, and every rank checks the errors and
+// that no output was written.
+struct RankOneRefuses {
+  explicit RankOneRefuses(RankContext& ctx)
+      : comm(make_comm(ctx)),
+        p(ctx.world_size, 128, 256, 256, st.s),
+        q(ctx.world_size, ctx.rank, 256 * ctx.world_size, 256, 256 * ctx.world_size, st.s),
+        mine(ctx.rank == 1) {}
+
+  // Calls both ops with `o` and the tensors given (the problem's own where not), each error kept.
+  void call(const OpOptions& o, const TensorRef& ag_b, const TensorRef& ag_out, const TensorRef& rs_a,
+            const TensorRef& rs_out) {
+    RANK_CUDA(cudaMemsetAsync(out.p, 0x5A, p.M * p.N * 2, st.s));
+    RANK_CUDA(cudaMemsetAsync(rs_out_buf.p, 0x5A, q.rows * q.N * 2, st.s));
+    RANK_CUDA(cudaStreamSynchronize(st.s));
+    ag_error.clear(), rs_error.clear();
+    try {
+      all_gather_matmul(*comm, p.a_ref(a.p), {ag_b}, 0, {ag_out}, TensorRef{}, st.s, o);
+    } catch (const Error& e) {
+      ag_error = e.what();
+    }
+    try {
+      matmul_reduce_scatter(*comm, rs_a, q.b_ref(), 0, ReduceOp::kSum, rs_out, st.s, o);
+    } catch (const Error& e) {
+      rs_error = e.what();
+    }
+  }
+
+  // Rank 1's errors hold `ag_mine` and `rs_mine`, every other rank's name rank 1; no output was written.
+  void check(const std::string& ag_mine, const std::string& rs_mine, const std::string& what) {
+    const std::string ag = mine ? ag_mine : "all_gather_matmul: rank 1 refused its arguments";
+    const std::string rs = mine ? rs_mine : "matmul_reduce_scatter: rank 1 refused its arguments";
+    RANK_CHECK(contains(ag_error, ag), what, ": ", ag_error);
+    RANK_CHECK(contains(rs_error, rs), what, ": ", rs_error);
+    std::vector<unsigned char> ag_host(p.M * p.N * 2), rs_host(q.rows * q.N * 2);
+    RANK_CUDA(cudaMemcpyAsync(ag_host.data(), out.p, ag_host.size(), cudaMemcpyDeviceToHost, st.s));
+    RANK_CUDA(cudaMemcpyAsync(rs_host.data(), rs_out_buf.p, rs_host.size(), cudaMemcpyDeviceToHost, st.s));
+    comm->synchronize(st.s);
+    for (unsigned char v : ag_host) RANK_CHECK(v == 0x5A, what, ": all_gather_matmul's output was written to");
+    for (unsigned char v : rs_host) RANK_CHECK(v == 0x5A, what, ": matmul_reduce_scatter's output was written to");
+  }
+
+  std::unique_ptr<Communicator> comm;
+  Stream st;
+  AgProblem p;
+  RsProblem q;
+  bool mine;
+  Buf a{bytes(p.m * p.K)}, out{bytes(p.M * p.N)}, rs_a_buf{bytes(q.M * q.kl)}, rs_out_buf{bytes(q.rows * q.N)};
+  static size_t bytes(int64_t bf16_elements) { return static_cast<size_t>(bf16_elements) * 2; }
+  std::string ag_error, rs_error;
+};
+
 // Rank 1 passes one tensor from host memory (pinned, then unregistered): with every algorithm and both
 // ops, its call names the tensor and the memory, every other rank's names rank 1, and no rank's output
 // is written.
 int tensors_off_the_gpu_are_refused(RankContext& ctx) {
-  auto comm = make_comm(ctx);
-  Stream st;
-  const int ws = ctx.world_size;
-  AgProblem p(ws, 128, 256, 256, st.s);
-  RsProblem q(ws, ctx.rank, 256 * ws, 256, 256 * ws, st.s);
-  Buf a(p.m * p.K * 2), out(p.M * p.N * 2), rs_a(q.M * q.kl * 2), rs_out(q.rows * q.N * 2);
+  RankOneRefuses t(ctx);
+  const auto& p = t.p;
+  const auto& q = t.q;
   void* pinned = nullptr;
   RANK_CUDA(cudaMallocHost(&pinned, std::max(p.K * p.N, q.rows * q.N) * 2));
   std::vector<char> unregistered(static_cast<size_t>(std::max(p.K * p.N, q.rows * q.N) * 2) + 16);
@@ -114,35 +164,11 @@ int tensors_off_the_gpu_are_refused(RankContext& ctx) {
       const char* kind = host == pinned ? "pinned host memory" : "host memory";
       OpOptions o;
       o.algorithm = algorithm;
-      RANK_CUDA(cudaMemsetAsync(out.p, 0x5A, p.M * p.N * 2, st.s));
-      RANK_CUDA(cudaMemsetAsync(rs_out.p, 0x5A, q.rows * q.N * 2, st.s));
-      RANK_CUDA(cudaStreamSynchronize(st.s));
-      const bool mine = ctx.rank == 1;
-      std::string ag_error, rs_error;
-      const TensorRef b = mine ? TensorRef::dense(host, DType::kBF16, {p.K, p.N}) : p.b_ref();
-      try {
-        all_gather_matmul(*comm, p.a_ref(a.p), {b}, 0, {p.out_ref(out.p)}, TensorRef{}, st.s, o);
-      } catch (const Error& e) {
-        ag_error = e.what();
-      }
-      try {
-        matmul_reduce_scatter(*comm, q.a_ref(rs_a.p), q.b_ref(), 0, ReduceOp::kSum,
-                              mine ? TensorRef::dense(host, DType::kBF16, {q.rows, q.N}) : q.out_ref(rs_out.p), st.s, o);
-      } catch (const Error& e) {
-        rs_error = e.what();
-      }
-      const std::string expected_ag = mine ? detail::cat("all_gather_matmul: bs[0] is ", kind, "; expected device memory")
-                                           : std::string("all_gather_matmul: rank 1 refused its arguments");
-      const std::string expected_rs = mine ? detail::cat("matmul_reduce_scatter: output is ", kind, "; expected device memory")
-                                           : std::string("matmul_reduce_scatter: rank 1 refused its arguments");
-      RANK_CHECK(contains(ag_error, expected_ag), algorithm_name(algorithm), ", ", kind, ": ", ag_error);
-      RANK_CHECK(contains(rs_error, expected_rs), algorithm_name(algorithm), ", ", kind, ": ", rs_error);
-      std::vector<unsigned char> ag_host(p.M * p.N * 2), rs_host(q.rows * q.N * 2);
-      RANK_CUDA(cudaMemcpyAsync(ag_host.data(), out.p, ag_host.size(), cudaMemcpyDeviceToHost, st.s));
-      RANK_CUDA(cudaMemcpyAsync(rs_host.data(), rs_out.p, rs_host.size(), cudaMemcpyDeviceToHost, st.s));
-      comm->synchronize(st.s);
-      for (unsigned char v : ag_host) RANK_CHECK(v == 0x5A, "all_gather_matmul's output was written to");
-      for (unsigned char v : rs_host) RANK_CHECK(v == 0x5A, "matmul_reduce_scatter's output was written to");
+      t.call(o, t.mine ? TensorRef::dense(host, DType::kBF16, {p.K, p.N}) : p.b_ref(), p.out_ref(t.out.p),
+             q.a_ref(t.rs_a_buf.p), t.mine ? TensorRef::dense(host, DType::kBF16, {q.rows, q.N}) : q.out_ref(t.rs_out_buf.p));
+      t.check(detail::cat("all_gather_matmul: bs[0] is ", kind, "; expected device memory"),
+              detail::cat("matmul_reduce_scatter: output is ", kind, "; expected device memory"),
+              detail::cat(algorithm_name(algorithm), ", ", kind));
     }
   }
   RANK_CUDA(cudaFreeHost(pinned));
@@ -158,44 +184,17 @@ TEST(Inputs, TensorsOffTheGpuAreRefusedByNameOnEveryRank) {
 // workspace: with every algorithm its call names the tensor and the workspace, every other rank's names
 // rank 1, and no rank's output is written.
 int tensors_in_the_workspace_are_refused(RankContext& ctx) {
-  auto comm = make_comm(ctx);
-  Stream st;
-  const int ws = ctx.world_size;
-  AgProblem p(ws, 128, 256, 256, st.s);
-  RsProblem q(ws, ctx.rank, 256 * ws, 256, 256 * ws, st.s);
-  Buf a(p.m * p.K * 2), out(p.M * p.N * 2), rs_a(q.M * q.kl * 2), rs_out(q.rows * q.N * 2);
-  char* workspace = static_cast<char*>(comm->workspace(std::max(p.M * p.N, q.M * q.kl) * 2 + 4096).local());
-  const bool mine = ctx.rank == 1;
+  RankOneRefuses t(ctx);
+  const auto& p = t.p;
+  const auto& q = t.q;
+  char* workspace = static_cast<char*>(t.comm->workspace(std::max(p.M * p.N, q.M * q.kl) * 2 + 4096).local());
   for (const Algorithm algorithm : kAlgorithms) {
     OpOptions o;
     o.algorithm = algorithm;
-    RANK_CUDA(cudaMemsetAsync(out.p, 0x5A, p.M * p.N * 2, st.s));
-    RANK_CUDA(cudaMemsetAsync(rs_out.p, 0x5A, q.rows * q.N * 2, st.s));
-    std::string ag_error, rs_error;
-    try {
-      all_gather_matmul(*comm, p.a_ref(a.p), {p.b_ref()}, 0, {p.out_ref(mine ? workspace + 4096 : out.p)}, TensorRef{},
-                        st.s, o);
-    } catch (const Error& e) {
-      ag_error = e.what();
-    }
-    try {
-      matmul_reduce_scatter(*comm, q.a_ref(mine ? workspace : rs_a.p), q.b_ref(), 0, ReduceOp::kSum, q.out_ref(rs_out.p),
-                            st.s, o);
-    } catch (const Error& e) {
-      rs_error = e.what();
-    }
-    const std::string expected_ag = mine ? "all_gather_matmul: outputs[0] lies in this communicator's workspace"
-                                         : "all_gather_matmul: rank 1 refused its arguments";
-    const std::string expected_rs = mine ? "matmul_reduce_scatter: a lies in this communicator's workspace"
-                                         : "matmul_reduce_scatter: rank 1 refused its arguments";
-    RANK_CHECK(contains(ag_error, expected_ag), algorithm_name(algorithm), ": ", ag_error);
-    RANK_CHECK(contains(rs_error, expected_rs), algorithm_name(algorithm), ": ", rs_error);
-    std::vector<unsigned char> ag_host(p.M * p.N * 2), rs_host(q.rows * q.N * 2);
-    RANK_CUDA(cudaMemcpyAsync(ag_host.data(), out.p, ag_host.size(), cudaMemcpyDeviceToHost, st.s));
-    RANK_CUDA(cudaMemcpyAsync(rs_host.data(), rs_out.p, rs_host.size(), cudaMemcpyDeviceToHost, st.s));
-    comm->synchronize(st.s);
-    for (unsigned char v : ag_host) RANK_CHECK(v == 0x5A, "all_gather_matmul's output was written to");
-    for (unsigned char v : rs_host) RANK_CHECK(v == 0x5A, "matmul_reduce_scatter's output was written to");
+    t.call(o, p.b_ref(), p.out_ref(t.mine ? workspace + 4096 : t.out.p), q.a_ref(t.mine ? workspace : t.rs_a_buf.p),
+           q.out_ref(t.rs_out_buf.p));
+    t.check("all_gather_matmul: outputs[0] lies in this communicator's workspace",
+            "matmul_reduce_scatter: a lies in this communicator's workspace", algorithm_name(algorithm));
   }
   std::printf("rank %d: tensors in the workspace refused with every algorithm\n", ctx.rank);
   return 0;

@@ -1,5 +1,5 @@
 // Algorithm::kAuto: whatever it picks gives the reference's answer; a tuning cache's entries are
-// followed (algorithm and pieces); ranks whose caches disagree fail together instead of running
+// followed (algorithm and chunks); ranks whose caches disagree fail together instead of running
 // different protocols; a cache file that cannot be read or parsed is an error naming it.
 #include <unistd.h>
 
@@ -76,8 +76,8 @@ TEST(AutoOps, EveryCombination_MultiRank) {
   RUN_EVERY_WORLD_SIZE(every_combination);
 }
 
-// Entries for two small shapes say pipelined with 2 pieces (all_gather_matmul) and fused with 2
-// pieces (matmul_reduce_scatter), which the model alone would not pick for shapes this small.
+// Entries for two small shapes say pipelined with 2 chunks (all_gather_matmul) and fused with 2
+// chunks (matmul_reduce_scatter), which the model alone would not pick for shapes this small.
 TEST(AutoOps, CacheEntriesAreFollowed_MultiRank) {
   RUN_EVERY_WORLD_SIZE([](RankContext& ctx) {
     const int ws = ctx.world_size;

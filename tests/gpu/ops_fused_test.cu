@@ -1,6 +1,6 @@
 // The fused algorithm against the reference. all_gather_matmul: every option combination on 1 rank and
 // at every multi-rank world size, shard rows that do and do not line up with the kernel's 128-row tiles
-// and 256-row clusters, every number of pieces, calls back to back and mixed with the pipelined
+// and 256-row clusters, every number of chunks, calls back to back and mixed with the pipelined
 // reduce-scatter (one epoch and flag protocol for both), CUDA graph replays with changing inputs, and a
 // peer that never comes (the GEMM's own wait times out). matmul_reduce_scatter: its options and the
 // cases it hands to pipelined (on two ranks reduced both in the epilogue and in fixup()), more layouts
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "algo/overlap_resources.h"
+#include "algo/resources.h"
 #include "comm/communicator_impl.h"
 #include "ops_problems.h"
 
@@ -53,7 +54,7 @@ TEST(FusedOps, EveryCombination_MultiRank) {
 
 // The fused kernel's measurement knobs (docs/reference/environment.md) change how it walks and cuts
 // its tiles, never the result: every setting, set before the ranks start (each rank's process reads
-// it once), on shapes that have partial tiles, several pieces, and a last round that splits.
+// it once), on shapes that have partial tiles, several chunks, and a last round that splits.
 int fused_results_under_the_knobs(RankContext& ctx) {
   auto comm = make_comm(ctx);
   Stream st;
@@ -81,7 +82,7 @@ TEST(FusedOps, EveryMeasurementKnobKeepsTheResultsRight) {
 }
 
 // Shards whose edges fall inside a tile (the tile then waits for two ranks' rows and reads this rank's
-// from the gathered buffer), shards smaller than one tile, and pieces from 1 to the most allowed.
+// from the gathered buffer), shards smaller than one tile, and chunks from 1 to the most allowed.
 int tiles_across_shard_edges(RankContext& ctx) {
   auto comm = make_comm(ctx);
   Stream st;
@@ -100,12 +101,12 @@ int tiles_across_shard_edges(RankContext& ctx) {
   return 0;
 }
 
-TEST(FusedOps, TilesAcrossShardEdgesAndEveryPieceCount_1Rank) {
+TEST(FusedOps, TilesAcrossShardEdgesAndEveryChunkCount_1Rank) {
   REQUIRE_GPUS(1);
   RUN_RANKS(1, tiles_across_shard_edges);
 }
 
-TEST(FusedOps, TilesAcrossShardEdgesAndEveryPieceCount_MultiRank) {
+TEST(FusedOps, TilesAcrossShardEdgesAndEveryChunkCount_MultiRank) {
   RUN_EVERY_WORLD_SIZE(tiles_across_shard_edges);
 }
 
@@ -138,7 +139,7 @@ TEST(FusedOps, CapturedGraphReplays1000TimesWithChangingInputs) {
 
 // matmul_reduce_scatter: every option with rows per rank that the kernel takes (multiples of 256, up
 // to more tiles than one round holds, N not a multiple of the 256-wide tile, K of one step), and
-// the cases that run pipelined instead (odd rows, scatter_dim last), every piece count.
+// the cases that run pipelined instead (odd rows, scatter_dim last), every chunk count.
 int reduce_scatter_cases_on(RankContext& ctx, Communicator& comm) {
   Stream st;
   reference::Fp32Gemm fp32;
@@ -155,13 +156,13 @@ int reduce_scatter_cases_on(RankContext& ctx, Communicator& comm) {
   for (int chunks : {1, 2, 3, kMaxChunksPerRank}) {
     run_rs_case(comm, RsCase{1024 * ws, 264, 136 * ws, false, chunks % 2 == 0, ReduceOp::kSum, DType::kBF16, false},
                 st.s, fp32, with(Algorithm::kFused, chunks));
-    // 5 cluster rows per rank in pieces of 3 and 2: bands of one cluster row (reduce_scatter_band_m).
+    // 5 cluster rows per rank in chunks of 3 and 2: bands of one cluster row (reduce_scatter_band_m).
     run_rs_case(comm, RsCase{1280 * ws, 520, 64 * ws, false, true, ReduceOp::kAvg, DType::kFP16, false}, st.s, fp32,
                 with(Algorithm::kFused, chunks));
     n += 2;
   }
-  // One piece of 4096 rows by 8 tiles: each cluster stages about two tiles of a piece, so their counts
-  // go up in one release (docs/design/fused_matmul_reduce_scatter.md, "one release per piece").
+  // One chunk of 4096 rows by 8 tiles: each cluster stages about two tiles of a chunk, so their counts
+  // go up in one release (docs/design/fused_matmul_reduce_scatter.md, "one release per chunk").
   run_rs_case(comm, RsCase{4096 * ws, 2048, 64 * ws, false, false, ReduceOp::kSum, DType::kBF16, false}, st.s, fp32,
               with(Algorithm::kFused, 1));
   ++n;
@@ -203,7 +204,7 @@ int reduce_scatter_cases_reduced(RankContext& ctx, bool in_epilogue) {
   auto comm = make_comm(ctx);
   if (const int failed = reduce_scatter_cases_on(ctx, *comm)) return failed;
   if (ctx.world_size == 1) return 0;
-  const algo::OverlapResources& pr = *impl_of(*comm).overlap;
+  const algo::OverlapResources& pr = *algo::Resources::of(*comm).overlap;
   RANK_CHECK(pr.fused_reductions(in_epilogue) > 0 && pr.fused_reductions(!in_epilogue) == 0,
              "fused reductions in the epilogue ", pr.fused_reductions(true), ", in fixup() ",
              pr.fused_reductions(false), "; all were to be ", in_epilogue ? "in the epilogue" : "in fixup()");
@@ -241,7 +242,7 @@ struct ForcedPushFromKernel : ScopedEnv {
 
 // Every fused call on two ranks pushed from the kernel (all reduce in the epilogue).
 int check_pushed_from_kernel(Communicator& comm) {
-  const algo::OverlapResources& pr = *impl_of(comm).overlap;
+  const algo::OverlapResources& pr = *algo::Resources::of(comm).overlap;
   RANK_CHECK(pr.kernel_pushes() > 0 && pr.kernel_pushes() == pr.fused_reductions(true), "fused calls pushed from the kernel ",
              pr.kernel_pushes(), " of ", pr.fused_reductions(true), " reduced in the epilogue; all were to be");
   return 0;
@@ -284,7 +285,7 @@ int both_ways_in_turn(RankContext& ctx, bool pushed_from_kernel) {
     run_rs_case(*comm, RsCase{8192, 3072, 256, false, false, ReduceOp::kAvg, DType::kFP16, false}, st.s, fp32,
                 with(Algorithm::kFused, 3));
   }
-  const algo::OverlapResources& pr = *impl_of(*comm).overlap;
+  const algo::OverlapResources& pr = *algo::Resources::of(*comm).overlap;
   RANK_CHECK(pr.fused_reductions(true) == 3 && pr.fused_reductions(false) == 3, "fused reductions in the epilogue ",
              pr.fused_reductions(true), ", in fixup() ", pr.fused_reductions(false), "; expected 3 and 3");
   RANK_CHECK(pr.kernel_pushes() == (pushed_from_kernel ? 3u : 0u), "fused calls pushed from the kernel ",
@@ -318,7 +319,7 @@ TEST(FusedOps, ReduceScatterWithMoreLayoutsThanKeptGraphs_MultiRank) {
       run_rs_case(*comm, RsCase{256 * ws, n, 64 * ws, false, false, ReduceOp::kSum, DType::kBF16, false}, st.s, fp32,
                   with(Algorithm::kFused));
     }
-    const algo::OverlapResources& pr = *impl_of(*comm).overlap;
+    const algo::OverlapResources& pr = *algo::Resources::of(*comm).overlap;
     const size_t kept = pr.replays().size(), expected = pr.replays_off() ? 0 : algo::StreamReplay::kMaxGraphs;
     RANK_CHECK(kept == expected, "graphs kept: ", kept, ", expected ", expected);
     return 0;
@@ -445,6 +446,21 @@ TEST(FusedOps, APeerThatNeverComesEndsWithTheTimeoutReport) {
 TEST(FusedOps, ReduceScatterWithAPeerThatNeverComesEndsWithTheTimeoutReport) {
   RUN_EVERY_WORLD_SIZE([](RankContext& ctx) {
     return absent_peer_times_out(ctx, with(Algorithm::kFused), /*reduce_scatter=*/true);
+  });
+}
+
+// Fused calls and replays stay right as the epochs wrap past 2^32 (ops_problems.h).
+TEST(FusedOps, CallsAndReplaysAcrossTheEpochWrapAreRight) {
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) { return calls_across_the_epoch_wrap(ctx, with(Algorithm::kFused)); });
+}
+
+// A fused call that throws after its epoch began breaks the communicator, saying why (ops_problems.h).
+TEST(FusedOps, AFailureAfterTheEpochBeganBreaksTheCommunicatorWithTheCause) {
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) {
+    return failure_mid_protocol_breaks_the_communicator(ctx, with(Algorithm::kFused));
+  });
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) {
+    return failure_mid_protocol_breaks_the_communicator(ctx, with(Algorithm::kFused), /*reduce_scatter=*/true);
   });
 }
 

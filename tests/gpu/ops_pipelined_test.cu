@@ -1,10 +1,11 @@
-// The pipelined algorithm's own cases, beyond every option combination (ops_test.cu): several pieces
+// The pipelined algorithm's own cases, beyond every option combination (ops_test.cu): several chunks
 // per rank, a shard kept in symmetric memory, calls enqueued back to back, 1000 replays of a captured
 // CUDA graph with inputs that change between replays, repeated layouts replayed from graphs of the
 // library's own, and a peer that never comes.
 #include <chrono>
 
 #include "algo/overlap_resources.h"
+#include "algo/resources.h"
 #include "comm/communicator_impl.h"
 #include "ops_problems.h"
 
@@ -20,7 +21,7 @@ OpOptions pipelined(int chunks = 0) {
   return o;
 }
 
-int pieces_per_rank(RankContext& ctx) {
+int chunks_per_rank(RankContext& ctx) {
   auto comm = make_comm(ctx);
   Stream st;
   reference::Fp32Gemm fp32;
@@ -38,13 +39,13 @@ int pieces_per_rank(RankContext& ctx) {
   return 0;
 }
 
-TEST(PipelinedOps, SeveralPiecesPerRank_1Rank) {
+TEST(PipelinedOps, SeveralChunksPerRank_1Rank) {
   REQUIRE_GPUS(1);
-  RUN_RANKS(1, pieces_per_rank);
+  RUN_RANKS(1, chunks_per_rank);
 }
 
-TEST(PipelinedOps, SeveralPiecesPerRank_MultiRank) {
-  RUN_EVERY_WORLD_SIZE(pieces_per_rank);
+TEST(PipelinedOps, SeveralChunksPerRank_MultiRank) {
+  RUN_EVERY_WORLD_SIZE(chunks_per_rank);
 }
 
 // The reduce-scatter sums the landed partials in its own GEMM's epilogue by default on two ranks; the
@@ -135,9 +136,9 @@ TEST(PipelinedOps, CapturedGraphReplays1000TimesWithChangingInputs) {
 
 // Outside graph capture, a pipelined call whose layout (shapes, options, pointers) was used before
 // runs as the replay of a graph recorded from it (OverlapResources::enqueue_call). The calls go through
-// eight layouts of each op, two inputs by two outputs by two piece counts, in an irregular order, each
+// eight layouts of each op, two inputs by two outputs by two chunk counts, in an irregular order, each
 // output poisoned first: a replay that read another call's input, wrote another call's output or ran
-// another layout's pieces would leave wrong or poisoned elements.
+// another layout's chunks would leave wrong or poisoned elements.
 int repeated_layouts(RankContext& ctx) {
   BothOps t(ctx);
   auto& comm = t.comm;
@@ -168,7 +169,7 @@ int repeated_layouts(RankContext& ctx) {
   }
   // Each layout's first call is enqueued directly; every later one is a replay, unless ranks share the
   // GPU, where none is.
-  const algo::OverlapResources& pr = *impl_of(*comm).overlap;
+  const algo::OverlapResources& pr = *algo::Resources::of(*comm).overlap;
   const uint64_t replayed = pr.replayed_calls(), expected = pr.replays_off() ? 0 : 2 * (kCalls - kLayouts);
   RANK_CHECK(replayed == expected, "replayed calls: ", replayed, ", expected ", expected);
 
@@ -194,7 +195,7 @@ TEST(PipelinedOps, EagerCallsWhereAskedAreNeverReplayed) {
                         TensorRef{}, t.st.s, pipelined());
       t.ag.check(in.ag_out[0]->p, in.ag_ref[0]->f(), detail::cat("all_gather_matmul call ", i).c_str(), t.st.s);
     }
-    const uint64_t replayed = impl_of(*t.comm).overlap->replayed_calls();
+    const uint64_t replayed = algo::Resources::of(*t.comm).overlap->replayed_calls();
     RANK_CHECK(replayed == 0, "ASYNCTP_PIPELINED_EAGER=1, yet ", replayed, " calls were replayed");
     return 0;
   });
@@ -202,6 +203,20 @@ TEST(PipelinedOps, EagerCallsWhereAskedAreNeverReplayed) {
 
 TEST(PipelinedOps, APeerThatNeverComesEndsWithTheTimeoutReport) {
   RUN_EVERY_WORLD_SIZE([](RankContext& ctx) { return absent_peer_times_out(ctx, pipelined()); });
+}
+
+// Pipelined calls and replays stay right as the epochs wrap past 2^32 (ops_problems.h).
+TEST(PipelinedOps, CallsAndReplaysAcrossTheEpochWrapAreRight) {
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) { return calls_across_the_epoch_wrap(ctx, pipelined()); });
+}
+
+// A pipelined call that throws after its epoch began breaks the communicator, saying why
+// (ops_problems.h).
+TEST(PipelinedOps, AFailureAfterTheEpochBeganBreaksTheCommunicatorWithTheCause) {
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) { return failure_mid_protocol_breaks_the_communicator(ctx, pipelined()); });
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) {
+    return failure_mid_protocol_breaks_the_communicator(ctx, pipelined(), /*reduce_scatter=*/true);
+  });
 }
 
 // A graph captured before the communicator's buffers grow replays right after (ops_problems.h).

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <functional>
 
+#include "algo/resources.h"
 #include "ops_test_cases.h"
 
 namespace asynctp::testing {
@@ -145,43 +146,91 @@ inline int calls_back_to_back(RankContext& ctx, const OpOptions& ag_options, con
   return 0;
 }
 
-// Captures one call of each op in a CUDA graph and replays it `replays` times, switching the inputs
-// between two sets before each replay and checking both outputs after each.
+// One call of each op on fixed buffers, whose A is loaded from one of two input sets before each run:
+// a rank that read a peer's data too early (a stale flag) would see the other set.
+struct AlternatingInputs {
+  explicit AlternatingInputs(BothOps& both)
+      : t(both),
+        ag_a(t.ag.m * t.ag.K * 2),
+        ag_out(t.ag.M * t.ag.N * 2),
+        rs_a(t.rs.M * t.rs.kl * 2),
+        rs_out(t.rs.rows * t.rs.N * 2),
+        in(t.ag, t.rs, 2, t.r, t.fp32, t.st.s) {}
+
+  // Both ops, enqueued on the fixed buffers.
+  void step(const OpOptions& ag_options, const OpOptions& rs_options) {
+    all_gather_matmul(*t.comm, t.ag.a_ref(ag_a.p), {t.ag.b_ref()}, 0, {t.ag.out_ref(ag_out.p)}, TensorRef{}, t.st.s,
+                      ag_options);
+    matmul_reduce_scatter(*t.comm, t.rs.a_ref(rs_a.p), t.rs.b_ref(), 0, ReduceOp::kSum, t.rs.out_ref(rs_out.p), t.st.s,
+                          rs_options);
+  }
+
+  // Loads input set `v`, poisons the outputs, runs `run` (which enqueues both ops), checks both results.
+  void checked(int v, const std::string& what, const std::function<void()>& run) {
+    RANK_CUDA(cudaMemcpyAsync(ag_a.p, in.ag_a[v]->p, t.ag.m * t.ag.K * 2, cudaMemcpyDeviceToDevice, t.st.s));
+    RANK_CUDA(cudaMemcpyAsync(rs_a.p, in.rs_a[v]->p, t.rs.M * t.rs.kl * 2, cudaMemcpyDeviceToDevice, t.st.s));
+    reference::poison(ag_out.p, t.ag.M * t.ag.N * 2, t.st.s);
+    reference::poison(rs_out.p, t.rs.rows * t.rs.N * 2, t.st.s);
+    run();
+    t.ag.check(ag_out.p, in.ag_ref[v]->f(), ("all_gather_matmul " + what).c_str(), t.st.s);
+    t.rs.check(rs_out.p, in.rs_ref[v]->f(), t.r, t.ws, ("matmul_reduce_scatter " + what).c_str(), t.st.s);
+  }
+
+  BothOps& t;
+  Buf ag_a, ag_out, rs_a, rs_out;
+  InputSets in;
+};
+
+// Captures one call of each op in a CUDA graph and replays it `replays` times on alternating inputs.
 inline int graph_replays(RankContext& ctx, const OpOptions& ag_options, const OpOptions& rs_options, int replays) {
   BothOps t(ctx);
-  auto& comm = t.comm;
-  auto& st = t.st;
-  auto& ag = t.ag;
-  auto& rs = t.rs;
-  const int ws = t.ws, r = t.r;
-  // Two sets of inputs; before each replay one is copied into the inputs the graph reads. A rank
-  // that read a peer's data too early (a stale flag) would see the other set.
-  Buf ag_a(ag.m * ag.K * 2), ag_out(ag.M * ag.N * 2), rs_a(rs.M * rs.kl * 2), rs_out(rs.rows * rs.N * 2);
-  InputSets in(ag, rs, 2, r, t.fp32, st.s);
-  auto step = [&] {
-    all_gather_matmul(*comm, ag.a_ref(ag_a.p), {ag.b_ref()}, 0, {ag.out_ref(ag_out.p)}, TensorRef{}, st.s, ag_options);
-    matmul_reduce_scatter(*comm, rs.a_ref(rs_a.p), rs.b_ref(), 0, ReduceOp::kSum, rs.out_ref(rs_out.p), st.s,
-                          rs_options);
-  };
+  AlternatingInputs calls(t);
+  auto step = [&] { calls.step(ag_options, rs_options); };
   step();  // outside capture: streams, flags, workspace and GEMM plans are made here
-  comm->synchronize(st.s);
+  t.comm->synchronize(t.st.s);
   cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  RANK_CUDA(cudaStreamBeginCapture(st.s, cudaStreamCaptureModeThreadLocal));
+  RANK_CUDA(cudaStreamBeginCapture(t.st.s, cudaStreamCaptureModeThreadLocal));
   step();
-  RANK_CUDA(cudaStreamEndCapture(st.s, &graph));
-  exec = executable_on_every_rank(ctx, graph, st.s);
+  RANK_CUDA(cudaStreamEndCapture(t.st.s, &graph));
+  cudaGraphExec_t exec = executable_on_every_rank(ctx, graph, t.st.s);
   for (int i = 0; i < replays; ++i) {
-    const int v = (i * 7 / 3) % 2;  // not a plain alternation
-    RANK_CUDA(cudaMemcpyAsync(ag_a.p, in.ag_a[v]->p, ag.m * ag.K * 2, cudaMemcpyDeviceToDevice, st.s));
-    RANK_CUDA(cudaMemcpyAsync(rs_a.p, in.rs_a[v]->p, rs.M * rs.kl * 2, cudaMemcpyDeviceToDevice, st.s));
-    reference::poison(ag_out.p, ag.M * ag.N * 2, st.s);
-    reference::poison(rs_out.p, rs.rows * rs.N * 2, st.s);
-    RANK_CUDA(cudaGraphLaunch(exec, st.s));
-    ag.check(ag_out.p, in.ag_ref[v]->f(), detail::cat("all_gather_matmul replay ", i).c_str(), st.s);
-    rs.check(rs_out.p, in.rs_ref[v]->f(), r, ws, detail::cat("matmul_reduce_scatter replay ", i).c_str(), st.s);
+    calls.checked((i * 7 / 3) % 2, detail::cat("replay ", i),  // not a plain alternation
+                  [&] { RANK_CUDA(cudaGraphLaunch(exec, t.st.s)); });
   }
-  std::printf("rank %d: %d replays correct\n", r, replays);
+  std::printf("rank %d: %d replays correct\n", t.r, replays);
+  RANK_CUDA(cudaGraphExecDestroy(exec));
+  RANK_CUDA(cudaGraphDestroy(graph));
+  return 0;
+}
+
+// The epochs that flags carry are 32-bit and compared as a signed difference, so they may wrap: every
+// rank's epoch and flags are set just short of 2^32 (a test hook), then eager calls of each op cross the
+// wrap, and so do replays of a graph captured before; every result is checked, on two sets of inputs
+// that alternate (a stale flag would let a rank read the other set).
+inline int calls_across_the_epoch_wrap(RankContext& ctx, const OpOptions& options) {
+  BothOps t(ctx);
+  AlternatingInputs calls(t);
+  auto step = [&] { calls.step(options, options); };
+  // Just short of the wrap: each call of each op advances the epoch by one.
+  auto near_the_wrap = [&] {
+    t.comm->synchronize(t.st.s);
+    ctx.barrier();
+    algo::Resources::of(*t.comm).overlap->set_epoch_for_tests(0xFFFFFFFFu - 4);
+    ctx.barrier();
+  };
+  calls.checked(0, "first call", step);  // streams, flags, workspace and GEMM plans are made here
+  cudaGraph_t graph;
+  RANK_CUDA(cudaStreamBeginCapture(t.st.s, cudaStreamCaptureModeThreadLocal));
+  step();
+  RANK_CUDA(cudaStreamEndCapture(t.st.s, &graph));
+  cudaGraphExec_t exec = executable_on_every_rank(ctx, graph, t.st.s);
+  near_the_wrap();
+  for (int i = 0; i < 6; ++i) calls.checked(i % 2, detail::cat("eager call across the wrap ", i), step);
+  near_the_wrap();
+  for (int i = 0; i < 6; ++i) {
+    calls.checked(i % 2, detail::cat("replay across the wrap ", i), [&] { RANK_CUDA(cudaGraphLaunch(exec, t.st.s)); });
+  }
+  std::printf("rank %d: %s calls and replays across the epoch wrap correct\n", t.r, algorithm_name(options.algorithm));
   RANK_CUDA(cudaGraphExecDestroy(exec));
   RANK_CUDA(cudaGraphDestroy(graph));
   return 0;
@@ -344,6 +393,43 @@ inline int absent_peer_times_out(RankContext& ctx, const OpOptions& options, boo
   }
   ctx.allgather("done");
   if (ctx.rank != 0) (void)f.comm.release();  // rank 0's context is gone: no collective teardown
+  return 0;
+}
+
+// A call that throws on rank 0 after its epoch began (a test hook fails it there) leaves the peers
+// waiting on flags rank 0 will not raise: rank 0's communicator is then broken, its error saying why,
+// and its next call is refused quoting the cause; the peers' calls end with the timeout report (or,
+// in-process, with the group's abort).
+inline int failure_mid_protocol_breaks_the_communicator(RankContext& ctx, const OpOptions& options,
+                                                        bool reduce_scatter = false) {
+  OneSmallCall f(ctx, /*timeout_ms=*/1500, reduce_scatter, 128, 256, 256, 256, 256);
+  f.call(options);
+  f.comm->synchronize(f.st.s);  // the overlapped resources exist, and both ranks made a call together
+  ctx.barrier();
+  // The error `fn` throws, or "" where it throws none.
+  auto error_of = [](const std::function<void()>& fn) {
+    try {
+      fn();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const char* injected = "a failure the test injects after the epoch began";
+  if (ctx.rank == 0) {
+    algo::Resources::of(*f.comm).overlap->fail_after_next_epoch(injected);
+    const std::string first = error_of([&] { f.call(options); });
+    RANK_CHECK(contains(first, injected) && contains(first, "can no longer be used"), "first call: ", first);
+    const std::string next = error_of([&] { f.call(options); });
+    RANK_CHECK(contains(next, "can no longer be used, since") && contains(next, injected), "next call: ", next);
+  } else {
+    const std::string message = error_of([&] {
+      f.call(options);
+      f.comm->synchronize(f.st.s);
+    });
+    RANK_CHECK(contains(message, "timed out after") || contains(message, "aborted"), message);
+  }
+  (void)f.comm.release();  // a peer's kernel trapped, or its group was aborted: no collective teardown
   return 0;
 }
 

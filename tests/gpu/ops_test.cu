@@ -1,9 +1,12 @@
 // The ops with each algorithm, against the reference (inputs regenerated from seeds on every rank,
 // fp32 cuBLASLt GEMM): every option combination, odd shapes, on 1 rank and at every multi-rank world
 // size (gpu_test.h); arguments that differ across ranks or are refused on one rank fail on every rank
-// with the outputs untouched. The pipelined algorithm's own cases (pieces, a shard in symmetric memory,
+// with the outputs untouched. The pipelined algorithm's own cases (chunks, a shard in symmetric memory,
 // calls back to back, CUDA graph replays, an absent peer) are in ops_pipelined_test.cu, the fused
 // algorithm's in ops_fused_test.cu.
+#include <cstdlib>
+#include <string>
+
 #include "ops_problems.h"
 
 namespace asynctp {
@@ -32,6 +35,32 @@ int every_combination(RankContext& ctx, Algorithm algorithm) {
   std::printf("rank %d: %s: %d cases correct\n", ctx.rank, algorithm_name(algorithm), n);
   RANK_CUDA(cudaStreamDestroy(s));
   return 0;
+}
+
+// Megatron-LM runs with CUDA_DEVICE_MAX_CONNECTIONS=1: one hardware queue per device, which every
+// stream shares, so work on a side stream queues behind the caller's. Every algorithm and op must
+// stay right (and end: a wait at the head of the queue would hold back what it waits for). Processes
+// only, on NCCL: the in-process launcher keeps several queues for ranks that share a GPU.
+TEST(AllAlgorithms, EveryCombinationWithOneDeviceConnection) {
+  REQUIRE_GPU_PROCESSES(2);
+  // Set for the ranks' processes, forked next, which inherit it; the test's own process gets its value
+  // back however the test ends.
+  struct OneConnection {
+    const char* before = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    std::string saved = before != nullptr ? before : "";
+    OneConnection() { ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1", 1); }
+    ~OneConnection() {
+      if (before != nullptr) {
+        ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", saved.c_str(), 1);
+      } else {
+        ::unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
+      }
+    }
+  } one_connection;
+  for (Algorithm algorithm : {Algorithm::kSequential, Algorithm::kPipelined, Algorithm::kFused}) {
+    SCOPED_TRACE(algorithm_name(algorithm));
+    RUN_RANK_PROCESSES(2, [algorithm](RankContext& ctx) { return every_combination(ctx, algorithm); });
+  }
 }
 
 TEST(SequentialOps, EveryCombination_1Rank) {

@@ -57,7 +57,7 @@ inline uint64_t next_case_seed() {
   return seed += 2;
 }
 
-// Runs the case with `o` (its algorithm and pieces; the layout comes from the case) and checks every
+// Runs the case with `o` (its algorithm and chunks; the layout comes from the case) and checks every
 // output, and the gathered A where asked for, against the reference.
 inline void run_ag_case(Communicator& comm, const AgCase& c, cudaStream_t s, reference::Fp32Gemm& fp32,
                         OpOptions o = {}) {

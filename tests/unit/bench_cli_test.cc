@@ -60,7 +60,7 @@ TEST(BenchCli, BadValuesNameTheOption) {
   EXPECT_NE(msg({"--chunks", "17"}).find("--chunks '17' is not valid; expected an integer from 0 to 16"), std::string::npos);
   EXPECT_NE(msg({"--frobnicate", "1"}).find("unknown option --frobnicate"), std::string::npos);
   // Numbers past what the option's int holds are refused, not cut to 32 bits (4294967298 was 2 GPUs,
-  // 4294967296 iterations 0, 4294967297 pieces 1).
+  // 4294967296 iterations 0, 4294967297 chunks 1).
   EXPECT_NE(msg({"--gpus", "4294967298"}).find("--gpus '4294967298' is not valid; expected an integer from 1 to"),
             std::string::npos);
   EXPECT_NE(msg({"--iters", "4294967296"}).find("--iters '4294967296' is not valid"), std::string::npos);

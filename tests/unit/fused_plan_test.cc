@@ -1,9 +1,9 @@
-// The fused algorithm's host-side choices: the tile width per shape, the pieces per rank, and where the
+// The fused algorithm's host-side choices: the tile width per shape, the chunks per rank, and where the
 // reduce-scatter stages its tiles.
 #include <gtest/gtest.h>
 
 #include "algo/fused.h"
-#include "kernels/fused/ag_gemm.h"
+#include "kernels/fused/fused_gemm.h"
 #include "kernels/fused/staged_layout.h"
 #include "kernels/fused/tail_split.h"
 #include "kernels/fused/tile_order.h"
@@ -83,79 +83,79 @@ TEST(FusedPlan, EverySplitOfTheTailRunsInTheLastRoundAndFitsTheWorkspace) {
   }
 }
 
-TEST(FusedPlan, PiecesPerRank) {
-  EXPECT_EQ(algo::resolve_fused_pieces(0, 2048), algo::kFusedDefaultPieces);
-  EXPECT_EQ(algo::resolve_fused_pieces(3, 2048), 3);
-  EXPECT_EQ(algo::resolve_fused_pieces(16, 5), 5);  // never more pieces than rows
-  EXPECT_EQ(algo::resolve_fused_pieces(0, 1), 1);
+TEST(FusedPlan, ChunksPerRank) {
+  EXPECT_EQ(algo::resolve_fused_chunks(0, 2048), algo::kFusedDefaultChunks);
+  EXPECT_EQ(algo::resolve_fused_chunks(3, 2048), 3);
+  EXPECT_EQ(algo::resolve_fused_chunks(16, 5), 5);  // never more chunks than rows
+  EXPECT_EQ(algo::resolve_fused_chunks(0, 1), 1);
 }
 
-TEST(FusedPlan, ReduceScatterPiecesPerRank) {
-  // Default: a piece per 512 rows, 1 to 4; asked for: as many, up to the rows' 256-row clusters.
-  EXPECT_EQ(algo::resolve_fused_rs_pieces(0, 256), 1);
-  EXPECT_EQ(algo::resolve_fused_rs_pieces(0, 1024), 2);
-  EXPECT_EQ(algo::resolve_fused_rs_pieces(0, 2048), 4);
-  EXPECT_EQ(algo::resolve_fused_rs_pieces(0, 8192), 4);
-  EXPECT_EQ(algo::resolve_fused_rs_pieces(3, 8192), 3);
-  EXPECT_EQ(algo::resolve_fused_rs_pieces(16, 1024), 4);
-  EXPECT_EQ(algo::resolve_fused_rs_pieces(2, 256), 1);
+TEST(FusedPlan, ReduceScatterChunksPerRank) {
+  // Default: a chunk per 512 rows, 1 to 4; asked for: as many, up to the rows' 256-row clusters.
+  EXPECT_EQ(algo::resolve_fused_rs_chunks(0, 256), 1);
+  EXPECT_EQ(algo::resolve_fused_rs_chunks(0, 1024), 2);
+  EXPECT_EQ(algo::resolve_fused_rs_chunks(0, 2048), 4);
+  EXPECT_EQ(algo::resolve_fused_rs_chunks(0, 8192), 4);
+  EXPECT_EQ(algo::resolve_fused_rs_chunks(3, 8192), 3);
+  EXPECT_EQ(algo::resolve_fused_rs_chunks(16, 1024), 4);
+  EXPECT_EQ(algo::resolve_fused_rs_chunks(2, 256), 1);
 }
 
-TEST(FusedPlan, ReduceScatterBandsNeverSpanTwoRanksOrPieces) {
+TEST(FusedPlan, ReduceScatterBandsNeverSpanTwoRanksOrChunks) {
   using kernels::fused::reduce_scatter_band_m;
   EXPECT_EQ(reduce_scatter_band_m(2048, 512), 2);
   EXPECT_EQ(reduce_scatter_band_m(8192, 2048), 8);
   EXPECT_EQ(reduce_scatter_band_m(4096, 4096), 8);
-  // 1280 rows in pieces of 768 (5 and 3 cluster rows): a band of 3 would hold the last piece's two
+  // 1280 rows in chunks of 768 (5 and 3 cluster rows): a band of 3 would hold the last chunk's two
   // rows and the next rank's first.
   EXPECT_EQ(reduce_scatter_band_m(1280, 768), 1);
   EXPECT_EQ(reduce_scatter_band_m(1536, 1536), 6);
   EXPECT_EQ(reduce_scatter_band_m(256 * 14, 256 * 14), 7);
   for (int64_t rank = 1; rank <= 40; ++rank) {
-    for (int pieces = 1; pieces <= 4; ++pieces) {
-      const int64_t piece = (rank + pieces - 1) / pieces;
-      const int band = reduce_scatter_band_m(rank * 256, piece * 256);
+    for (int chunks = 1; chunks <= 4; ++chunks) {
+      const int64_t chunk = (rank + chunks - 1) / chunks;
+      const int band = reduce_scatter_band_m(rank * 256, chunk * 256);
       EXPECT_EQ(rank % band, 0);
-      EXPECT_EQ(piece % band, 0);
-      EXPECT_EQ((rank % piece) % band, 0);  // the last, shorter piece too
+      EXPECT_EQ(chunk % band, 0);
+      EXPECT_EQ((rank % chunk) % band, 0);  // the last, shorter chunk too
       EXPECT_LE(band, 8);
     }
   }
 }
 
-TEST(FusedPlan, ReduceScatterPiecesCoverTheRowsInWholeClusters) {
-  using kernels::fused::RowPieces;
-  const RowPieces even(2048, 4);  // 4096x3584x8192 on two ranks
+TEST(FusedPlan, ReduceScatterChunksCoverTheRowsInWholeClusters) {
+  using kernels::fused::RowChunks;
+  const RowChunks even(2048, 4);  // 4096x3584x8192 on two ranks
   EXPECT_EQ(even.rows, 512);
   EXPECT_EQ(even.used, 4);
   EXPECT_EQ(even.begin(3), 1536);
   EXPECT_EQ(even.end(3, 2048), 2048);
-  // 1280 rows in two pieces: 640 rounded up to whole 256-row clusters, so the second is shorter.
-  const RowPieces uneven(1280, 2);
+  // 1280 rows in two chunks: 640 rounded up to whole 256-row clusters, so the second is shorter.
+  const RowChunks uneven(1280, 2);
   EXPECT_EQ(uneven.rows, 768);
   EXPECT_EQ(uneven.used, 2);
   EXPECT_EQ(uneven.end(0, 1280), 768);
   EXPECT_EQ(uneven.end(1, 1280), 1280);
-  // More pieces asked for than the rounding leaves: fewer are used, and none is empty.
-  const RowPieces fewer(1280, 4);
+  // More chunks asked for than the rounding leaves: fewer are used, and none is empty.
+  const RowChunks fewer(1280, 4);
   EXPECT_EQ(fewer.rows, 512);
   EXPECT_EQ(fewer.used, 3);
   EXPECT_LT(fewer.begin(2), fewer.end(2, 1280));
-  // For every piece count the op resolves to: the kernel's count of each piece's tiles
-  // (ReduceScatterTiles::tiles_in_piece) covers the piece's rows, and the pieces' tiles add up to the rank's.
+  // For every chunk count the op resolves to: the kernel's count of each chunk's tiles
+  // (ReduceScatterTiles::tiles_in_chunk) covers the chunk's rows, and the chunks' tiles add up to the rank's.
   kernels::fused::ReduceScatterTiles rs;
   rs.tiles_n = 3;
   for (int32_t rows = 256; rows <= 256 * 40; rows += 256) {
     for (int asked = 1; asked <= 4; ++asked) {
-      const RowPieces p(rows, algo::resolve_fused_rs_pieces(asked, rows));
+      const RowChunks p(rows, algo::resolve_fused_rs_chunks(asked, rows));
       EXPECT_EQ(p.rows % kernels::fused::kClusterRows, 0);
       EXPECT_EQ(p.end(p.used - 1, rows), rows);
       EXPECT_LT(p.begin(p.used - 1), rows);
-      rs.rows_per_rank = rows, rs.rows_per_piece = static_cast<int32_t>(p.rows);
+      rs.rows_per_rank = rows, rs.rows_per_chunk = static_cast<int32_t>(p.rows);
       uint32_t tiles = 0;
       for (int j = 0; j < p.used; ++j) {
-        EXPECT_EQ(rs.rows_in_piece(j), p.end(j, rows) - p.begin(j));
-        tiles += rs.tiles_in_piece(j);
+        EXPECT_EQ(rs.rows_in_chunk(j), p.end(j, rows) - p.begin(j));
+        tiles += rs.tiles_in_chunk(j);
       }
       EXPECT_EQ(tiles, static_cast<uint32_t>(rows / 128 * 3));
     }
@@ -164,12 +164,12 @@ TEST(FusedPlan, ReduceScatterPiecesCoverTheRowsInWholeClusters) {
 
 TEST(FusedPlan, ReduceScatterStagedLayoutAndCounts) {
   using kernels::fused::StagedLayout;
-  // A rank's 2048 rows of 3584 columns (4096x3584x8192 on two ranks) in pieces of 512 rows: 4 x 14
-  // tiles each (56: what the kernel's counter of such a piece reached on one H200).
+  // A rank's 2048 rows of 3584 columns (4096x3584x8192 on two ranks) in chunks of 512 rows: 4 x 14
+  // tiles each (56: what the kernel's counter of such a chunk reached on one H200).
   kernels::fused::ReduceScatterTiles rs;
-  rs.rows_per_rank = 2048, rs.rows_per_piece = 512, rs.tiles_n = 14;
-  EXPECT_EQ(rs.tiles_in_piece(0), 56u);
-  EXPECT_EQ(rs.tiles_in_piece(3), 56u);
+  rs.rows_per_rank = 2048, rs.rows_per_chunk = 512, rs.tiles_n = 14;
+  EXPECT_EQ(rs.tiles_in_chunk(0), 56u);
+  EXPECT_EQ(rs.tiles_in_chunk(3), 56u);
   // Through the epilogue: row-major like the product, and a tile counts once.
   const StagedLayout epilogue(true, 3584);
   EXPECT_EQ(epilogue.tiles_n, 14);
@@ -185,11 +185,29 @@ TEST(FusedPlan, ReduceScatterStagedLayoutAndCounts) {
   EXPECT_EQ(narrow.tiles_n, 4);
   EXPECT_EQ(narrow.bytes_before(256), size_t{2} * 4 * 65536);
   EXPECT_EQ(StagedLayout(true, 1000).bytes_before(256), size_t{256} * 1000 * 2);
-  // 1280 rows in pieces of 768 (RowPieces(1280, 2)): the last piece is 512 rows, 4 tile rows.
-  rs.rows_per_rank = 1280, rs.rows_per_piece = 768, rs.tiles_n = 4;
-  EXPECT_EQ(rs.rows_in_piece(1), 512);
-  EXPECT_EQ(rs.tiles_in_piece(0), 6u * 4);
-  EXPECT_EQ(rs.tiles_in_piece(1), 4u * 4);
+  // 1280 rows in chunks of 768 (RowChunks(1280, 2)): the last chunk is 512 rows, 4 tile rows.
+  rs.rows_per_rank = 1280, rs.rows_per_chunk = 768, rs.tiles_n = 4;
+  EXPECT_EQ(rs.rows_in_chunk(1), 512);
+  EXPECT_EQ(rs.tiles_in_chunk(0), 6u * 4);
+  EXPECT_EQ(rs.tiles_in_chunk(1), 4u * 4);
+}
+
+// The staged counters as the kernel indexes them (ReduceScatterTiles::staged_index) and as the op
+// and the lab lay them out (StagedCounters): the same slot for every tile's rank and chunk, and the
+// done signal's count after them all.
+TEST(FusedPlan, ReduceScatterStagedCountersAreIndexedAlikeByTheKernelAndTheHost) {
+  using kernels::fused::StagedCounters;
+  kernels::fused::ReduceScatterTiles rs;
+  rs.rows_per_rank = 1280, rs.rows_per_chunk = 768, rs.tiles_n = 4;
+  for (int ranks : {2, 3, 8}) {
+    const StagedCounters counters{ranks};
+    for (int32_t row0 = 0; row0 < ranks * rs.rows_per_rank; row0 += 128) {
+      const int32_t index = rs.staged_index(row0);
+      EXPECT_EQ(index, StagedCounters::of(rs.owner_of(row0), rs.chunk_of(row0))) << "row " << row0;
+      EXPECT_LT(index, counters.finished_warps());
+    }
+    EXPECT_EQ(counters.words(), counters.finished_warps() + 1);
+  }
 }
 
 }  // namespace

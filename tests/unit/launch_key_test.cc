@@ -10,10 +10,10 @@ namespace asynctp::kernels::fused {
 namespace {
 
 TEST(LaunchKey, EveryByteOfTheArgumentsTellsLaunchesApart) {
-  const AgGemmArgs base;
-  const size_t epoch_at = offsetof(AgGemmArgs, rs) + offsetof(ReduceScatterTiles, begin_epoch);
-  for (size_t i = 0; i < sizeof(AgGemmArgs); ++i) {
-    AgGemmArgs other = base;
+  const FusedGemmArgs base;
+  const size_t epoch_at = offsetof(FusedGemmArgs, rs) + offsetof(ReduceScatterTiles, begin_epoch);
+  for (size_t i = 0; i < sizeof(FusedGemmArgs); ++i) {
+    FusedGemmArgs other = base;
     reinterpret_cast<unsigned char*>(&other)[i] ^= 0x5a;
     const bool in_epoch = i >= epoch_at && i < epoch_at + sizeof(uint32_t);
     EXPECT_EQ(same_launch(base, other), in_epoch) << "byte " << i;
@@ -21,7 +21,7 @@ TEST(LaunchKey, EveryByteOfTheArgumentsTellsLaunchesApart) {
 }
 
 TEST(LaunchKey, TheCallsEpochIsNotPartOfIt) {
-  AgGemmArgs a, b;
+  FusedGemmArgs a, b;
   a.M = b.M = 4096;
   a.rs.begin_epoch = 7;
   b.rs.begin_epoch = 8;

@@ -41,6 +41,32 @@ TEST(AllGatherMatmulPlan, GatherDim0) {
   EXPECT_FALSE(p.return_a);
 }
 
+// Shapes whose sizes do not fit in 64 bits are refused, with no overflow on the way (the sanitized
+// build halts on one); auto sizes its problem only from a plan.
+TEST(AllGatherMatmulPlan, SizesThatOverflowAreRefused) {
+  const int64_t big = int64_t{1} << 40;
+  auto ref = [](int i, int64_t rows, int64_t cols) {  // by hand: dense() refuses shapes whose count overflows
+    TensorRef r;
+    r.data = fake(i);
+    r.ndim = 2;
+    r.shape[0] = rows, r.shape[1] = cols;
+    r.strides[0] = cols, r.strides[1] = 1;
+    return r;
+  };
+  TensorRef batched = ref(0, big, 16);
+  batched.ndim = 3;
+  batched.shape[0] = batched.shape[1] = big, batched.shape[2] = 16;  // rows: 2^80
+  batched.strides[0] = big * 16, batched.strides[1] = 16, batched.strides[2] = 1;
+  EXPECT_THROW(plan_all_gather_matmul(2, batched, {ref(1, 16, 8)}, 0, {ref(2, 8, 8)}, TensorRef{}, {}), Error);
+  EXPECT_THROW(plan_all_gather_matmul(1 << 30, ref(0, big, 8), {ref(1, 8, 8)}, 0, {ref(2, 8, 8)}, TensorRef{}, {}),
+               Error);
+  EXPECT_THROW(plan_all_gather_matmul(1 << 30, ref(0, 8, big), {ref(1, 8, 8)}, -1, {ref(2, 8, 8)}, TensorRef{}, {}),
+               Error);
+  EXPECT_THROW(plan_matmul_reduce_scatter(2, batched, ref(1, 16, 8), 0, ReduceOp::kSum, ref(2, 8, 8), {}), Error);
+  EXPECT_THROW(plan_matmul_reduce_scatter(1 << 30, ref(0, 8, big), ref(1, big, 8), 0, ReduceOp::kSum, ref(2, 8, 8), {}),
+               Error);
+}
+
 TEST(AllGatherMatmulPlan, GatherLastWithBatchDimsAndColumnMajorB) {
   OpOptions o;
   o.b_layout = BLayout::kColMajor;
@@ -84,17 +110,17 @@ TEST(AllGatherMatmulPlan, RefusesEachBadArgumentByName) {
   bogus.algorithm = static_cast<Algorithm>(7);
   EXPECT_REFUSED(plan_all_gather_matmul(2, a, {b}, 0, {out}, TensorRef{}, bogus),
                  "all_gather_matmul: options.algorithm is 7; expected sequential, pipelined, fused or auto");
-  OpOptions pieces;
-  pieces.algorithm = Algorithm::kPipelined;
-  pieces.chunks_per_rank = kMaxChunksPerRank + 1;
-  EXPECT_REFUSED(plan_all_gather_matmul(2, a, {b}, 0, {out}, TensorRef{}, pieces),
+  OpOptions chunks;
+  chunks.algorithm = Algorithm::kPipelined;
+  chunks.chunks_per_rank = kMaxChunksPerRank + 1;
+  EXPECT_REFUSED(plan_all_gather_matmul(2, a, {b}, 0, {out}, TensorRef{}, chunks),
                  "options.chunks_per_rank is 17; expected 0 (the default) to 16");
-  pieces.chunks_per_rank = -1;
+  chunks.chunks_per_rank = -1;
   EXPECT_REFUSED(plan_matmul_reduce_scatter(2, t(0, {1024, 256}), t(1, {256, 768}), 0, ReduceOp::kSum,
-                                            t(3, {512, 768}), pieces),
+                                            t(3, {512, 768}), chunks),
                  "options.chunks_per_rank is -1");
-  pieces.chunks_per_rank = kMaxChunksPerRank;
-  EXPECT_NO_THROW(plan_all_gather_matmul(2, a, {b}, 0, {out}, TensorRef{}, pieces));
+  chunks.chunks_per_rank = kMaxChunksPerRank;
+  EXPECT_NO_THROW(plan_all_gather_matmul(2, a, {b}, 0, {out}, TensorRef{}, chunks));
 }
 
 // An enum value outside its list (from C, Python or a cast) is refused by name, on both ops: read as

@@ -1,4 +1,4 @@
-// The pipelined algorithm's pure decisions: how rows are cut into pieces, how many pieces a call uses,
+// The pipelined algorithm's pure decisions: how rows are cut into chunks, how many chunks a call uses,
 // and how the reduce-scatter sums what lands.
 #include <gtest/gtest.h>
 
@@ -10,15 +10,15 @@
 namespace asynctp::algo {
 namespace {
 
-TEST(PipelinedPieces, RowsAreCutIntoNearlyEqualPiecesThatCoverEveryRowOnce) {
+TEST(PipelinedChunks, RowsAreCutIntoNearlyEqualChunksThatCoverEveryRowOnce) {
   for (int64_t rows : {1, 7, 65, 1024, 4097}) {
-    for (int pieces : {1, 2, 3, 16}) {
+    for (int chunks : {1, 2, 3, 16}) {
       int64_t next = 0;
-      for (int i = 0; i < pieces; ++i) {
-        const RowRange r = piece_rows(rows, pieces, i);
+      for (int i = 0; i < chunks; ++i) {
+        const RowRange r = chunk_rows(rows, chunks, i);
         EXPECT_EQ(r.begin, next);
-        EXPECT_LE(r.size(), rows / pieces + 1);
-        EXPECT_GE(r.size(), rows / pieces);
+        EXPECT_LE(r.size(), rows / chunks + 1);
+        EXPECT_GE(r.size(), rows / chunks);
         next = r.end;
       }
       EXPECT_EQ(next, rows);
@@ -26,15 +26,15 @@ TEST(PipelinedPieces, RowsAreCutIntoNearlyEqualPiecesThatCoverEveryRowOnce) {
   }
 }
 
-TEST(PipelinedPieces, DefaultsAndClamping) {
+TEST(PipelinedChunks, DefaultsAndClamping) {
   EXPECT_EQ(resolve_chunks(0, /*gather_last=*/false, 4096), 1);
   EXPECT_EQ(resolve_chunks(0, /*gather_last=*/true, 4096), 2);
   EXPECT_EQ(resolve_chunks(5, false, 4096), 5);
-  EXPECT_EQ(resolve_chunks(16, false, 3), 3);  // never more pieces than rows
+  EXPECT_EQ(resolve_chunks(16, false, 3), 3);  // never more chunks than rows
   EXPECT_EQ(resolve_chunks(4, false, 0), 1);
 }
 
-TEST(PipelinedReduceScatterSum, InTheGemmOnlyOnTwoRanksWithLargePieces) {
+TEST(PipelinedReduceScatterSum, InTheGemmOnlyOnTwoRanksWithLargeChunks) {
   EXPECT_EQ(resolve_rs_sum(2, 8192, RsSum::kDefault), RsSum::kInGemm);
   EXPECT_EQ(resolve_rs_sum(2, 2048, RsSum::kDefault), RsSum::kKernel);
   EXPECT_EQ(resolve_rs_sum(2, 2048, RsSum::kInGemm), RsSum::kInGemm);

@@ -1,4 +1,4 @@
-// auto's pieces that need no GPU: the cache's JSON Lines, its lookups and errors, the model's rules,
+// auto's chunks that need no GPU: the cache's JSON Lines, its lookups and errors, the model's rules,
 // the fit of its rates, and the cache built into the library.
 #include <gtest/gtest.h>
 
@@ -94,7 +94,7 @@ TEST(TuningCache, ABadLineIsAnErrorNamingTheFileAndLine) {
       {"{\"kind\":\"choice\",\"op\":\"ag\",\"M\":nan}", "not a flat JSON object"},
       {"{\"kind\":7}", "\"kind\" must be a string"},
   };
-  // Sizes, world size and pieces are whole numbers in range: a fractional, negative or huge one would be
+  // Sizes, world size and chunks are whole numbers in range: a fractional, negative or huge one would be
   // cast to an integer undefined or wrapped.
   for (const auto& [field, value] : std::vector<std::pair<std::string, std::string>>{
            {"M", "4096.5"}, {"M", "-4096"}, {"M", "0"}, {"N", "1e19"}, {"K", "9223372036854775807"},
@@ -203,19 +203,19 @@ TEST(Model, WithoutTheTunersRecordAnUntunedShapeFollowsTheNearestTunedShape) {
   ProblemKey k = key(Op::kMatmulReduceScatter, 12288, 3584, 8192);  // nearest overlapped rs: 16384
   Choice got = choose(k, c, true);
   EXPECT_EQ(got.algorithm, Algorithm::kPipelined);
-  EXPECT_EQ(got.chunks_per_rank, 0);  // 16384's pieces split other rows: the default
+  EXPECT_EQ(got.chunks_per_rank, 0);  // 16384's chunks split other rows: the default
   EXPECT_FALSE(got.from_cache);
   EXPECT_NE(got.why.find("as tuned at 16384x3584x8192"), std::string::npos) << got.why;
-  EXPECT_NE(got.why.find("its default pieces (no nearest tuned shape has this M)"), std::string::npos) << got.why;
+  EXPECT_NE(got.why.find("its default chunks (no nearest tuned shape has this M)"), std::string::npos) << got.why;
   k.M = 3072;  // nearest: 2048, fused; where the fused kernel does not apply, pipelined
   EXPECT_EQ(choose(k, c, true).algorithm, Algorithm::kFused);
   EXPECT_EQ(choose(k, c, false).algorithm, Algorithm::kPipelined);
   EXPECT_EQ(choose(k, c, false).chunks_per_rank, 0);
-  k.M = 16384, k.N = 4096;  // untuned, but 16384x3584x8192 has its M: its pieces
+  k.M = 16384, k.N = 4096;  // untuned, but 16384x3584x8192 has its M: its chunks
   got = choose(k, c, true);
   EXPECT_EQ(got.algorithm, Algorithm::kPipelined);
   EXPECT_EQ(got.chunks_per_rank, 4);
-  EXPECT_NE(got.why.find("with 4 pieces as at 16384x3584x8192"), std::string::npos) << got.why;
+  EXPECT_NE(got.why.find("with 4 chunks as at 16384x3584x8192"), std::string::npos) << got.why;
   k.N = 3584;
   k.M = 256;  // the model says sequential: no neighbour overrides that
   EXPECT_EQ(choose(k, c, true).algorithm, Algorithm::kSequential);
@@ -243,7 +243,7 @@ TEST(Model, AnUntunedShapeTakesTheCandidateThatLosesLeastAtTheNearestTunedShapes
   ProblemKey k = key(Op::kMatmulReduceScatter, 6144, 3584, 8192);
   Choice got = choose(k, c, true);
   EXPECT_EQ(got.algorithm, Algorithm::kFused);
-  EXPECT_EQ(got.chunks_per_rank, 0);  // no nearest shape has 6144 rows: the default pieces
+  EXPECT_EQ(got.chunks_per_rank, 0);  // no nearest shape has 6144 rows: the default chunks
   EXPECT_NE(got.why.find("at most 1.067x the fastest at the nearest tuned shapes (8192x3584x8192, 16384x3584x8192, "
                          "2048x3584x8192)"),
             std::string::npos)
@@ -253,7 +253,7 @@ TEST(Model, AnUntunedShapeTakesTheCandidateThatLosesLeastAtTheNearestTunedShapes
   EXPECT_EQ(got.chunks_per_rank, 0);
   // With a tuned shape of the same M among the nearest (6144x3584x8192 for 6144x4096x8192), the
   // algorithm is still the least-regret one's (pipelined, at its best count the fastest at all three,
-  // against fused's 1.072x), and the pieces those that measured fastest for it there (2, a count the
+  // against fused's 1.072x), and the chunks those that measured fastest for it there (2, a count the
   // other shapes never timed).
   TuningCache same_m = c;
   same_m.add_text(with_measured(choice("rs", 6144, "pipelined", 2),
@@ -265,7 +265,7 @@ TEST(Model, AnUntunedShapeTakesTheCandidateThatLosesLeastAtTheNearestTunedShapes
   got = choose(wider, same_m, true);
   EXPECT_EQ(got.algorithm, Algorithm::kPipelined);
   EXPECT_EQ(got.chunks_per_rank, 2);
-  EXPECT_NE(got.why.find("with 2 pieces as at 6144x3584x8192"), std::string::npos) << got.why;
+  EXPECT_NE(got.why.find("with 2 chunks as at 6144x3584x8192"), std::string::npos) << got.why;
   // An algorithm not timed at every one of them is not taken.
   TuningCache partial;
   partial.add_text(with_measured(choice("rs", 8192, "fused", 4), "pipelined/4=302 fused/4=300") + "\n" +
@@ -276,11 +276,11 @@ TEST(Model, AnUntunedShapeTakesTheCandidateThatLosesLeastAtTheNearestTunedShapes
   EXPECT_EQ(got.chunks_per_rank, 0);
 }
 
-// Each algorithm is judged at its fastest piece count at each nearest shape: the count is chosen on its
-// own (pieces_for). The 2xH200 cache (tuning/h200x2.jsonl) at rs 6144x5120x5120: pipelined was the fastest at all
-// three nearest shapes, at 4 pieces at two of them and 1 at the third, and fused never; judged at one
+// Each algorithm is judged at its fastest chunk count at each nearest shape: the count is chosen on its
+// own (chunks_for). The 2xH200 cache (tuning/h200x2.jsonl) at rs 6144x5120x5120: pipelined was the fastest at all
+// three nearest shapes, at 4 chunks at two of them and 1 at the third, and fused never; judged at one
 // count across them, fused/2 lost least (1.07x) and was taken, and measured 1.15x pipelined.
-TEST(Model, AnAlgorithmIsJudgedAtItsFastestPieceCountAtEachShape) {
+TEST(Model, AnAlgorithmIsJudgedAtItsFastestChunkCountAtEachShape) {
   TuningCache c;
   c.add_text(with_measured(choice("rs", 8192, "pipelined", 4), "sequential=350 pipelined/0=236 pipelined/4=235 fused/2=252") +
                  "\n" +
@@ -378,35 +378,27 @@ TEST(Resume, ReadsBackTheShapesAFileHolds) {
   std::remove(path.c_str());
 }
 
-// auto sizes the problem before the arguments are validated, from whatever shapes come: where a size
-// would not fit in 64 bits the problem is unsized (and validation refuses it), with no overflow on the
-// way (the sanitized build halts on one).
-TEST(ProblemKeys, SizesThatOverflowLeaveTheProblemUnsized) {
-  const int64_t big = int64_t{1} << 40;
-  auto ref = [](int64_t rows, int64_t cols) {  // by hand: dense() refuses shapes whose count overflows
-    TensorRef t;
-    t.data = reinterpret_cast<void*>(0x10000000);
-    t.ndim = 2;
-    t.shape[0] = rows, t.shape[1] = cols;
-    return t;
-  };
-  ProblemKey k;
-  EXPECT_TRUE(all_gather_matmul_key(4, "g", ref(1024, 512), {ref(512, 768)}, 0, BLayout::kRowMajor, k));
+// auto's key comes from the validated plan: every B's columns counted, K global for both ops.
+TEST(ProblemKeys, ComeFromThePlan) {
+  algo::AllGatherMatmulPlan ag;
+  ag.M = 4096, ag.K = 512, ag.k_local = 512, ag.N = {768, 256}, ag.dtype = DType::kFP16;
+  ProblemKey k = key_of(ag, 4, "g");
+  EXPECT_EQ(k.op, Op::kAllGatherMatmul);
   EXPECT_EQ(k.M, 4096);
+  EXPECT_EQ(k.N, 1024);
   EXPECT_EQ(k.K, 512);
-  EXPECT_EQ(k.N, 768);
-  TensorRef batched = ref(big, 16);
-  batched.ndim = 3;
-  batched.shape[0] = batched.shape[1] = big, batched.shape[2] = 16;  // rows: 2^80
-  EXPECT_FALSE(all_gather_matmul_key(2, "g", batched, {ref(16, 8)}, 0, BLayout::kRowMajor, k));
-  EXPECT_FALSE(all_gather_matmul_key(1 << 30, "g", ref(big, 8), {ref(8, 8)}, 0, BLayout::kRowMajor, k));
-  EXPECT_FALSE(all_gather_matmul_key(1 << 30, "g", ref(8, big), {ref(8, 8)}, -1, BLayout::kRowMajor, k));
-  EXPECT_FALSE(all_gather_matmul_key(2, "g", ref(8, 8), {ref(8, INT64_MAX), ref(8, INT64_MAX)}, 0,
-                                     BLayout::kRowMajor, k));
-  EXPECT_FALSE(matmul_reduce_scatter_key(2, "g", batched, ref(16, 8), 0, BLayout::kRowMajor, k));
-  EXPECT_FALSE(matmul_reduce_scatter_key(1 << 30, "g", ref(8, big), ref(big, 8), 0, BLayout::kRowMajor, k));
-  EXPECT_TRUE(matmul_reduce_scatter_key(2, "g", ref(64, 32), ref(32, 16), 0, BLayout::kRowMajor, k));
+  EXPECT_EQ(k.dtype, DType::kFP16);
+  EXPECT_FALSE(k.last_dim);
+  EXPECT_EQ(k.world_size, 4);
+  EXPECT_EQ(k.gpu, "g");
+  algo::MatmulReduceScatterPlan rs;
+  rs.M = 64, rs.N = 16, rs.k_local = 32, rs.scatter_last = true;
+  k = key_of(rs, 2, "g");
+  EXPECT_EQ(k.op, Op::kMatmulReduceScatter);
+  EXPECT_EQ(k.M, 64);
+  EXPECT_EQ(k.N, 16);
   EXPECT_EQ(k.K, 64);
+  EXPECT_TRUE(k.last_dim);
 }
 
 // A run stopped while it wrote a line leaves the file without its last newline: a resumed run cuts

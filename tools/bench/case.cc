@@ -9,10 +9,12 @@
 #include <sstream>
 
 #include "algo/fused.h"
+#include "algo/resources.h"
 #include "bench/device_buffer.h"
 #include "comm/communicator_impl.h"
 #include "common/check.h"
-#include "kernels/fused/ag_gemm.h"
+#include "common/element.h"
+#include "kernels/fused/fused_gemm.h"
 #include "reference/reference.h"
 
 namespace asynctp::bench {
@@ -214,16 +216,17 @@ CaseResult run_case(RankContext& ctx, Communicator& comm, const CaseSetup& args,
   reference::fill(gb.p, args.dtype, gk, N, col, reference::GenMatrix{29, 0, 0}, 0, 0, stream);
   gemm::Problem p;
   p.M = gm, p.N = N, p.K = gk, p.dtype = args.dtype, p.b_layout = args.b_layout;
-  timed.push_back([&] { impl_of(comm).gemm.run(p, ga.p, gb.p, gc.p, stream); });
+  gemm::GemmRunner& runner = algo::Resources::of(comm).gemm;
+  timed.push_back([&] { runner.run(p, ga.p, gb.p, gc.p, stream); });
   results.push_back(&result.gemm_us);
-  kernels::fused::AgGemmArgs g;
-  g.dtype = args.dtype, g.b_layout = args.b_layout, g.M = gm, g.N = N, g.K = gk;
+  kernels::fused::FusedGemmArgs g;
+  g.dtype = element_of(args.dtype), g.b_layout = layout_of(args.b_layout), g.M = gm, g.N = N, g.K = gk;
   g.a = ga.p, g.b = gb.p, g.c = gc.p;
   // rs: the partial GEMM with the reduce-scatter's tile width, no staging or reduction.
   if (!ag) g.tile_n = static_cast<int>(kernels::fused::kRsTileN);
-  if (args.time_fused_gemm && *kernels::fused::ag_gemm_unsupported(g) == '\0') {
+  if (args.time_fused_gemm && *kernels::fused::fused_gemm_unsupported(g) == '\0') {
     algo::attach_grid(comm, g, stream);
-    timed.push_back([&] { kernels::fused::run_ag_gemm(g, stream); });
+    timed.push_back([&] { kernels::fused::run_fused_gemm(g, stream); });
     results.push_back(&result.fused_gemm_us);
   }
   // The communication alone: the sequential algorithm's collective, through the communicator's transport.

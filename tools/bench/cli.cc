@@ -36,7 +36,7 @@ const char* const kUsage =
     "  --algorithms LIST    comma-separated: sequential, pipelined, fused, auto (default sequential);\n"
     "                       auto's row is labelled with its choice (auto:fused/2; * where the model\n"
     "                       chose, the tuning cache having no entry for the shape)\n"
-    "  --chunks N           pieces per rank for pipelined and fused, 0 to 16 (default 0: the library\n"
+    "  --chunks N           chunks per rank for pipelined and fused, 0 to 16 (default 0: the library\n"
     "                       chooses)\n"
     "  --iters N            timed rounds (default 30); the median is reported, the max over ranks\n"
     "  --warmup N           untimed rounds first (default 8)\n"

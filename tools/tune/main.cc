@@ -1,4 +1,4 @@
-// asynctp-tune: measures sequential, pipelined and fused (with several piece counts) at the given
+// asynctp-tune: measures sequential, pipelined and fused (with several chunk counts) at the given
 // shapes on this machine, checks each against the reference, and appends what was fastest to a tuning
 // cache that Algorithm::kAuto reads (docs/design/auto.md). Resumes: shapes already in the file are skipped.
 #include <cstdio>
@@ -25,7 +25,7 @@ const char* const kUsage =
     "usage: asynctp-tune --out FILE [options]\n"
     "\n"
     "Launches one rank per GPU; for each shape and op, checks sequential, pipelined and fused (each\n"
-    "overlapped one with every piece count of --pieces) against a reference, times the correct ones\n"
+    "overlapped one with every chunk count of --chunks) against a reference, times the correct ones\n"
     "in rounds, and appends the fastest to FILE as a JSON line (kind \"choice\"); an overlapped one\n"
     "must take at most 0.95x sequential's time, else sequential is chosen. Shapes FILE already\n"
     "holds for this GPU model, world size, dtype and dims are skipped, so an interrupted run resumes\n"
@@ -34,7 +34,7 @@ const char* const kUsage =
     "every tuned shape in FILE. Progress goes to stderr.\n"
     "\n"
     "  --out FILE           the tuning cache to extend (created if absent)\n"
-    "  --pieces LIST        piece counts tried for pipelined and fused (default 0,2,4; 0: the\n"
+    "  --chunks LIST        chunk counts tried for pipelined and fused (default 0,2,4; 0: the\n"
     "                       algorithm's own default)\n"
     "  --fresh              measure every shape again even if FILE has it (the later line wins)\n"
     "  --gpus, --shapes, --op, --dtype, --gather-dim, --scatter-dim, --b-layout, --iters, --warmup,\n"
@@ -47,7 +47,7 @@ const char* const kUsage =
 struct TuneArgs {
   bench::Args bench;
   std::string out;
-  std::vector<int> pieces{0, 2, 4};
+  std::vector<int> chunks{0, 2, 4};
   bool fresh = false;
   bool help = false;
 };
@@ -61,20 +61,20 @@ TuneArgs parse(const std::vector<std::string>& argv) {
       t.help = true;
     } else if (f == "--fresh") {
       t.fresh = true;
-    } else if (f == "--out" || f == "--pieces") {
+    } else if (f == "--out" || f == "--chunks") {
       if (i + 1 >= argv.size()) throw Error("asynctp-tune: " + f + " needs a value (see --help)");
       const std::string& v = argv[++i];
       if (f == "--out") {
         t.out = v;
       } else {
-        t.pieces.clear();
+        t.chunks.clear();
         for (const std::string& item : tools::split(v, ',')) {
           const std::optional<int64_t> p = tools::integer_in(item, 0, kMaxChunksPerRank);
           if (!p) {
-            throw Error("asynctp-tune: --pieces '" + v + "' is not valid; expected piece counts 0 to " +
+            throw Error("asynctp-tune: --chunks '" + v + "' is not valid; expected chunk counts 0 to " +
                         std::to_string(kMaxChunksPerRank) + ", comma-separated");
           }
-          t.pieces.push_back(static_cast<int>(*p));
+          t.chunks.push_back(static_cast<int>(*p));
         }
       }
     } else if (f == "--algorithms" || f == "--json" || f == "--chunks") {
@@ -115,7 +115,7 @@ int run_rank(RankContext& ctx, const TuneArgs& t) {
   std::vector<bench::Candidate> candidates;
   candidates.push_back({"sequential", {}});
   for (Algorithm algo : {Algorithm::kPipelined, Algorithm::kFused}) {
-    for (int p : t.pieces) {
+    for (int p : t.chunks) {
       bench::Candidate c;
       c.label = std::string(algorithm_name(algo)) + "/" + std::to_string(p);
       c.options.algorithm = algo;

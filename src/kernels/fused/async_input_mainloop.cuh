@@ -68,7 +68,7 @@ struct AsyncInputMainloop : Base {
   template <class ProblemShape>
   static bool can_implement(ProblemShape const& problem_shape, Arguments const& args) {
     const bool chunks_ok = args.chunks.flags == nullptr ||
-                           (args.chunks.epoch != nullptr && args.chunks.rows_per_rank > 0 && args.chunks.rows_per_piece > 0);
+                           (args.chunks.epoch != nullptr && args.chunks.rows_per_rank > 0 && args.chunks.rows_per_chunk > 0);
     return chunks_ok && Base::can_implement(problem_shape, args.gathered);
   }
 
@@ -110,10 +110,10 @@ struct AsyncInputMainloop : Base {
     for (int32_t r = row0; r < row1;) {
       const int32_t rank = r / c.rows_per_rank;
       const int32_t rank_row0 = rank * c.rows_per_rank;
-      const int32_t piece = (r - rank_row0) / c.rows_per_piece;
-      const int32_t index = rank * c.flag_stride + piece;
+      const int32_t chunk = (r - rank_row0) / c.rows_per_chunk;
+      const int32_t index = rank * c.flag_stride + chunk;
       wait_flag_sys</*kPrint=*/false>(c.flags + index, expected, rank, c.pad_index + index, c.wait);
-      r = min(rank_row0 + (piece + 1) * c.rows_per_piece, rank_row0 + c.rows_per_rank);
+      r = min(rank_row0 + (chunk + 1) * c.rows_per_chunk, rank_row0 + c.rows_per_rank);
     }
     asm volatile("fence.proxy.async.global;" ::: "memory");
     __syncwarp();

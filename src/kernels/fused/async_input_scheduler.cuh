@@ -106,8 +106,8 @@ class AsyncInputTileScheduler {
     // tile_of()'s divisors, as multiply-and-shift: every consumer thread finds one or two tiles between
     // one tile's epilogue and the next one's mainloop, and an integer division is a few dozen dependent
     // instructions. Bands (band_m * clusters_n tiles; band_m rows, last_band_rows in the last band),
-    // the tail's tiles, and the reduce-scatter's rows per rank and per piece.
-    cutlass::FastDivmod band_tiles_div, band_rows_div, last_band_rows_div, tail_div, rank_rows_div, piece_rows_div;
+    // the tail's tiles, and the reduce-scatter's rows per rank and per chunk.
+    cutlass::FastDivmod band_tiles_div, band_rows_div, last_band_rows_div, tail_div, rank_rows_div, chunk_rows_div;
     int32_t last_band_row0 = 0;
   };
 
@@ -126,9 +126,9 @@ class AsyncInputTileScheduler {
     int32_t k_begin = 0, k_count = 0;  // this unit's steps along K
     // Bits, low to high: split (4), splits (4; 1: the tile is whole), staged (a reduce-scatter tile of
     // another rank's rows), and on a staged tile's last split as the consumers get it (visit()):
-    // releases (this tile adds the run to its piece's count), own_next (the CTA's next tile with an
+    // releases (this tile adds the run to its chunk's count), own_next (the CTA's next tile with an
     // epilogue is an own one, where the epilogue stores staged tiles), run (whole staged tiles of the
-    // piece this one ends, itself included; 0 on every other tile).
+    // chunk this one ends, itself included; 0 on every other tile).
     uint32_t bits = 1u << kSplitsShift;
     static constexpr uint32_t kSplitsShift = 4, kStaged = 1u << 8, kReleases = 1u << 9, kOwnNext = 1u << 10;
     static constexpr uint32_t kRunShift = 11, kMaxRun = ~0u >> kRunShift;
@@ -137,7 +137,7 @@ class AsyncInputTileScheduler {
     CUTLASS_HOST_DEVICE int32_t splits() const { return static_cast<int32_t>((bits >> kSplitsShift) & 0xFu); }
     CUTLASS_HOST_DEVICE bool staged() const { return (bits & kStaged) != 0; }
     CUTLASS_HOST_DEVICE uint32_t run() const { return bits >> kRunShift; }
-    // The staged tiles this one adds to its piece's count (0: a later tile of the run counts them).
+    // The staged tiles this one adds to its chunk's count (0: a later tile of the run counts them).
     CUTLASS_HOST_DEVICE uint32_t staged_count() const { return (bits & kReleases) != 0 ? run() : 0u; }
     CUTLASS_HOST_DEVICE bool own_next() const { return (bits & kOwnNext) != 0; }
     CUTLASS_HOST_DEVICE static WorkTileInfo invalid_work_tile() { return WorkTileInfo{}; }
@@ -182,7 +182,7 @@ class AsyncInputTileScheduler {
     p.band_rows_div = cutlass::FastDivmod(p.band_m);
     p.last_band_rows_div = cutlass::FastDivmod(std::max(1, p.clusters_m - p.last_band_row0));
     p.rank_rows_div = cutlass::FastDivmod(std::max(1, p.rs.rows_per_rank));
-    p.piece_rows_div = cutlass::FastDivmod(std::max(1, p.rs.rows_per_piece));
+    p.chunk_rows_div = cutlass::FastDivmod(std::max(1, p.rs.rows_per_chunk));
     const TailSplit split = plan_tail_split(p.total, clusters(p, hw_info), p.k_tiles, args.max_splits);
     const int64_t ctas = static_cast<int64_t>(p.cluster_m) * p.cluster_n;
     // Room for the plan's counters and partial sums (a workspace sized for fewer SMs has none).
@@ -347,14 +347,14 @@ class AsyncInputTileScheduler {
     return p.total < slots ? p.total : slots;
   }
 
-  // The staged counter of the piece a reduce-scatter tile's rows are in.
-  CUTLASS_DEVICE static int32_t piece_index(Params const& params, WorkTileInfo const& work) {
-    return params.rs.staged_index(work.M_idx * params.tile_m, params.rank_rows_div, params.piece_rows_div);
+  // The staged counter of the chunk a reduce-scatter tile's rows are in.
+  CUTLASS_DEVICE static int32_t chunk_index(Params const& params, WorkTileInfo const& work) {
+    return params.rs.staged_index(work.M_idx * params.tile_m, params.rank_rows_div, params.chunk_rows_div);
   }
 
-  // Whether `other` is a whole staged tile of the same rank's rows and piece as the staged tile `work`.
-  CUTLASS_DEVICE static bool same_staged_piece(Params const& params, WorkTileInfo const& work, WorkTileInfo const& other) {
-    return other.is_valid() && other.staged() && other.splits() == 1 && piece_index(params, other) == piece_index(params, work);
+  // Whether `other` is a whole staged tile of the same rank's rows and chunk as the staged tile `work`.
+  CUTLASS_DEVICE static bool same_staged_chunk(Params const& params, WorkTileInfo const& work, WorkTileInfo const& other) {
+    return other.is_valid() && other.staged() && other.splits() == 1 && chunk_index(params, other) == chunk_index(params, work);
   }
 
   // Whether the CTA's next tile with an epilogue, from `next` (the unit after a tile) on, is one of this
@@ -370,7 +370,7 @@ class AsyncInputTileScheduler {
   template <class FrgTensorC>
   CUTLASS_DEVICE static void reduce_scatter_fixup(Params const& params, WorkTileInfo const& work,
                                                   FrgTensorC& accumulators, uint32_t thread, uint32_t threads) {
-    fused::reduce_scatter_fixup<Element>(params.rs, params.tile_m, params.rank_rows_div, params.piece_rows_div, work,
+    fused::reduce_scatter_fixup<Element>(params.rs, params.tile_m, params.rank_rows_div, params.chunk_rows_div, work,
                                          accumulators, thread, threads,
                                          [&](int word) { trace_mark(params, work, thread, word); });
   }
@@ -380,12 +380,12 @@ class AsyncInputTileScheduler {
   //
   // The count: a release waits until the stores before it have reached L2, and every CTA stages at the
   // same moment of a round, so each one costs microseconds. Where this CTA's next tile is staged for
-  // the same piece, a whole staged tile leaves the count to it (the piece is not complete before that
+  // the same chunk, a whole staged tile leaves the count to it (the chunk is not complete before that
   // tile anyway), and the tile that ends such a run counts all of it; a split tile counts itself. The
   // run is carried from the tile before in its bits, found here once per tile rather than by a walk
   // back over the run: one tile_of() per staged tile, on the consumers' way from one epilogue to the
   // next mainloop. A run that would outgrow its bits is counted in parts (the copy engine waits for
-  // the piece's sum).
+  // the chunk's sum).
   CUTLASS_DEVICE WorkTileInfo visit(WorkTileInfo const& prev, int32_t u) const {
 #if defined(__CUDA_ARCH__)
     const bool consumer = threadIdx.x >= cutlass::NumThreadsPerWarpGroup;
@@ -395,9 +395,9 @@ class AsyncInputTileScheduler {
     WorkTileInfo w = tile_of(params_, u);
     if (!consumer || !w.staged() || w.split() + 1 != w.splits()) return w;
     const WorkTileInfo ahead = tile_of(params_, u + stride());
-    // A staged tile that did not release is followed by a whole one of its piece (its visit(), below).
+    // A staged tile that did not release is followed by a whole one of its chunk (its visit(), below).
     const uint32_t run = prev.run() != 0 && (prev.bits & WorkTileInfo::kReleases) == 0 ? prev.run() + 1 : 1u;
-    const bool releases = w.splits() != 1 || run == WorkTileInfo::kMaxRun || !same_staged_piece(params_, w, ahead);
+    const bool releases = w.splits() != 1 || run == WorkTileInfo::kMaxRun || !same_staged_chunk(params_, w, ahead);
     // Only the epilogue that stores staged tiles needs to know what comes next (its store pipeline).
     const bool own_next = params_.rs.reduce_in_epilogue && own_tile_from(ahead);
     w.bits |= (releases ? WorkTileInfo::kReleases : 0u) | (own_next ? WorkTileInfo::kOwnNext : 0u) | run << WorkTileInfo::kRunShift;

@@ -5,7 +5,7 @@
 #include <cutlass/cutlass.h>
 
 #include "kernels/fused/done_signal.h"
-#include "kernels/fused/piece_slots.h"
+#include "kernels/fused/chunk_slots.h"
 #include "kernels/fused/reduce_scatter_tiles.h"
 #include "kernels/fused/tail_split.h"
 #include "kernels/signal.cuh"
@@ -22,11 +22,11 @@ CUTLASS_DEVICE void signal_done(DoneSignal const& done, ReduceScatterTiles const
   uint32_t before;
   asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(done.finished) : "memory");
   if (before + 1 != warps) return;
-  // Pushed from the kernel: every own tile has seen its piece's count whole, so the peer has added
+  // Pushed from the kernel: every own tile has seen its chunk's count whole, so the peer has added
   // its last; zeroed before the release below, the counts start from zero in the peer's next call,
   // which pushes only once it has seen this done.
   if (rs.pushed != nullptr) {
-    for (int j = 0; j < kPieceSlots; ++j) rs.pushed[j] = 0;
+    for (int j = 0; j < kChunkSlots; ++j) rs.pushed[j] = 0;
   }
   const uint32_t epoch = rs.begin_epoch != 0 ? rs.begin_epoch : *done.epoch;
   for (int p = 0; p < done.peers; ++p) st_release_sys(done.flag[p], epoch);

@@ -6,21 +6,21 @@
 
 #include <cstring>
 
-#include "kernels/fused/ag_gemm.h"
+#include "kernels/fused/fused_gemm.h"
 
 namespace asynctp::kernels::fused {
 
 // `args` as a kept launch is keyed: rs.begin_epoch (new at every call, written into the kernel's
 // parameters at each launch) cleared.
-inline AgGemmArgs launch_key(AgGemmArgs args) {
+inline FusedGemmArgs launch_key(FusedGemmArgs args) {
   args.rs.begin_epoch = 0;
   return args;
 }
 
 // Whether two launches would build the same kernel parameters (the device is fixed per process).
-inline bool same_launch(const AgGemmArgs& x, const AgGemmArgs& y) {
-  const AgGemmArgs kx = launch_key(x), ky = launch_key(y);
-  return std::memcmp(&kx, &ky, sizeof(AgGemmArgs)) == 0;
+inline bool same_launch(const FusedGemmArgs& x, const FusedGemmArgs& y) {
+  const FusedGemmArgs kx = launch_key(x), ky = launch_key(y);
+  return std::memcmp(&kx, &ky, sizeof(FusedGemmArgs)) == 0;
 }
 
 }  // namespace asynctp::kernels::fused

@@ -1,5 +1,5 @@
 // Internal: CUTLASS 3 strides for packed operands, shared by the fused kernel's host set-up
-// (ag_gemm_kernel.cuh) and asynctp-gemm-configs.
+// (fused_gemm_kernel.cuh) and asynctp-gemm-configs.
 #pragma once
 
 #include <cute/tensor.hpp>

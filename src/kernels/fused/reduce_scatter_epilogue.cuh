@@ -5,13 +5,13 @@
 //  - a staged tile (the peer's rows): Plain, CUTLASS's epilogue without a source, as a plain GEMM's
 //    tile has it (its TMA stores delayed by a subtile, two store stages), stores the tile into this
 //    GPU's staging buffer, row-major like the product; once the tile's stores are complete, consumer
-//    warp 0 counts it for its piece, and the copy engine pushes the piece to the peer when the count
+//    warp 0 counts it for its chunk, and the copy engine pushes the chunk to the peer when the count
 //    is whole; or, pushed from the kernel (ReduceScatterTiles::push_inbox), the stores write the tile
 //    into the peer's inbox over NVLink and warp 0 counts it in the peer's pad;
 //  - an own tile: Base, which reads a source C (C's shared memory reused for D), stores D = scale *
 //    accumulators + scale * C in fp32 into the caller's output, C being the peer's copy of the same
 //    rows in this rank's inbox (both addressed as this rank's rows alone: row_window_epilogue.cuh); the
-//    producer warp that loads C first waits for the peer's arrived flag of the tile's piece.
+//    producer warp that loads C first waits for the peer's arrived flag of the tile's chunk.
 // So neither kind of tile costs the consumer warps more than an ordinary epilogue (with a source, for
 // an own tile): no per-thread stores or loads in fixup(), and C is loaded by the producer warp while
 // the consumers still run the tile's mainloop.
@@ -30,7 +30,7 @@
 
 #include <type_traits>
 
-#include "kernels/fused/ag_gemm.h"
+#include "kernels/fused/fused_gemm.h"
 #include "kernels/fused/reduce_scatter_tiles.h"
 #include "kernels/fused/row_window_epilogue.cuh"
 #include "kernels/signal.cuh"
@@ -212,17 +212,17 @@ class ReduceScatterEpilogue {
 
 
   // Every lane waits and fences, as the mainloop's producer does (async_input_mainloop.cuh), so the lane
-  // Base elects to issue the TMA loads has itself acquired the flag. Pushed from the kernel, the piece
+  // Base elects to issue the TMA loads has itself acquired the flag. Pushed from the kernel, the chunk
   // is there once the peer's count of it shows all its tiles; else once its arrived flag shows the epoch.
   CUTLASS_DEVICE void wait_for_peer(int32_t row0) const {
     ReduceScatterTiles const& rs = params_.rs;
     const int32_t peer = 1 - rs.rank;
-    const int32_t piece = rs.piece_of(row0);
+    const int32_t chunk = rs.chunk_of(row0);
     if (rs.push_inbox != nullptr) {
-      wait_flag_sys</*kPrint=*/false>(rs.pushed + piece, rs.tiles_in_piece(piece), peer, rs.push_pad_index + piece,
+      wait_flag_sys</*kPrint=*/false>(rs.pushed + chunk, rs.tiles_in_chunk(chunk), peer, rs.push_pad_index + chunk,
                                       rs.wait);
     } else {
-      const int32_t index = peer * rs.flag_stride + piece;
+      const int32_t index = peer * rs.flag_stride + chunk;
       wait_flag_sys</*kPrint=*/false>(rs.arrived + index, rs.arrival_epoch(), peer, rs.pad_index + index, rs.wait);
     }
     asm volatile("fence.proxy.async.global;" ::: "memory");
@@ -243,7 +243,7 @@ class ReduceScatterEpilogue {
   }
 
   // Consumer warp 0, after a staged tile's stores: once they are complete in memory (not only read
-  // out of shared memory), add the tiles to the piece's count with a GPU-scope release, which the copy
+  // out of shared memory), add the tiles to the chunk's count with a GPU-scope release, which the copy
   // engine's wait (a stream memory operation on this GPU) then sees, or, pushed from the kernel, to
   // the peer's count with a system-scope one; and where an own tile comes next, let the producer warp
   // load its C.

@@ -26,12 +26,12 @@ CUTLASS_DEVICE void unpack_pair(uint32_t word, float& lo, float& hi) {
 }
 
 // The scheduler's whole tile `work` (M_idx, N_idx; tiles of `tile_m` rows): staged (a peer's rows),
-// with staged_count() tiles to add to its piece's count, or an own tile, which waits for each peer's
-// piece (marking kTraceWaitDone through `mark`) and adds it. Nothing where the epilogue does it
+// with staged_count() tiles to add to its chunk's count, or an own tile, which waits for each peer's
+// chunk (marking kTraceWaitDone through `mark`) and adds it. Nothing where the epilogue does it
 // (reduce_in_epilogue).
 template <class Element, class Work, class FrgTensorC, class Mark>
 CUTLASS_DEVICE void reduce_scatter_fixup(ReduceScatterTiles const& rs, int32_t tile_m, cutlass::FastDivmod const& rank_rows_div,
-                                         cutlass::FastDivmod const& piece_rows_div, Work const& work,
+                                         cutlass::FastDivmod const& chunk_rows_div, Work const& work,
                                          FrgTensorC& accumulators, uint32_t thread, uint32_t threads, Mark mark) {
 #if defined(__CUDA_ARCH__)
   if (rs.rank < 0 || rs.reduce_in_epilogue) return;
@@ -40,7 +40,7 @@ CUTLASS_DEVICE void reduce_scatter_fixup(ReduceScatterTiles const& rs, int32_t t
   const int32_t owner = rs.owner_of(row0, rank_rows_div);
   const int32_t tile = (row0 - owner * rs.rows_per_rank) / tile_m * rs.tiles_n + work.N_idx;
   const int32_t tiles_per_rank = rs.rows_per_rank / tile_m * rs.tiles_n;
-  const int32_t piece = rs.piece_of(row0, rank_rows_div, piece_rows_div);
+  const int32_t chunk = rs.chunk_of(row0, rank_rows_div, chunk_rows_div);
   const size_t slot_words = static_cast<size_t>(kWords) * threads;
   static_assert(kWords % 4 == 0, "a thread's words go in 16-byte groups");
   if (work.staged()) {
@@ -64,7 +64,7 @@ CUTLASS_DEVICE void reduce_scatter_fixup(ReduceScatterTiles const& rs, int32_t t
   const uint32_t expected = rs.arrival_epoch();
   for (int32_t q = 0; q < rs.world; ++q) {
     if (q == rs.rank) continue;
-    const int32_t index = q * rs.flag_stride + piece;
+    const int32_t index = q * rs.flag_stride + chunk;
     wait_flag_sys</*kPrint=*/false>(rs.arrived + index, expected, q, rs.pad_index + index, rs.wait);
     mark(kTraceWaitDone);
     const uint4* theirs = reinterpret_cast<const uint4*>(rs.inbox + (static_cast<size_t>(q) * tiles_per_rank + tile) * slot_words) + thread;

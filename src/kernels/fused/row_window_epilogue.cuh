@@ -14,7 +14,7 @@
 #include <cute/tensor.hpp>
 #include <cutlass/cutlass.h>
 
-#include "kernels/fused/ag_gemm.h"
+#include "kernels/fused/fused_gemm.h"
 
 namespace asynctp::kernels::fused {
 

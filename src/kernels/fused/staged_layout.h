@@ -1,5 +1,5 @@
 // Internal: where the fused reduce-scatter's staged tiles lie, and how a rank's rows are cut into the
-// pieces the copy engine pushes. Host code only; shared by the op (algo/fused_matmul_reduce_scatter.cc)
+// chunks the copy engine pushes. Host code only; shared by the op (algo/fused_matmul_reduce_scatter.cc)
 // and asynctp-rs-lab (tools/rs_lab.cu), which must stage and push exactly as the op does.
 #pragma once
 
@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/fused/ag_gemm.h"
+#include "kernels/fused/fused_gemm.h"
 
 namespace asynctp::kernels::fused {
 
@@ -27,20 +27,20 @@ struct StagedLayout {
     if (epilogue) return static_cast<size_t>(row * N) * sizeof(uint16_t);  // bf16 or fp16
     return static_cast<size_t>(row / kTileRows * tiles_n) * kRsTileBytes;
   }
-  // What the kernel's staged counter of a piece reaches once all its tiles are staged.
-  uint32_t count(ReduceScatterTiles const& rs, int piece) const {
-    return rs.tiles_in_piece(piece) * staged_count_per_tile(epilogue);
+  // What the kernel's staged counter of a chunk reaches once all its tiles are staged.
+  uint32_t count(ReduceScatterTiles const& rs, int chunk) const {
+    return rs.tiles_in_chunk(chunk) * staged_count_per_tile(epilogue);
   }
 };
 
-// A rank's rows cut into `pieces` bands of whole clusters (a band of tiles stays within a piece):
-// `used` pieces of `rows` rows each, the last one shorter where they do not divide.
-struct RowPieces {
+// A rank's rows cut into `chunks` bands of whole clusters (a band of tiles stays within a chunk):
+// `used` chunks of `rows` rows each, the last one shorter where they do not divide.
+struct RowChunks {
   int64_t rows = 0;
   int used = 0;
 
-  RowPieces(int64_t rows_per_rank, int pieces)
-      : rows((rows_per_rank / pieces + kClusterRows - 1) / kClusterRows * kClusterRows),
+  RowChunks(int64_t rows_per_rank, int chunks)
+      : rows((rows_per_rank / chunks + kClusterRows - 1) / kClusterRows * kClusterRows),
         used(static_cast<int>((rows_per_rank + rows - 1) / rows)) {}
 
   int64_t begin(int j) const { return j * rows; }

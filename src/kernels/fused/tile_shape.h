@@ -1,5 +1,5 @@
 // Internal: the fused GEMM's tile shape, as the host and the device both count with it.
-// The kernel's CUTLASS tile shape is built from these (ag_gemm_kernel.cuh, which asserts they agree).
+// The kernel's CUTLASS tile shape is built from these (fused_gemm_kernel.cuh, which asserts they agree).
 #pragma once
 
 #include <cstdint>

@@ -12,7 +12,7 @@
 
 #include "common/check.h"
 #include "common/env.h"
-#include "kernels/fused/ag_gemm.h"
+#include "kernels/fused/fused_gemm.h"
 #include "kernels/fused/tail_split.h"
 
 namespace asynctp::kernels::fused {
@@ -32,7 +32,7 @@ const char* trace_dir() {
 
 // Records a launch can write: every cluster tile (at the narrowest tile), each split kMaxTailSplits
 // ways at most, one record per CTA.
-size_t records_for(const AgGemmArgs& a) {
+size_t records_for(const FusedGemmArgs& a) {
   const int64_t clusters = (a.M + kClusterRows - 1) / kClusterRows * ((a.N + 191) / 192);
   return static_cast<size_t>(clusters * kMaxTailSplits * kTraceCtasPerCluster);
 }
@@ -50,7 +50,7 @@ TraceBuffer& buffer() {
   return b;
 }
 
-std::string trace_path(const char* op, const AgGemmArgs& args, int rank, const char* ext) {
+std::string trace_path(const char* op, const FusedGemmArgs& args, int rank, const char* ext) {
   std::ostringstream path;
   path << trace_dir() << '/' << op << '_' << args.M << 'x' << args.N << 'x' << args.K << "_rank" << rank << ext;
   return path.str();
@@ -58,7 +58,7 @@ std::string trace_path(const char* op, const AgGemmArgs& args, int rank, const c
 
 }  // namespace
 
-uint64_t* tile_trace_buffer(const AgGemmArgs& args, cudaStream_t stream) {
+uint64_t* tile_trace_buffer(const FusedGemmArgs& args, cudaStream_t stream) {
   if (trace_dir() == nullptr) return nullptr;
   TraceBuffer& b = buffer();
   std::lock_guard<std::mutex> lock(b.mu);
@@ -76,7 +76,7 @@ uint64_t* tile_trace_buffer(const AgGemmArgs& args, cudaStream_t stream) {
 
 namespace {
 
-std::vector<uint64_t> read_records(const AgGemmArgs& args) {
+std::vector<uint64_t> read_records(const FusedGemmArgs& args) {
   std::vector<uint64_t> r(records_for(args) * kTraceWords);
   ASYNCTP_CUDA_CHECK(cudaMemcpy(r.data(), args.trace, r.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost));
   return r;
@@ -105,11 +105,11 @@ TileTraceSpan span_of(const std::vector<uint64_t>& r) {
 
 }  // namespace
 
-TileTraceSpan tile_trace_span(const AgGemmArgs& args) {
+TileTraceSpan tile_trace_span(const FusedGemmArgs& args) {
   return args.trace == nullptr ? TileTraceSpan{} : span_of(read_records(args));
 }
 
-void write_tile_trace(const char* op, const AgGemmArgs& args, int rank) {
+void write_tile_trace(const char* op, const FusedGemmArgs& args, int rank) {
   if (args.trace == nullptr) return;
   const std::vector<uint64_t> r = read_records(args);
   const uint64_t t0 = span_of(r).first_start_ns;
@@ -169,7 +169,7 @@ void CallTimeline::mark(const char* name) {
   ASYNCTP_CUDA_CHECK(cudaEventRecord(m.event, stream_));
 }
 
-void CallTimeline::write(const char* op, const AgGemmArgs& args, int rank) {
+void CallTimeline::write(const char* op, const FusedGemmArgs& args, int rank) {
   if (marks_ == nullptr || count_ == 0) return;
   const std::string path = trace_path(op, args, rank, ".calls");
   std::ofstream out(path);

@@ -16,7 +16,7 @@
 
 namespace asynctp::kernels::fused {
 
-struct AgGemmArgs;
+struct FusedGemmArgs;
 
 // Words of one record, and what each holds (nanoseconds from the GPU's global timer).
 enum TraceWord : int {
@@ -24,7 +24,7 @@ enum TraceWord : int {
   kTraceUnit = 1,         // cluster << 32 | split << 16 | splits << 1 | staged (a reduce-scatter tile of a peer's rows)
   kTraceStart = 2,        // the CTA's start, in the record of its first unit only (0 in the others)
   kTraceFixupEnter = 3,   // the mainloop's end: accumulators whole
-  kTraceWaitDone = 4,     // the last wait in fixup returned (split partials, or the peers' pieces); 0: none
+  kTraceWaitDone = 4,     // the last wait in fixup returned (split partials, or the peers' chunks); 0: none
   kTraceFixupExit = 5,    // staging or reduction done
   kTraceEpilogueDone = 6, // the epilogue's stores issued (or skipped, for a staged tile)
   kTraceProducerStart = 7, // the CTA's first unit only: its mainloop producer past the kernel's prologue (0: other units)
@@ -36,11 +36,11 @@ constexpr int kTraceCtasPerCluster = 2;
 
 // Host side. A zeroed device buffer with room for the records of a launch of `args`, where
 // ASYNCTP_TRACE_TILES is set; null (tracing off) otherwise.
-uint64_t* tile_trace_buffer(const AgGemmArgs& args, cudaStream_t stream);
+uint64_t* tile_trace_buffer(const FusedGemmArgs& args, cudaStream_t stream);
 
 // Writes the records of the launch of `args` (whose stream the caller has synchronized) to
 // $ASYNCTP_TRACE_TILES/<op>_<M>x<N>x<K>_rank<rank>.csv, times in ns from the first CTA's start.
-void write_tile_trace(const char* op, const AgGemmArgs& args, int rank);
+void write_tile_trace(const char* op, const FusedGemmArgs& args, int rank);
 
 // The first CTA's start and the last epilogue's end of the launch of `args` (stream synchronized),
 // in the GPU's global-timer nanoseconds, so that a caller that stamps the timer before and after
@@ -49,7 +49,7 @@ struct TileTraceSpan {
   uint64_t first_start_ns = 0;
   uint64_t last_epilogue_ns = 0;
 };
-TileTraceSpan tile_trace_span(const AgGemmArgs& args);
+TileTraceSpan tile_trace_span(const FusedGemmArgs& args);
 
 // Where the call's time goes outside the kernel: GPU events (and host clock readings) at named points
 // of a fused call, written beside the tile trace as <op>_<M>x<N>x<K>_rank<r>.calls: for each mark,
@@ -67,7 +67,7 @@ class CallTimeline {
   // to the first mark (validation, the plan, the algorithm's choice) as op_entry.
   static void note_op_entry();
   // After the stream has been synchronized.
-  void write(const char* op, const AgGemmArgs& args, int rank);
+  void write(const char* op, const FusedGemmArgs& args, int rank);
 
  private:
   struct Mark;

@@ -1,6 +1,6 @@
 // The fused all-gather GEMM's checks, its tile shape and order, and its dispatch to a compiled
 // instantiation.
-#include "kernels/fused/ag_gemm.h"
+#include "kernels/fused/fused_gemm.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -10,7 +10,7 @@
 
 #include "common/check.h"
 #include "common/env.h"
-#include "kernels/fused/ag_gemm_instances.h"
+#include "kernels/fused/fused_gemm_instances.h"
 #include "kernels/fused/tail_split.h"
 #include "kernels/fused/tile_order.h"
 
@@ -20,21 +20,21 @@ namespace {
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 // Cluster rows the scheduler walks down before moving along N: deeper bands reuse B in L2 (a plain
-// GEMM gains up to 5% at the large seed shapes with 8), but a band that spans several pieces makes
-// its first tiles wait for the band's last piece, so a band stays within one piece. (A reduce-scatter's
+// GEMM gains up to 5% at the large seed shapes with 8), but a band that spans several chunks makes
+// its first tiles wait for the band's last chunk, so a band stays within one chunk. (A reduce-scatter's
 // bands are a matter of correctness: reduce_scatter_band_m.)
 // ASYNCTP_FUSED_BAND_M overrides it for measurement (docs/design/fused_all_gather_matmul.md).
-int band_m_for(const AgGemmArgs& a) {
-  if (a.rs.rank >= 0) return reduce_scatter_band_m(a.rs.rows_per_rank, a.rs.rows_per_piece);
+int band_m_for(const FusedGemmArgs& a) {
+  if (a.rs.rank >= 0) return reduce_scatter_band_m(a.rs.rows_per_rank, a.rs.rows_per_chunk);
   static const int forced = detail::knob_int(detail::Knob::kFusedBandM, 0);
   if (forced > 0) return forced;
   constexpr int kDeepest = 8;
   if (a.chunks.flags == nullptr) return kDeepest;
-  const int64_t piece_cluster_rows = a.chunks.rows_per_piece / kClusterRows;
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kDeepest, piece_cluster_rows)));
+  const int64_t chunk_cluster_rows = a.chunks.rows_per_chunk / kClusterRows;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kDeepest, chunk_cluster_rows)));
 }
 
-int tile_n_for(const AgGemmArgs& a) {
+int tile_n_for(const FusedGemmArgs& a) {
   static const int forced = detail::knob_int(detail::Knob::kFusedTileN, 0);
   if (forced != 0) {
     ASYNCTP_CHECK(forced == 192 || forced == 256, "ASYNCTP_FUSED_TILE_N is ", forced, "; expected 192 or 256");
@@ -43,42 +43,42 @@ int tile_n_for(const AgGemmArgs& a) {
   return pick_tile_n(a.M, a.N, a.K, grid_sms(a), a.split_workspace != nullptr ? a.max_splits : 1);
 }
 
-// Launches (or, kLoad, only loads) the fused GEMM's instantiation for kDType, kBLayout and kTileN.
-template <bool kLoad, DType kDType, BLayout kBLayout, int kTileN>
-void launch_one(const AgGemmArgs& a, cudaStream_t stream) {
+// Launches (or, kLoad, only loads) the fused GEMM's instantiation for kElement, kLayoutB and kTileN.
+template <bool kLoad, Element kElement, Layout kLayoutB, int kTileN>
+void launch_one(const FusedGemmArgs& a, cudaStream_t stream) {
   if constexpr (kLoad) {
-    load_ag_gemm_instance<kDType, kBLayout, kTileN>();
+    load_fused_gemm_instance<kElement, kLayoutB, kTileN>();
   } else {
-    launch_ag_gemm_instance<kDType, kBLayout, kTileN>(a, stream);
+    launch_fused_gemm_instance<kElement, kLayoutB, kTileN>(a, stream);
   }
 }
 
-// The instantiation for kDType and kBLayout that `a` needs: the two-rank reduce-scatter's, whose
+// The instantiation for kElement and kLayoutB that `a` needs: the two-rank reduce-scatter's, whose
 // epilogue does the reduction, or the fused GEMM's of width `tile_n`.
-template <bool kLoad, DType kDType, BLayout kBLayout>
-void launch_typed(const AgGemmArgs& a, int tile_n, cudaStream_t stream) {
+template <bool kLoad, Element kElement, Layout kLayoutB>
+void launch_typed(const FusedGemmArgs& a, int tile_n, cudaStream_t stream) {
   if (a.rs.rank >= 0 && a.rs.reduce_in_epilogue) {
     if constexpr (kLoad) {
-      load_rs_gemm_instance<kDType, kBLayout>();
+      load_rs_gemm_instance<kElement, kLayoutB>();
     } else {
-      launch_rs_gemm_instance<kDType, kBLayout>(a, stream);
+      launch_rs_gemm_instance<kElement, kLayoutB>(a, stream);
     }
   } else if (tile_n == 192) {
-    launch_one<kLoad, kDType, kBLayout, 192>(a, stream);
+    launch_one<kLoad, kElement, kLayoutB, 192>(a, stream);
   } else {
-    launch_one<kLoad, kDType, kBLayout, 256>(a, stream);
+    launch_one<kLoad, kElement, kLayoutB, 256>(a, stream);
   }
 }
 
 template <bool kLoad>
-void launch_dispatch(const AgGemmArgs& a, int tile_n, cudaStream_t stream) {
-  const bool row_b = a.b_layout == BLayout::kRowMajor;
-  if (a.dtype == DType::kBF16) {
-    row_b ? launch_typed<kLoad, DType::kBF16, BLayout::kRowMajor>(a, tile_n, stream)
-          : launch_typed<kLoad, DType::kBF16, BLayout::kColMajor>(a, tile_n, stream);
+void launch_dispatch(const FusedGemmArgs& a, int tile_n, cudaStream_t stream) {
+  const bool row_b = a.b_layout == Layout::kRowMajor;
+  if (a.dtype == Element::kBF16) {
+    row_b ? launch_typed<kLoad, Element::kBF16, Layout::kRowMajor>(a, tile_n, stream)
+          : launch_typed<kLoad, Element::kBF16, Layout::kColMajor>(a, tile_n, stream);
   } else {
-    row_b ? launch_typed<kLoad, DType::kFP16, BLayout::kRowMajor>(a, tile_n, stream)
-          : launch_typed<kLoad, DType::kFP16, BLayout::kColMajor>(a, tile_n, stream);
+    row_b ? launch_typed<kLoad, Element::kFP16, Layout::kRowMajor>(a, tile_n, stream)
+          : launch_typed<kLoad, Element::kFP16, Layout::kColMajor>(a, tile_n, stream);
   }
 }
 
@@ -91,10 +91,10 @@ int sm_count() {
   return count;
 }
 
-int grid_sms(const AgGemmArgs& args) { return args.sms > 0 ? std::min(args.sms, sm_count()) : sm_count(); }
+int grid_sms(const FusedGemmArgs& args) { return args.sms > 0 ? std::min(args.sms, sm_count()) : sm_count(); }
 
-int reduce_scatter_band_m(int64_t rows_per_rank, int64_t rows_per_piece) {
-  int64_t a = rows_per_rank / kClusterRows, b = rows_per_piece / kClusterRows;
+int reduce_scatter_band_m(int64_t rows_per_rank, int64_t rows_per_chunk) {
+  int64_t a = rows_per_rank / kClusterRows, b = rows_per_chunk / kClusterRows;
   while (b != 0) a %= b, std::swap(a, b);  // a = gcd
   for (int64_t band = std::min<int64_t>(8, a); band > 1; --band) {
     if (a % band == 0) return static_cast<int>(band);
@@ -116,8 +116,8 @@ int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits) {
   return cost(192) < 0.95 * cost(256) ? 192 : 256;
 }
 
-const char* ag_gemm_unsupported(const AgGemmArgs& a) {
-  if (a.dtype != DType::kBF16 && a.dtype != DType::kFP16) return "the fused kernel takes bf16 or fp16";
+const char* fused_gemm_unsupported(const FusedGemmArgs& a) {
+  if (a.dtype != Element::kBF16 && a.dtype != Element::kFP16) return "the fused kernel takes bf16 or fp16";
   if (a.N % 8 != 0 || a.K % 8 != 0) return "the fused kernel needs N and K to be multiples of 8 (16-byte rows for TMA)";
   constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
   if (a.M > kMax || a.N > kMax || a.K > kMax) return "the fused kernel indexes M, N and K with 32-bit integers";
@@ -127,7 +127,7 @@ const char* ag_gemm_unsupported(const AgGemmArgs& a) {
   return "";
 }
 
-void load_ag_gemm_kernels() {
+void load_fused_gemm_kernels() {
   static std::mutex mu;
   static std::set<int> loaded;
   int device = 0;
@@ -136,9 +136,9 @@ void load_ag_gemm_kernels() {
   if (!loaded.insert(device).second) return;
   for (bool reduce_in_epilogue : {false, true}) {
     for (int tile_n : {256, 192}) {
-      for (DType dtype : {DType::kBF16, DType::kFP16}) {
-        for (BLayout layout : {BLayout::kRowMajor, BLayout::kColMajor}) {
-          AgGemmArgs a;
+      for (Element dtype : {Element::kBF16, Element::kFP16}) {
+        for (Layout layout : {Layout::kRowMajor, Layout::kColMajor}) {
+          FusedGemmArgs a;
           a.dtype = dtype;
           a.b_layout = layout;
           a.rs.rank = reduce_in_epilogue ? 0 : -1;
@@ -151,10 +151,10 @@ void load_ag_gemm_kernels() {
   }
 }
 
-void run_ag_gemm(const AgGemmArgs& args, cudaStream_t stream) {
-  const char* why = ag_gemm_unsupported(args);
-  ASYNCTP_CHECK(*why == '\0', "fused all_gather_matmul: ", why);
-  AgGemmArgs a = args;
+void run_fused_gemm(const FusedGemmArgs& args, cudaStream_t stream) {
+  const char* why = fused_gemm_unsupported(args);
+  ASYNCTP_CHECK(*why == '\0', "fused GEMM: ", why);
+  FusedGemmArgs a = args;
   if (a.band_m <= 0) a.band_m = band_m_for(a);
   static const int max_splits = detail::knob_int(detail::Knob::kFusedMaxSplits, kMaxTailSplits);
   if (a.max_splits <= 0) a.max_splits = max_splits;

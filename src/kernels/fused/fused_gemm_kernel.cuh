@@ -1,9 +1,9 @@
-// The fused all-gather GEMM assembled from CUTLASS 3 pieces, and its host launch. Included by one
-// generated .cu file per instantiation (ag_gemm_instances.h).
+// The fused GEMM assembled from CUTLASS 3 parts, and its host launch. Included by one
+// generated .cu file per instantiation (fused_gemm_instances.h).
 //
 // The kernel is CUTLASS's Hopper warp-specialized cooperative GEMM (one producer warpgroup issuing
 // TMA loads, two consumer warpgroups issuing WGMMA on a 128 x kTileN x 64 tile, a TMA epilogue) with two of
-// our pieces in it: the async-input mainloop (waits for a tile's rows, reads the local shard in
+// our chunks in it: the async-input mainloop (waits for a tile's rows, reads the local shard in
 // place) and the async-input tile scheduler (own rows first), launched in 2x1x1 clusters
 // (docs/performance.md has its figures beside cuBLAS).
 // The two-rank reduce-scatter's instantiations (kReduceInEpilogue) also take a source C and wrap the
@@ -26,7 +26,7 @@
 
 #include "common/check.h"
 #include "common/driver_api.h"
-#include "kernels/fused/ag_gemm.h"
+#include "kernels/fused/fused_gemm.h"
 #include "kernels/fused/async_input_mainloop.cuh"
 #include "kernels/fused/async_input_scheduler.cuh"
 #include "kernels/fused/launch_key.h"
@@ -42,15 +42,15 @@
 
 namespace asynctp::kernels::fused {
 
-template <DType kDType>
-using CutlassElement = std::conditional_t<kDType == DType::kBF16, cutlass::bfloat16_t, cutlass::half_t>;
+template <Element kElement>
+using CutlassElement = std::conditional_t<kElement == Element::kBF16, cutlass::bfloat16_t, cutlass::half_t>;
 // asynctp's kRowMajor B is [K, N] with N contiguous: CUTLASS's RowMajor B. kColMajor ([N, K]) is its ColumnMajor.
-template <BLayout kBLayout>
+template <Layout kLayoutB>
 using CutlassLayoutB =
-    std::conditional_t<kBLayout == BLayout::kRowMajor, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
+    std::conditional_t<kLayoutB == Layout::kRowMajor, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
 
 template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue = false>
-struct AgGemmKernel {
+struct FusedGemmKernel {
   using TileShape = cute::Shape<cute::_128, cute::Int<kTileN>, cute::Int<static_cast<int>(kTileK)>>;
   using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
   static constexpr int kAlign = 16 / sizeof(Element);  // elements per 16 bytes: what TMA needs
@@ -142,8 +142,8 @@ void launch_on_clusters(const Gemm& gemm, CUfunction fn, uint32_t begin_epoch, c
 }  // namespace detail
 
 template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue = false>
-void load_ag_gemm() {
-  using Kernel = typename AgGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>::Kernel;
+void load_fused_gemm() {
+  using Kernel = typename FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>::Kernel;
   (void)detail::hardware_info<Kernel>();  // the occupancy query loads the kernel
   ASYNCTP_CUDA_CHECK(cudaFuncSetAttribute(cutlass::device_kernel<Kernel>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(Kernel::SharedStorageSize)));
@@ -151,11 +151,11 @@ void load_ag_gemm() {
 
 // CUTLASS's arguments for one launch.
 template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue>
-typename AgGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>::Gemm::Arguments cutlass_arguments(const AgGemmArgs& a) {
-  using K = AgGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>;
+typename FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>::Gemm::Arguments cutlass_arguments(const FusedGemmArgs& a) {
+  using K = FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>;
   using Kernel = typename K::Kernel;
   static_assert(cute::size<0>(typename K::TileShape{}) * cute::size<0>(typename K::ClusterShape{}) == kClusterRows,
-                "kClusterRows (ag_gemm.h) must match the tile and cluster shape");
+                "kClusterRows (fused_gemm.h) must match the tile and cluster shape");
 
   typename K::Gemm::Arguments args{};
   args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
@@ -244,14 +244,14 @@ typename AgGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>::Gemm::Argume
 }
 
 template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue = false>
-void launch_ag_gemm(const AgGemmArgs& a, cudaStream_t stream) {
-  using K = AgGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>;
+void launch_fused_gemm(const FusedGemmArgs& a, cudaStream_t stream) {
+  using K = FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>;
   using Gemm = typename K::Gemm;
   // Building the kernel's parameters encodes five TMA descriptors on the host; a call with the same
   // arguments as one of the last few reuses them, so a training loop pays that once. Only a set-up
   // that succeeded is kept.
   struct Cached {
-    AgGemmArgs args;
+    FusedGemmArgs args;
     Gemm gemm;
     int device = -1;
     CUfunction fn = nullptr;  // the kernel on that device
@@ -273,11 +273,11 @@ void launch_ag_gemm(const AgGemmArgs& a, cudaStream_t stream) {
     fresh->device = device;
     fresh->fn = detail::kernel_function<typename K::Kernel>();
     cutlass::Status status = fresh->gemm.can_implement(args);
-    ASYNCTP_CHECK(status == cutlass::Status::kSuccess, "fused all_gather_matmul: CUTLASS cannot run M=", a.M,
+    ASYNCTP_CHECK(status == cutlass::Status::kSuccess, "fused GEMM: CUTLASS cannot run M=", a.M,
                   " N=", a.N, " K=", a.K, ": ", cutlassGetStatusString(status));
-    ASYNCTP_CHECK(Gemm::get_workspace_size(args) == 0, "fused all_gather_matmul: the kernel unexpectedly needs a workspace");
+    ASYNCTP_CHECK(Gemm::get_workspace_size(args) == 0, "fused GEMM: the kernel unexpectedly needs a workspace");
     status = fresh->gemm.initialize(args, nullptr, stream);
-    ASYNCTP_CHECK(status == cutlass::Status::kSuccess, "fused all_gather_matmul: kernel set-up failed: ",
+    ASYNCTP_CHECK(status == cutlass::Status::kSuccess, "fused GEMM: kernel set-up failed: ",
                   cutlassGetStatusString(status));
     if (cache.size() == kCached) cache.erase(cache.begin());
     cache.push_back(std::move(fresh));

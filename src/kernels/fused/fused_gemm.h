@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-#include "asynctp/tensor.h"
+#include "common/element.h"
 #include "kernels/fused/chunk_flags.h"
 #include "kernels/fused/done_signal.h"
 #include "kernels/fused/reduce_scatter_tiles.h"
@@ -18,9 +18,9 @@
 
 namespace asynctp::kernels::fused {
 
-struct AgGemmArgs {
-  DType dtype = DType::kBF16;
-  BLayout b_layout = BLayout::kRowMajor;
+struct FusedGemmArgs {
+  Element dtype = Element::kBF16;      // A, B and C
+  Layout b_layout = Layout::kRowMajor;  // B: [K, N] row-major or [N, K] column-major
   int64_t M = 0, N = 0, K = 0;
   const void* a = nullptr;        // A [M, K], row-major: rows appear as their chunk flags are set
   const void* a_local = nullptr;  // this rank's rows [local_begin, local_end) of A, there from the start
@@ -34,7 +34,7 @@ struct AgGemmArgs {
   int band_m = 0;                 // tile order (async_input_scheduler.cuh); 0 picks the default
   int tile_n = 0;                 // 192 or 256; 0 picks it (pick_tile_n; a reduce-scatter's is kRsTileN)
   // Lets the kernel split its last round of tiles along K (tail_split.h): tail_split_workspace_bytes(
-  // split_sms) bytes whose counters start at zero (Communicator::Impl::tail_split_workspace). Null:
+  // split_sms) bytes whose counters start at zero (algo::Resources::tail_split_workspace). Null:
   // every tile is computed whole. split_wait bounds the wait of a tile's last split for the others.
   void* split_workspace = nullptr;
   int split_sms = 0;
@@ -50,7 +50,7 @@ struct AgGemmArgs {
 
 // Why the kernel cannot take this problem ("" when it can): the TMA needs 16-byte aligned rows (N and
 // K multiples of 8) and 16-byte aligned pointers, and indices fit in 32 bits.
-const char* ag_gemm_unsupported(const AgGemmArgs& args);
+const char* fused_gemm_unsupported(const FusedGemmArgs& args);
 
 // The tile width (192 or 256) for an M x N x K GEMM on `sms` SMs: the one whose rounds of tiles
 // (the last one split along K where tail_split.h would), times the tile's width, cost less (by 5%
@@ -61,15 +61,15 @@ int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits);
 // SMs of the current device.
 int sm_count();
 // The SMs a launch with `args` may fill: args.sms where set, else sm_count().
-int grid_sms(const AgGemmArgs& args);
+int grid_sms(const FusedGemmArgs& args);
 
 // Loads every instantiation onto the current device and sets its shared-memory limit, once per
 // device. CUDA loads a kernel lazily, at its first launch, and a load can wait for the device to go
 // idle; with a fused kernel already spinning on flags that a peer sets only later, that wait would
 // not end. Call before enqueuing the first fused call's work.
-void load_ag_gemm_kernels();
+void load_fused_gemm_kernels();
 
 // Enqueues the kernel on `stream`. Throws asynctp::Error if CUTLASS refuses the problem or the launch fails.
-void run_ag_gemm(const AgGemmArgs& args, cudaStream_t stream);
+void run_fused_gemm(const FusedGemmArgs& args, cudaStream_t stream);
 
 }  // namespace asynctp::kernels::fused
