@@ -8,22 +8,13 @@
 #include <cstdint>
 #include <string>
 
+#include "asynctp/device/wait_context.h"
+
 namespace asynctp::detail {
 
-// kSplitReduction: the fused GEMM's last split of a tile waited for the others (index: the tile's
-// workspace row; expected: splits - 1; seen: how many had finished).
-enum class FaultSite : uint32_t { kNone = 0, kSignalWait = 1, kBarrier = 2, kSplitReduction = 3 };
-
-struct DeviceFault {
-  uint32_t raised;     // 0 until a kernel reports; set last, with a system-scope fence before it
-  uint32_t site;       // FaultSite
-  int32_t rank;        // the rank whose kernel waited
-  int32_t owner;       // the rank that owns the flag waited on
-  int32_t index;       // the flag's index in its pad
-  uint32_t expected;   // the epoch waited for
-  uint32_t seen;       // the flag's value when the wait gave up
-  uint32_t waited_ms;  // how long it waited
-};
+// The record and its sites are the public device header's (asynctp/device/wait_context.h).
+using DeviceFault = device::Fault;
+using FaultSite = device::WaitSite;
 
 // Device-visible pointer to this process's record (allocated on first use). Throws on CUDA failure.
 DeviceFault* device_fault_record();

@@ -1,17 +1,11 @@
-// Internal: what a bounded wait in a kernel needs to know, passed by value from the host.
+// Internal: what a bounded wait in a kernel needs to know, passed by value from the host: the public
+// device header's (asynctp/device/wait_context.h).
 #pragma once
 
-#include <cstdint>
-
-#include "common/device_fault.h"
+#include "asynctp/device/wait_context.h"
 
 namespace asynctp::kernels {
 
-struct WaitContext {
-  detail::DeviceFault* fault;  // where a timeout is reported
-  uint64_t timeout_ns;
-  int32_t rank;  // the waiting rank, for the report
-  int32_t unused = 0;  // no padding: launch arguments are compared byte for byte (same_launch)
-};
+using WaitContext = device::WaitContext;
 
 }  // namespace asynctp::kernels
