@@ -18,6 +18,7 @@
 #   torch          the PyTorch paths with torchrun on every GPU (one rank each, at least 1):
 #                  examples/two_ways_in.py (compile switch and DTensor styles against one GPU),
 #                  bench/binding_overhead.py at that world size and at 1, bench/communicator_cost.py,
+#                  bench/compiled_tp.py (a TP MLP compiled by inductor alone, with PyTorch's async TP, with asynctp's),
 #                  examples/triton_all_gather_matmul.py at 1 and at that world size
 set -uo pipefail
 build=${1:?usage: scripts/gpu/stages.sh BUILD_DIR STAGE...}
@@ -97,7 +98,7 @@ while [ $# -gt 0 ]; do
     torch)
       export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} ASYNCTP_LIBRARY=$(cd "$build" && pwd)/libasynctp_c.so
       for run in "$gpus examples/two_ways_in.py" "$gpus bench/binding_overhead.py" "1 bench/binding_overhead.py" \
-                 "$gpus bench/communicator_cost.py" "1 examples/triton_all_gather_matmul.py" \
+                 "$gpus bench/communicator_cost.py" "$gpus bench/compiled_tp.py" "1 examples/triton_all_gather_matmul.py" \
                  "$gpus examples/triton_all_gather_matmul.py"; do
         read -r ranks script <<<"$run"
         name=$(basename "$script" .py)_$ranks
