@@ -32,11 +32,13 @@ std::string run_rank(asynctp_group* group, int rank, int ranks, int64_t n, int c
   cudaStream_t stream;
   float *in = nullptr, *out = nullptr;
   unsigned int* blocks_done = nullptr;
+  // Stream-ordered allocations: ranks may share a GPU, and cudaMalloc or cudaFree may wait for the
+  // whole GPU, a peer's wait for this rank included.
   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-  cudaMalloc(&in, n * sizeof(float));
-  cudaMalloc(&out, n * sizeof(float));
-  cudaMalloc(&blocks_done, sizeof(unsigned int));
-  cudaMemset(blocks_done, 0, sizeof(unsigned int));
+  cudaMallocAsync(reinterpret_cast<void**>(&in), n * sizeof(float), stream);
+  cudaMallocAsync(reinterpret_cast<void**>(&out), n * sizeof(float), stream);
+  cudaMallocAsync(reinterpret_cast<void**>(&blocks_done), sizeof(unsigned int), stream);
+  cudaMemsetAsync(blocks_done, 0, sizeof(unsigned int), stream);
   std::vector<float> host(n);
   std::string error;
   auto check = [&](uint32_t call) {
@@ -50,7 +52,7 @@ std::string run_rank(asynctp_group* group, int rank, int ranks, int64_t n, int c
     return std::string();
   };
   for (int64_t i = 0; i < n; ++i) host[i] = value(rank, i, 1);
-  cudaMemcpy(in, host.data(), n * sizeof(float), cudaMemcpyHostToDevice);
+  cudaMemcpyAsync(in, host.data(), n * sizeof(float), cudaMemcpyHostToDevice, stream);
   auto t0 = std::chrono::steady_clock::now();
   for (uint32_t call = 1; call <= static_cast<uint32_t>(calls) && error.empty(); ++call) {
     if (call == 2) {  // every later call sums the same inputs as the first: time from here
@@ -64,9 +66,10 @@ std::string run_rank(asynctp_group* group, int rank, int ranks, int64_t n, int c
   *us_per_call = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
                  (calls > 1 ? calls - 1 : 1);
   if (error.empty() && calls > 1) error = check(1);  // the last call summed the first call's inputs
-  cudaFree(in);
-  cudaFree(out);
-  cudaFree(blocks_done);
+  cudaFreeAsync(in, stream);
+  cudaFreeAsync(out, stream);
+  cudaFreeAsync(blocks_done, stream);
+  cudaStreamSynchronize(stream);
   cudaStreamDestroy(stream);
   if (asynctp_symmetric_destroy(sym) != 0 || asynctp_comm_destroy(comm) != 0) {
     if (error.empty()) error = asynctp_last_error();

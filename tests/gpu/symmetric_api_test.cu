@@ -72,17 +72,21 @@ int every_call_works(RankContext& ctx) {
   // A ring of 200 rounds: write into the next rank's buffer with the copy engine, flag it, and wait
   // for the previous rank's; each round's data must be there once its flag is.
   const int next = (me + 1) % ws;
+  // Stream-ordered allocations only: ranks may share a GPU, and cudaFree or cudaFreeHost would wait
+  // for the whole GPU, a peer's wait for this rank included.
   unsigned char* seen = nullptr;
-  RANK_CUDA(cudaMallocHost(&seen, 200));
+  RANK_CUDA(cudaMallocAsync(reinterpret_cast<void**>(&seen), 200, st.s));
   for (uint32_t e = 1; e <= 200; ++e) {
     RANK_CUDA(cudaMemsetAsync(static_cast<char*>(buffers[next]) + e, static_cast<int>(e), 1, st.s));
     C_OK(asynctp_symmetric_put_signal(s.sym, next, 0, e, st.s));
     C_OK(asynctp_symmetric_wait_signal(s.sym, me, 0, e, st.s));
-    RANK_CUDA(cudaMemcpyAsync(seen + e - 1, static_cast<char*>(info.buffer) + e, 1, cudaMemcpyDeviceToHost, st.s));
+    RANK_CUDA(cudaMemcpyAsync(seen + e - 1, static_cast<char*>(info.buffer) + e, 1, cudaMemcpyDeviceToDevice, st.s));
   }
+  std::vector<unsigned char> rounds(200);
+  RANK_CUDA(cudaMemcpyAsync(rounds.data(), seen, 200, cudaMemcpyDeviceToHost, st.s));
+  RANK_CUDA(cudaFreeAsync(seen, st.s));
   C_OK(asynctp_comm_synchronize(c.comm, st.s));
-  for (uint32_t e = 1; e <= 200; ++e) RANK_CHECK(seen[e - 1] == (e & 0xFF), "round ", e, " read ", +seen[e - 1]);
-  RANK_CUDA(cudaFreeHost(seen));
+  for (uint32_t e = 1; e <= 200; ++e) RANK_CHECK(rounds[e - 1] == (e & 0xFF), "round ", e, " read ", +rounds[e - 1]);
 
   // The same under graph capture: two graphs with their own values, each replayed once.
   for (uint32_t v = 201; v <= 202; ++v) {
@@ -122,12 +126,13 @@ int all_reduce_of_ones_own(RankContext& ctx) {
   const int me = ctx.rank, ws = ctx.world_size;
   constexpr int64_t kN = 100003;
   CSymmetric s(c, kN * sizeof(float), 2 * ws);
+  // Stream-ordered allocations: ranks may share a GPU (see every_call_works).
   float *in = nullptr, *out = nullptr;
   unsigned int* blocks_done = nullptr;
-  RANK_CUDA(cudaMalloc(&in, kN * sizeof(float)));
-  RANK_CUDA(cudaMalloc(&out, kN * sizeof(float)));
-  RANK_CUDA(cudaMalloc(&blocks_done, sizeof(unsigned int)));
-  RANK_CUDA(cudaMemset(blocks_done, 0, sizeof(unsigned int)));
+  RANK_CUDA(cudaMallocAsync(reinterpret_cast<void**>(&in), kN * sizeof(float), st.s));
+  RANK_CUDA(cudaMallocAsync(reinterpret_cast<void**>(&out), kN * sizeof(float), st.s));
+  RANK_CUDA(cudaMallocAsync(reinterpret_cast<void**>(&blocks_done), sizeof(unsigned int), st.s));
+  RANK_CUDA(cudaMemsetAsync(blocks_done, 0, sizeof(unsigned int), st.s));
   auto value = [](int rank, int64_t i, uint32_t call) { return static_cast<float>((i * 7 + rank * 13 + call) % 101); };
   std::vector<float> host(kN);
   for (uint32_t call = 1; call <= 3; ++call) {
@@ -144,9 +149,9 @@ int all_reduce_of_ones_own(RankContext& ctx) {
     }
   }
   std::printf("rank %d: one_shot_all_reduce of %lld floats right in 3 calls\n", me, static_cast<long long>(kN));
-  RANK_CUDA(cudaFree(in));
-  RANK_CUDA(cudaFree(out));
-  RANK_CUDA(cudaFree(blocks_done));
+  RANK_CUDA(cudaFreeAsync(in, st.s));
+  RANK_CUDA(cudaFreeAsync(out, st.s));
+  RANK_CUDA(cudaFreeAsync(blocks_done, st.s));
   C_OK(asynctp_symmetric_barrier(s.sym, st.s));
   C_OK(asynctp_comm_synchronize(c.comm, st.s));
   return 0;
