@@ -32,6 +32,11 @@ struct CSymmetric {
     C_OK(asynctp_symmetric_get_info(sym, &info));
   }
   ~CSymmetric() { asynctp_symmetric_destroy(sym); }
+  // The ranks' last work here is done on every rank before any frees the memory.
+  void end_together(CComm& c, cudaStream_t s) const {
+    C_OK(asynctp_symmetric_barrier(sym, s));
+    C_OK(asynctp_comm_synchronize(c.comm, s));
+  }
 };
 
 int every_call_works(RankContext& ctx) {
@@ -106,8 +111,7 @@ int every_call_works(RankContext& ctx) {
     RANK_CUDA(cudaGraphExecDestroy(exec));
     RANK_CUDA(cudaGraphDestroy(graph));
   }
-  C_OK(asynctp_symmetric_barrier(s.sym, st.s));
-  C_OK(asynctp_comm_synchronize(c.comm, st.s));
+  s.end_together(c, st.s);
   return 0;
 }
 
@@ -152,8 +156,7 @@ int all_reduce_of_ones_own(RankContext& ctx) {
   RANK_CUDA(cudaFreeAsync(in, st.s));
   RANK_CUDA(cudaFreeAsync(out, st.s));
   RANK_CUDA(cudaFreeAsync(blocks_done, st.s));
-  C_OK(asynctp_symmetric_barrier(s.sym, st.s));
-  C_OK(asynctp_comm_synchronize(c.comm, st.s));
+  s.end_together(c, st.s);
   return 0;
 }
 
