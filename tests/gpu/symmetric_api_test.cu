@@ -80,9 +80,15 @@ int every_call_works(RankContext& ctx) {
   // Stream-ordered allocations only: ranks may share a GPU, and cudaFree or cudaFreeHost would wait
   // for the whole GPU, a peer's wait for this rank included.
   unsigned char* seen = nullptr;
+  unsigned char* bytes = nullptr;  // bytes[i] == i: the source of each round's copy
   RANK_CUDA(cudaMallocAsync(reinterpret_cast<void**>(&seen), 200, st.s));
+  RANK_CUDA(cudaMallocAsync(reinterpret_cast<void**>(&bytes), 256, st.s));
+  std::vector<unsigned char> all_bytes(256);
+  for (int i = 0; i < 256; ++i) all_bytes[i] = static_cast<unsigned char>(i);
+  RANK_CUDA(cudaMemcpyAsync(bytes, all_bytes.data(), 256, cudaMemcpyHostToDevice, st.s));
   for (uint32_t e = 1; e <= 200; ++e) {
-    RANK_CUDA(cudaMemsetAsync(static_cast<char*>(buffers[next]) + e, static_cast<int>(e), 1, st.s));
+    RANK_CUDA(cudaMemcpyAsync(static_cast<char*>(buffers[next]) + e, bytes + (e & 0xFF), 1, cudaMemcpyDeviceToDevice,
+                              st.s));
     C_OK(asynctp_symmetric_put_signal(s.sym, next, 0, e, st.s));
     C_OK(asynctp_symmetric_wait_signal(s.sym, me, 0, e, st.s));
     RANK_CUDA(cudaMemcpyAsync(seen + e - 1, static_cast<char*>(info.buffer) + e, 1, cudaMemcpyDeviceToDevice, st.s));
@@ -93,11 +99,13 @@ int every_call_works(RankContext& ctx) {
   C_OK(asynctp_comm_synchronize(c.comm, st.s));
   for (uint32_t e = 1; e <= 200; ++e) RANK_CHECK(rounds[e - 1] == (e & 0xFF), "round ", e, " read ", +rounds[e - 1]);
 
-  // The same under graph capture: two graphs with their own values, each replayed once.
+  // The same under graph capture: two graphs with their own values, each replayed once (a replay
+  // waits for its captured value again, which the flag has reached already).
   for (uint32_t v = 201; v <= 202; ++v) {
     cudaGraph_t graph;
     RANK_CUDA(cudaStreamBeginCapture(st.s, cudaStreamCaptureModeThreadLocal));
-    RANK_CUDA(cudaMemsetAsync(static_cast<char*>(buffers[next]) + 7, static_cast<int>(v & 0xFF), 1, st.s));
+    RANK_CUDA(cudaMemcpyAsync(static_cast<char*>(buffers[next]) + 7, bytes + (v & 0xFF), 1, cudaMemcpyDeviceToDevice,
+                              st.s));
     C_OK(asynctp_symmetric_put_signal(s.sym, next, 0, v, st.s));
     C_OK(asynctp_symmetric_wait_signal(s.sym, me, 0, v, st.s));
     C_OK(asynctp_symmetric_barrier(s.sym, st.s));
@@ -111,6 +119,7 @@ int every_call_works(RankContext& ctx) {
     RANK_CUDA(cudaGraphExecDestroy(exec));
     RANK_CUDA(cudaGraphDestroy(graph));
   }
+  RANK_CUDA(cudaFreeAsync(bytes, st.s));
   s.end_together(c, st.s);
   return 0;
 }
