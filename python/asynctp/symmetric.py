@@ -21,20 +21,61 @@ import ctypes
 import math
 
 import torch
+import torch.utils.dlpack
 
 from . import _lib, comm
 
 DEFAULT_SIGNAL_COUNT = 256
 
 
-class _DeviceBytes:
-    """`nbytes` bytes of device memory at `ptr`, as torch.as_tensor reads them (the CUDA array
-    interface). The tensor made from it keeps it, and so `owner`, alive."""
+# A region of device memory as a torch tensor, made through DLPack, which names the device itself: the
+# CUDA array interface would ask CUDA which device owns the pointer, and a peer's buffer is the peer's
+# memory, so torch would place (or copy) the tensor there rather than on this rank's device.
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
 
-    def __init__(self, ptr, nbytes, owner):
-        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (ptr, False), "version": 3,
-                                         "strides": None}
-        self._owner = owner
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32), ("dtype", _DLDataType),
+                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    pass
+
+
+_DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensor))
+_DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", _DELETER)]
+_KDL_DEVICE = {"cpu": 1, "cuda": 2}
+_KDL_UINT = 1
+_alive = {}  # address of a managed tensor handed to torch -> what it needs until torch lets it go
+
+
+@_DELETER
+def _release(managed):
+    _alive.pop(ctypes.addressof(managed.contents), None)
+
+
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype = ctypes.py_object
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+
+def _device_bytes(ptr, nbytes, device, owner):
+    """`nbytes` bytes at `ptr` as a uint8 tensor on `device` (a torch.device), keeping `owner` alive
+    while the tensor is."""
+    shape = (ctypes.c_int64 * 1)(nbytes)
+    managed = _DLManagedTensor()
+    where = _DLDevice(_KDL_DEVICE[device.type], device.index or 0)
+    managed.dl_tensor = _DLTensor(ptr, where, 1, _DLDataType(_KDL_UINT, 8, 1), shape, None, 0)
+    managed.deleter = _release
+    _alive[ctypes.addressof(managed)] = (managed, shape, owner)
+    return torch.utils.dlpack.from_dlpack(_capsule_new(ctypes.addressof(managed), b"dltensor", None))
 
 
 class SymmetricMemory:
@@ -80,7 +121,7 @@ class SymmetricMemory:
         if end > region_bytes:
             raise _lib.Error(f"{what}: {sizes} of {dtype} at element {storage_offset} end at byte {end}; the "
                              f"region has {region_bytes} bytes")
-        raw = torch.as_tensor(_DeviceBytes(ptr, region_bytes, self), device=self.device)
+        raw = _device_bytes(ptr, region_bytes, self.device, self)
         return raw.view(dtype)[storage_offset:storage_offset + math.prod(sizes)].view(sizes)
 
     def _check_rank(self, rank, what):
