@@ -5,6 +5,7 @@
 # Usage: scripts/gpu/stages.sh BUILD_DIR STAGE...
 #   tests          every GPU test; the multi-rank ones at world sizes $WORLD_SIZES (default: 2,3,4 on
 #                  one GPU, in-process; else the tests' own), $GTEST_FILTER picks tests
+#   examples       asynctp-example-all-reduce (examples/one_shot_all_reduce.cuh) at 2 and 4 ranks
 #   faults         the fault and edge-input tests (Faults.*, Inputs.*, Refusals.*)
 #   soak N         asynctp-soak: N calls per op and algorithm, on 2 ranks
 #   sanitize       compute-sanitizer memcheck, racecheck and synccheck on 2-rank soaks of every
@@ -53,6 +54,12 @@ while [ $# -gt 0 ]; do
       echo "== GPU tests${sizes:+, world sizes $sizes}"
       [ -z "$sizes" ] || export ASYNCTP_TEST_WORLD_SIZES=$sizes
       gpu_tests gpu ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER}
+      ;;
+    examples)
+      echo "== asynctp-example-all-reduce at 2 and 4 ranks (threads over the visible GPUs)"
+      for ranks in 2 4; do
+        timeout 120 "$build/asynctp-example-all-reduce" "$ranks" || status=1
+      done
       ;;
     faults)
       echo "== fault and edge-input tests"
