@@ -2,10 +2,7 @@
 
 #include <nccl_device.h>
 
-#include <chrono>
 #include <cstring>
-#include <future>
-#include <thread>
 
 #include "comm/bounded_call.h"
 #include "common/check.h"
@@ -22,18 +19,6 @@ constexpr size_t kExchangeBytes = 1024;
 // running, but an abort that blocks anyway (one did, with an NCCL kernel waiting on a peer whose
 // process was gone) must not turn an error into a hang.
 constexpr int kAbortWaitMs = 5000;
-
-// Runs ncclCommAbort on a thread of its own; true if it returned within kAbortWaitMs (else the thread
-// is left to it, and the process should end).
-bool abort_within_bound(ncclComm_t c) {
-  auto done = std::make_shared<std::promise<void>>();
-  std::future<void> finished = done->get_future();
-  std::thread([c, done] {
-    ncclCommAbort(c);
-    done->set_value();
-  }).detach();
-  return finished.wait_for(std::chrono::milliseconds(kAbortWaitMs)) == std::future_status::ready;
-}
 
 // NCCL 2.28 has no host-side getter for peer addresses (2.29 adds ncclGetLsaDevicePointer), but the
 // device API computes them from the window; read once here, they serve both kernels and the copy engine.
@@ -201,8 +186,10 @@ class NcclTransport final : public Transport {
       return "; an NCCL kernel may still be waiting on the device: end the process (its exit reclaims the GPU)";
     }
     bool finished = true;
-    if (check_comm_ != nullptr) finished = abort_within_bound(check_comm_);
-    if (owns_) finished = abort_within_bound(comm_) && finished;
+    if (check_comm_ != nullptr) {
+      finished = finish_within_bound("ncclCommAbort", kAbortWaitMs, [c = check_comm_] { ncclCommAbort(c); });
+    }
+    if (owns_) finished = finish_within_bound("ncclCommAbort", kAbortWaitMs, [c = comm_] { ncclCommAbort(c); }) && finished;
     nccl_done_ = true;
     if (!owns_) return "; call ncclCommAbort on the communicator given to Communicator::wrap (asynctp does not own it)";
     return finished ? "; NCCL was aborted"
@@ -235,12 +222,17 @@ class NcclTransport final : public Transport {
   }
 
  private:
-  // Runs a teardown call of NCCL's with the set-up bound; false where it did not return (then NCCL is
-  // left to the process's end: nccl_done_, and later calls refuse quoting why).
+  // Runs a teardown call of NCCL's (an abort, a destroy, a deregistration) with a bound, the set-up
+  // bound unless given; false where it did not return (then NCCL is left to the process's end:
+  // nccl_done_, and later calls refuse quoting why).
   template <typename Fn>
   bool finish_within_bound(const char* what, Fn fn) {
+    return finish_within_bound(what, setup_bound_ms_, fn);
+  }
+  template <typename Fn>
+  bool finish_within_bound(const char* what, int bound_ms, Fn fn) {
     try {
-      within_bound<int>(device_, rank_, setup_bound_ms_, what, [fn]() mutable {
+      within_bound<int>(device_, rank_, bound_ms, what, [fn]() mutable {
         fn();
         return 0;
       });
