@@ -32,10 +32,12 @@ def _every_call(rank, world_size):
         h.put_signal(nxt, index=0, value=step)
         h.wait_signal(rank, index=0, value=step)
         assert torch.all(buf == float(step + prev)), f"step {step}: the previous rank's data is not all here"
+        h.barrier()  # the next step's copy into a peer's buffer waits for the peer's check of this one
     pad = h.get_signal_pad(rank)
     assert pad.shape == (8,) and int(pad[0]) == 50, pad
     h.barrier()
-    # Under capture: a graph with its own value, replayed once.
+    # Under capture: a graph with its own value, replayed once. The barrier on a new stream follows the
+    # one on the default stream (the legacy one, stream 0) on the GPU, as the communicator orders its calls.
     stream = torch.cuda.Stream()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.stream(stream):
