@@ -73,7 +73,8 @@ int asynctp_comm_destroy(asynctp_comm* comm);
 
 /* asynctp::InProcessGroup::create: world_size ranks as threads of this process, for running
  * multi-rank code on fewer GPUs than ranks (tests, development). Rank r runs on
- * devices[r % num_devices]; num_devices 0 (devices may be NULL): every visible GPU. */
+ * devices[r % num_devices]; num_devices 0 (devices may be NULL): every visible GPU. Set
+ * CUDA_MODULE_LOADING=EAGER before the process's first CUDA call (asynctp/in_process.h says why). */
 int asynctp_in_process_group_create(int world_size, const int* devices, int num_devices, asynctp_group** group);
 /* Once every rank's communicator is destroyed. Accepts NULL. */
 int asynctp_in_process_group_destroy(asynctp_group* group);
@@ -137,7 +138,9 @@ int asynctp_symmetric_create(asynctp_comm* comm, uint64_t bytes, int signal_coun
 int asynctp_symmetric_destroy(asynctp_symmetric* sym);
 int asynctp_symmetric_get_info(const asynctp_symmetric* sym, asynctp_symmetric_info* info);
 /* Rank `rank`'s buffer and signal pad, as pointers valid in this process: cudaMemcpyAsync reads and
- * writes them with the copy engine, kernels load and store through them. Either output may be NULL. */
+ * writes them with the copy engine, kernels load and store through them. For this rank they are
+ * info.buffer and info.signal_pad (the device arrays may hold a second mapping of the same memory).
+ * Either output may be NULL. */
 int asynctp_symmetric_peer(const asynctp_symmetric* sym, int rank, void** buffer, uint32_t** signal_pad);
 /* Stream-ordered: once earlier work on `stream` is done and visible, flag `index` of rank `owner`'s
  * pad := value. */

@@ -133,8 +133,11 @@ int asynctp_symmetric_peer(const asynctp_symmetric* sym, int rank, void** buffer
   return guarded([&] {
     const SymmetricUse use(sym, "asynctp_symmetric_peer");
     use.check_rank(rank, "rank");
-    if (buffer != nullptr) *buffer = use.buffer().peer(rank);
-    if (signal_pad != nullptr) *signal_pad = use.pad().peer(rank);
+    // This rank's own are the pointers it allocated: NCCL maps its window a second time for the
+    // device arrays, and a tensor or an op that matches addresses knows the first.
+    const bool own = rank == use.comm().rank();
+    if (buffer != nullptr) *buffer = own ? use.buffer().local() : use.buffer().peer(rank);
+    if (signal_pad != nullptr) *signal_pad = own ? use.pad().local() : use.pad().peer(rank);
   });
 }
 

@@ -39,6 +39,16 @@ struct CSymmetric {
   }
 };
 
+// A copy between the GPU and pageable host memory, made once `s` is idle, and finished. Such a copy
+// returns only when done, and while it waits behind a wait for a peer, a copy of that peer's thread
+// (ranks that are threads of one process) can wait for it: so the stream is drained first, with the
+// communicator's bound.
+void copy_when_idle(CComm& c, cudaStream_t s, void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
+  C_OK(asynctp_comm_synchronize(c.comm, s));
+  RANK_CUDA(cudaMemcpyAsync(dst, src, n, kind, s));
+  C_OK(asynctp_comm_synchronize(c.comm, s));
+}
+
 int every_call_works(RankContext& ctx) {
   CComm c(ctx, kTimeoutMs);
   Stream st;
@@ -52,25 +62,35 @@ int every_call_works(RankContext& ctx) {
   RANK_CHECK(info.wait.fault != nullptr && info.wait.timeout_ns == kTimeoutMs * 1000000ull && info.wait.rank == me,
              "wait context");
 
-  // Host pointers and the device arrays name the same memory; this rank's own is info.buffer.
+  // Host pointers and the device arrays name the same memory; this rank's own host pointers are
+  // info's, and its entry of a device array may be a second mapping of that memory (read below).
   std::vector<void*> buffers(ws), from_device(ws);
   std::vector<uint32_t*> pads(ws), pads_from_device(ws);
   for (int r = 0; r < ws; ++r) C_OK(asynctp_symmetric_peer(s.sym, r, &buffers[r], &pads[r]));
   RANK_CHECK(buffers[me] == info.buffer && pads[me] == info.signal_pad, "own pointers differ from info's");
-  RANK_CUDA(cudaMemcpy(from_device.data(), info.buffer_ptrs_dev, ws * sizeof(void*), cudaMemcpyDeviceToHost));
-  RANK_CUDA(cudaMemcpy(pads_from_device.data(), info.signal_pad_ptrs_dev, ws * sizeof(void*), cudaMemcpyDeviceToHost));
-  RANK_CHECK(from_device == buffers && pads_from_device == pads, "the device pointer arrays differ from the peers'");
+  // Every copy is on the rank's stream: where ranks are threads of one process, a copy on the legacy
+  // default stream can wait for every GPU of the process, a peer's barrier waiting for this rank
+  // included.
+  auto to_host = [&](void* dst, const void* src, size_t n) { copy_when_idle(c, st.s, dst, src, n, cudaMemcpyDeviceToHost); };
+  to_host(from_device.data(), info.buffer_ptrs_dev, ws * sizeof(void*));
+  to_host(pads_from_device.data(), info.signal_pad_ptrs_dev, ws * sizeof(void*));
+  for (int r = 0; r < ws; ++r) {
+    RANK_CHECK(from_device[r] != nullptr && pads_from_device[r] != nullptr, "rank ", r, "'s device pointers are NULL");
+    RANK_CHECK(r == me || (from_device[r] == buffers[r] && pads_from_device[r] == pads[r]),
+               "rank ", r, "'s device pointers differ from its peer pointers");
+  }
 
   // The memory starts zeroed; each rank fills its own, and after a barrier reads every peer's.
   std::vector<unsigned char> host(kBytes);
-  RANK_CUDA(cudaMemcpy(host.data(), info.buffer, kBytes, cudaMemcpyDeviceToHost));
+  to_host(host.data(), info.buffer, kBytes);
   for (const unsigned char b : host) RANK_CHECK(b == 0, "a new buffer is not zeroed");
   RANK_CUDA(cudaMemsetAsync(info.buffer, me + 1, kBytes, st.s));
   C_OK(asynctp_symmetric_barrier(s.sym, st.s));
   for (int r = 0; r < ws; ++r) {
-    RANK_CUDA(cudaMemcpyAsync(host.data(), buffers[r], kBytes, cudaMemcpyDeviceToHost, st.s));
-    C_OK(asynctp_comm_synchronize(c.comm, st.s));
-    for (size_t i = 0; i < kBytes; i += 4093) RANK_CHECK(host[i] == r + 1, "rank ", r, "'s byte ", i, " is ", +host[i]);
+    for (void* p : {buffers[r], from_device[r]}) {
+      to_host(host.data(), p, kBytes);
+      for (size_t i = 0; i < kBytes; i += 4093) RANK_CHECK(host[i] == r + 1, "rank ", r, "'s byte ", i, " is ", +host[i]);
+    }
   }
   C_OK(asynctp_symmetric_barrier(s.sym, st.s));
 
@@ -85,7 +105,7 @@ int every_call_works(RankContext& ctx) {
   RANK_CUDA(cudaMallocAsync(reinterpret_cast<void**>(&bytes), 256, st.s));
   std::vector<unsigned char> all_bytes(256);
   for (int i = 0; i < 256; ++i) all_bytes[i] = static_cast<unsigned char>(i);
-  RANK_CUDA(cudaMemcpyAsync(bytes, all_bytes.data(), 256, cudaMemcpyHostToDevice, st.s));
+  copy_when_idle(c, st.s, bytes, all_bytes.data(), 256, cudaMemcpyHostToDevice);
   for (uint32_t e = 1; e <= 200; ++e) {
     RANK_CUDA(cudaMemcpyAsync(static_cast<char*>(buffers[next]) + e, bytes + (e & 0xFF), 1, cudaMemcpyDeviceToDevice,
                               st.s));
@@ -94,9 +114,8 @@ int every_call_works(RankContext& ctx) {
     RANK_CUDA(cudaMemcpyAsync(seen + e - 1, static_cast<char*>(info.buffer) + e, 1, cudaMemcpyDeviceToDevice, st.s));
   }
   std::vector<unsigned char> rounds(200);
-  RANK_CUDA(cudaMemcpyAsync(rounds.data(), seen, 200, cudaMemcpyDeviceToHost, st.s));
+  to_host(rounds.data(), seen, 200);
   RANK_CUDA(cudaFreeAsync(seen, st.s));
-  C_OK(asynctp_comm_synchronize(c.comm, st.s));
   for (uint32_t e = 1; e <= 200; ++e) RANK_CHECK(rounds[e - 1] == (e & 0xFF), "round ", e, " read ", +rounds[e - 1]);
 
   // The same under graph capture: two graphs with their own values, each replayed once (a replay
@@ -113,8 +132,7 @@ int every_call_works(RankContext& ctx) {
     cudaGraphExec_t exec = executable_on_every_rank(ctx, graph, st.s);
     RANK_CUDA(cudaGraphLaunch(exec, st.s));
     unsigned char b = 0;
-    RANK_CUDA(cudaMemcpyAsync(&b, static_cast<char*>(info.buffer) + 7, 1, cudaMemcpyDeviceToHost, st.s));
-    C_OK(asynctp_comm_synchronize(c.comm, st.s));
+    to_host(&b, static_cast<char*>(info.buffer) + 7, 1);
     RANK_CHECK(b == (v & 0xFF), "graph with value ", v, " read ", +b);
     RANK_CUDA(cudaGraphExecDestroy(exec));
     RANK_CUDA(cudaGraphDestroy(graph));
@@ -150,11 +168,10 @@ int all_reduce_of_ones_own(RankContext& ctx) {
   std::vector<float> host(kN);
   for (uint32_t call = 1; call <= 3; ++call) {
     for (int64_t i = 0; i < kN; ++i) host[i] = value(me, i, call);
-    RANK_CUDA(cudaMemcpyAsync(in, host.data(), kN * sizeof(float), cudaMemcpyHostToDevice, st.s));
+    copy_when_idle(c, st.s, in, host.data(), kN * sizeof(float), cudaMemcpyHostToDevice);
     const int rc = example::one_shot_all_reduce(s.sym, s.info, in, out, kN, call, blocks_done, st.s);
     RANK_CHECK(rc == 0, "one_shot_all_reduce returned ", rc, ": ", rc == -1 ? asynctp_last_error() : cudaGetErrorString(static_cast<cudaError_t>(rc)));
-    RANK_CUDA(cudaMemcpyAsync(host.data(), out, kN * sizeof(float), cudaMemcpyDeviceToHost, st.s));
-    C_OK(asynctp_comm_synchronize(c.comm, st.s));
+    copy_when_idle(c, st.s, host.data(), out, kN * sizeof(float), cudaMemcpyDeviceToHost);
     for (int64_t i = 0; i < kN; ++i) {
       float want = 0.0f;
       for (int r = 0; r < ws; ++r) want += value(r, i, call);
