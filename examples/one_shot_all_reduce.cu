@@ -41,7 +41,11 @@ std::string run_rank(asynctp_group* group, int rank, int ranks, int64_t n, int c
   cudaMemsetAsync(blocks_done, 0, sizeof(unsigned int), stream);
   std::vector<float> host(n);
   std::string error;
+  // A copy to or from pageable host memory returns only when done; while it waits behind a wait for a
+  // peer, the peer's thread can wait for it in a copy of its own. So each is made once the stream is
+  // idle (asynctp_comm_synchronize: bounded, with a report).
   auto check = [&](uint32_t call) {
+    if (asynctp_comm_synchronize(comm, stream) != 0) return std::string(asynctp_last_error());
     cudaMemcpyAsync(host.data(), out, n * sizeof(float), cudaMemcpyDeviceToHost, stream);
     if (asynctp_comm_synchronize(comm, stream) != 0) return std::string(asynctp_last_error());
     for (int64_t i = 0; i < n; ++i) {
@@ -80,6 +84,12 @@ std::string run_rank(asynctp_group* group, int rank, int ranks, int64_t n, int c
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before the first CUDA call, as for any ranks that are threads of one process (docs/design/
+  // transport.md): every kernel is loaded with the context, since a kernel loaded at its first launch
+  // can wait for the GPU to go idle, which it would not while another rank's kernel on it waits for
+  // this one; and streams of different ranks get hardware queues of their own.
+  setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
   const int ranks = argc > 1 ? std::atoi(argv[1]) : 2;
   const int64_t n = argc > 2 ? std::atoll(argv[2]) : (1 << 20);
   const int calls = argc > 3 ? std::atoi(argv[3]) : 100;
