@@ -16,12 +16,13 @@
 extern "C" {
 #endif
 
-#define ASYNCTP_C_API_VERSION 3
+#define ASYNCTP_C_API_VERSION 4
 #define ASYNCTP_C_MAX_DIMS 6
 #define ASYNCTP_C_UNIQUE_ID_BYTES 128
 
 typedef struct asynctp_comm asynctp_comm;   /* an asynctp::Communicator, opaque */
 typedef struct asynctp_group asynctp_group; /* an asynctp::InProcessGroup, opaque */
+typedef struct asynctp_symmetric asynctp_symmetric; /* symmetric memory and its signal pad, opaque */
 
 enum asynctp_dtype { ASYNCTP_BF16 = 0, ASYNCTP_FP16 = 1, ASYNCTP_FP32 = 2 };
 enum asynctp_algorithm { ASYNCTP_SEQUENTIAL = 0, ASYNCTP_PIPELINED = 1, ASYNCTP_FUSED = 2, ASYNCTP_AUTO = 3 };
@@ -72,7 +73,8 @@ int asynctp_comm_destroy(asynctp_comm* comm);
 
 /* asynctp::InProcessGroup::create: world_size ranks as threads of this process, for running
  * multi-rank code on fewer GPUs than ranks (tests, development). Rank r runs on
- * devices[r % num_devices]; num_devices 0 (devices may be NULL): every visible GPU. */
+ * devices[r % num_devices]; num_devices 0 (devices may be NULL): every visible GPU. Set
+ * CUDA_MODULE_LOADING=EAGER before the process's first CUDA call (asynctp/in_process.h says why). */
 int asynctp_in_process_group_create(int world_size, const int* devices, int num_devices, asynctp_group** group);
 /* Once every rank's communicator is destroyed. Accepts NULL. */
 int asynctp_in_process_group_destroy(asynctp_group* group);
@@ -102,6 +104,53 @@ int asynctp_refuse_call(asynctp_comm* comm, const char* op, const char* why, voi
 
 /* asynctp::Communicator::synchronize: waits for `stream`, turning a timed-out wait into an error. */
 int asynctp_comm_synchronize(const asynctp_comm* comm, void* stream);
+
+/* Symmetric memory for kernels of one's own (docs/reference/symmetric_memory.md): a buffer that every
+ * rank allocates at once and every rank can address, and a pad of uint32 signal flags beside it, on
+ * a communicator whose ranks share one node. */
+
+/* asynctp::device::WaitContext (asynctp/device/wait_context.h): what a kernel's bounded wait needs. */
+typedef struct {
+  void* fault;         /* the process's fault record, where a wait that gives up reports */
+  uint64_t timeout_ns; /* the communicator's timeout */
+  int32_t rank;
+  int32_t unused;
+} asynctp_wait_context;
+
+typedef struct {
+  void* buffer;              /* this rank's buffer: `bytes` bytes, zero at creation */
+  uint64_t bytes;            /* the size asked for, rounded up to NCCL's window alignment */
+  void* buffer_ptrs_dev;     /* device array of world_size pointers: rank r's buffer, for kernels */
+  uint32_t* signal_pad;      /* this rank's signal pad: signal_count flags, zero at creation */
+  void* signal_pad_ptrs_dev; /* device array of world_size pointers: rank r's signal pad */
+  int32_t signal_count;
+  int32_t rank;
+  int32_t world_size;
+  int32_t unused;
+  asynctp_wait_context wait; /* for asynctp/device/signals.cuh's waits */
+} asynctp_symmetric_info;
+
+/* Collective: every rank calls it with the same bytes (> 0) and signal_count (> 0). The memory stays
+ * until asynctp_symmetric_destroy; the communicator cannot be destroyed before it. A tensor in the
+ * buffer passed to asynctp_all_gather_matmul as a_shard is read in place by `pipelined`. */
+int asynctp_symmetric_create(asynctp_comm* comm, uint64_t bytes, int signal_count, asynctp_symmetric** sym);
+/* Collective. Accepts NULL. Once no kernel or copy on any rank uses the memory any more. */
+int asynctp_symmetric_destroy(asynctp_symmetric* sym);
+int asynctp_symmetric_get_info(const asynctp_symmetric* sym, asynctp_symmetric_info* info);
+/* Rank `rank`'s buffer and signal pad, as pointers valid in this process: cudaMemcpyAsync reads and
+ * writes them with the copy engine, kernels load and store through them. For this rank they are
+ * info.buffer and info.signal_pad (the device arrays may hold a second mapping of the same memory).
+ * Either output may be NULL. */
+int asynctp_symmetric_peer(const asynctp_symmetric* sym, int rank, void** buffer, uint32_t** signal_pad);
+/* Stream-ordered: once earlier work on `stream` is done and visible, flag `index` of rank `owner`'s
+ * pad := value. */
+int asynctp_symmetric_put_signal(asynctp_symmetric* sym, int owner, int index, uint32_t value, void* stream);
+/* Stream-ordered: later work on `stream` waits until flag `index` of rank `owner`'s pad is at least
+ * `value` (modulo 2^32). Bounded by the communicator's timeout: past it, the next call that waits for
+ * `stream` (asynctp_comm_synchronize) fails with a report naming the rank, the flag and its value. */
+int asynctp_symmetric_wait_signal(asynctp_symmetric* sym, int owner, int index, uint32_t value, void* stream);
+/* asynctp::Communicator::barrier on the buffer's communicator: stream-ordered, bounded. */
+int asynctp_symmetric_barrier(asynctp_symmetric* sym, void* stream);
 
 #ifdef __cplusplus
 }

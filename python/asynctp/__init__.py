@@ -9,9 +9,11 @@ torch.ops.asynctp.matmul_reduce_scatter. The C++ library stays free of PyTorch: 
 interface (libasynctp_c.so) through ctypes. docs/reference/python_api.md has the details.
 """
 
+import importlib
+
 from ._lib import Error, library_path, version
 
-_TORCH_API = ("all_gather_matmul", "matmul_reduce_scatter", "communicator", "shutdown", "Communicator")
+_TORCH_API = ("all_gather_matmul", "matmul_reduce_scatter", "communicator", "shutdown", "Communicator", "symmetric")
 
 __all__ = ["Error", "library_path", "version", *_TORCH_API]
 
@@ -22,6 +24,9 @@ def __getattr__(name):
         raise AttributeError(f"module 'asynctp' has no attribute {name!r}")
     try:
         from . import comm, ops  # noqa: PLC0415 (registers the torch ops on first use)
+
+        if name == "symmetric":  # a submodule: imported by name, as `from . import` would ask __getattr__
+            return importlib.import_module(".symmetric", __name__)
     except ImportError as e:
         raise ImportError(f"asynctp.{name} needs PyTorch ({e})") from e
     return getattr(ops, name, None) or getattr(comm, name)

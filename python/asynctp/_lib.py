@@ -6,7 +6,7 @@ import os
 import pathlib
 import threading
 
-C_API_VERSION = 3  # ASYNCTP_C_API_VERSION this module was written for
+C_API_VERSION = 4  # ASYNCTP_C_API_VERSION this module was written for
 MAX_DIMS = 6
 UNIQUE_ID_BYTES = 128
 
@@ -50,7 +50,34 @@ class OpOptions(ctypes.Structure):
     ]
 
 
+class WaitContext(ctypes.Structure):
+    """asynctp_wait_context: what a kernel's bounded wait needs (asynctp/device/signals.cuh)."""
+
+    _fields_ = [
+        ("fault", ctypes.c_void_p),
+        ("timeout_ns", ctypes.c_uint64),
+        ("rank", ctypes.c_int32),
+        ("unused", ctypes.c_int32),
+    ]
+
+
+class SymmetricInfo(ctypes.Structure):
+    _fields_ = [
+        ("buffer", ctypes.c_void_p),
+        ("bytes", ctypes.c_uint64),
+        ("buffer_ptrs_dev", ctypes.c_void_p),
+        ("signal_pad", ctypes.c_void_p),
+        ("signal_pad_ptrs_dev", ctypes.c_void_p),
+        ("signal_count", ctypes.c_int32),
+        ("rank", ctypes.c_int32),
+        ("world_size", ctypes.c_int32),
+        ("unused", ctypes.c_int32),
+        ("wait", WaitContext),
+    ]
+
+
 _Comm = ctypes.c_void_p
+_Sym = ctypes.c_void_p
 _int_p = ctypes.POINTER(ctypes.c_int)
 _SIGNATURES = {
     "asynctp_c_api_version": ([], ctypes.c_int),
@@ -81,6 +108,16 @@ _SIGNATURES = {
     ),
     "asynctp_refuse_call": ([_Comm, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int], ctypes.c_int),
     "asynctp_comm_synchronize": ([_Comm, ctypes.c_void_p], ctypes.c_int),
+    "asynctp_symmetric_create": ([_Comm, ctypes.c_uint64, ctypes.c_int, ctypes.POINTER(_Sym)], ctypes.c_int),
+    "asynctp_symmetric_destroy": ([_Sym], ctypes.c_int),
+    "asynctp_symmetric_get_info": ([_Sym, ctypes.POINTER(SymmetricInfo)], ctypes.c_int),
+    "asynctp_symmetric_peer": ([_Sym, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_void_p)],
+                               ctypes.c_int),
+    "asynctp_symmetric_put_signal": ([_Sym, ctypes.c_int, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p],
+                                     ctypes.c_int),
+    "asynctp_symmetric_wait_signal": ([_Sym, ctypes.c_int, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p],
+                                      ctypes.c_int),
+    "asynctp_symmetric_barrier": ([_Sym, ctypes.c_void_p], ctypes.c_int),
 }
 
 _lock = threading.Lock()

@@ -43,6 +43,7 @@ class Communicator:
         self._handle = handle
         self.rank, self.world_size, self.device = rank, world_size, device
         self.shares_nccl_comm = nccl_comm is not None  # the process group's own NCCL communicator
+        self.symmetric = []  # live asynctp.symmetric.SymmetricMemory on it, closed before it ends
 
     @property
     def handle(self):
@@ -56,7 +57,9 @@ class Communicator:
         _lib.call("comm_synchronize", self.handle, ctypes.c_void_p(stream.cuda_stream))
 
     def destroy(self):
-        """Collective: every rank of the group calls it."""
+        """Collective: every rank of the group calls it. Closes its symmetric memory first."""
+        while self.symmetric:
+            self.symmetric[-1].close()
         if self._handle is not None:
             handle, self._handle = self._handle, None
             _lib.call("comm_destroy", handle)

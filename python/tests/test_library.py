@@ -61,3 +61,26 @@ def test_ops_without_torch_say_they_need_it():
             asynctp.all_gather_matmul  # noqa: B018
     else:
         pytest.skip("PyTorch is installed here, so the ops load")
+
+
+def test_symmetric_memory_calls_refuse_handles_that_are_not_live():
+    info = _lib.SymmetricInfo()
+    with pytest.raises(asynctp.Error, match=r"^asynctp_symmetric_get_info: sym is NULL"):
+        _lib.call("symmetric_get_info", None, ctypes.byref(info))
+    bogus = ctypes.c_void_p(0x1000)
+    with pytest.raises(asynctp.Error, match=r"asynctp_symmetric_put_signal: sym is not a live symmetric memory handle"):
+        _lib.call("symmetric_put_signal", bogus, 0, 0, 1, None)
+    with pytest.raises(asynctp.Error, match=r"asynctp_symmetric_destroy: sym is not a live symmetric memory handle"):
+        _lib.call("symmetric_destroy", bogus)
+    _lib.call("symmetric_destroy", None)  # destroying NULL is allowed
+    with pytest.raises(asynctp.Error, match=r"asynctp_symmetric_create: sym \(the result\) is NULL"):
+        _lib.call("symmetric_create", None, 4096, 8, None)
+    with pytest.raises(asynctp.Error, match=r"asynctp_symmetric_create: comm is NULL"):
+        _lib.call("symmetric_create", None, 4096, 8, ctypes.byref(ctypes.c_void_p()))
+
+
+def test_the_symmetric_info_struct_is_laid_out_as_the_c_header_says():
+    # asynctp_symmetric_info in c_api.h: 5 pointer-sized fields, 4 int32, then the 24-byte wait context.
+    assert ctypes.sizeof(_lib.WaitContext) == 24
+    assert _lib.SymmetricInfo.wait.offset == 5 * 8 + 4 * 4
+    assert ctypes.sizeof(_lib.SymmetricInfo) == 5 * 8 + 4 * 4 + 24

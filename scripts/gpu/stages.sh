@@ -5,6 +5,7 @@
 # Usage: scripts/gpu/stages.sh BUILD_DIR STAGE...
 #   tests          every GPU test; the multi-rank ones at world sizes $WORLD_SIZES (default: 2,3,4 on
 #                  one GPU, in-process; else the tests' own), $GTEST_FILTER picks tests
+#   examples       asynctp-example-all-reduce (examples/one_shot_all_reduce.cuh) at 2 and 4 ranks
 #   faults         the fault and edge-input tests (Faults.*, Inputs.*, Refusals.*)
 #   soak N         asynctp-soak: N calls per op and algorithm, on 2 ranks
 #   sanitize       compute-sanitizer memcheck, racecheck and synccheck on 2-rank soaks of every
@@ -17,7 +18,9 @@
 #                  N times each (the fused kernel as a GEMM alone beside cuBLAS)
 #   torch          the PyTorch paths with torchrun on every GPU (one rank each, at least 1):
 #                  examples/two_ways_in.py (compile switch and DTensor styles against one GPU),
-#                  bench/binding_overhead.py at that world size and at 1, bench/communicator_cost.py
+#                  bench/binding_overhead.py at that world size and at 1, bench/communicator_cost.py,
+#                  bench/compiled_tp.py (a TP MLP compiled by inductor alone, with PyTorch's async TP, with asynctp's),
+#                  examples/triton_all_gather_matmul.py at 1 and at that world size
 set -uo pipefail
 build=${1:?usage: scripts/gpu/stages.sh BUILD_DIR STAGE...}
 shift
@@ -51,6 +54,12 @@ while [ $# -gt 0 ]; do
       echo "== GPU tests${sizes:+, world sizes $sizes}"
       [ -z "$sizes" ] || export ASYNCTP_TEST_WORLD_SIZES=$sizes
       gpu_tests gpu ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER}
+      ;;
+    examples)
+      echo "== asynctp-example-all-reduce at 2 and 4 ranks (threads over the visible GPUs)"
+      for ranks in 2 4; do
+        timeout 120 "$build/asynctp-example-all-reduce" "$ranks" || status=1
+      done
       ;;
     faults)
       echo "== fault and edge-input tests"
@@ -96,7 +105,8 @@ while [ $# -gt 0 ]; do
     torch)
       export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} ASYNCTP_LIBRARY=$(cd "$build" && pwd)/libasynctp_c.so
       for run in "$gpus examples/two_ways_in.py" "$gpus bench/binding_overhead.py" "1 bench/binding_overhead.py" \
-                 "$gpus bench/communicator_cost.py"; do
+                 "$gpus bench/communicator_cost.py" "$gpus bench/compiled_tp.py" "1 examples/triton_all_gather_matmul.py" \
+                 "$gpus examples/triton_all_gather_matmul.py"; do
         read -r ranks script <<<"$run"
         name=$(basename "$script" .py)_$ranks
         echo "== torchrun --nproc-per-node $ranks $script"

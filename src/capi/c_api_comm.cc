@@ -68,7 +68,14 @@ int asynctp_nccl_versions(int* runtime, int* build) {
 
 int asynctp_comm_destroy(asynctp_comm* comm) {
   return guarded([&] {
-    if (comms().remove(comm, "asynctp_comm_destroy", "comm", "communicator")) delete comm;
+    const char* fn = "asynctp_comm_destroy";
+    const auto has_symmetric = [&]() -> std::string {
+      const int symmetric = comm->symmetrics.load();
+      if (symmetric == 0) return {};
+      return cat(fn, ": comm still has ", symmetric, " symmetric memory handle(s); destroy them first ",
+                 "(asynctp_symmetric_destroy)");
+    };
+    if (comms().remove(comm, fn, "comm", "communicator", has_symmetric)) delete comm;
   });
 }
 

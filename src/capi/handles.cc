@@ -12,6 +12,11 @@ Registry& comms() {
   return *r;
 }
 
+Registry& symmetrics() {
+  static Registry* r = new Registry();
+  return *r;
+}
+
 Registry& groups() {
   static Registry* r = new Registry();
   return *r;

@@ -3,6 +3,8 @@
 // and a live one is not destroyed while another thread's call is using it.
 #pragma once
 
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -15,6 +17,7 @@
 
 struct asynctp_comm {
   std::unique_ptr<asynctp::Communicator> comm;
+  std::atomic<int> symmetrics{0};  // live asynctp_symmetric handles on it, which it must outlive
 };
 
 struct asynctp_group {
@@ -69,8 +72,10 @@ class Registry {
     std::lock_guard<std::mutex> lock(mu_);
     --live_.at(handle);
   }
-  // Forgets `handle`, which its caller then frees; false for NULL (nothing to do).
-  bool remove(const void* handle, const char* function, const char* argument, const char* kind) {
+  // Forgets `handle`, which its caller then frees; false for NULL (nothing to do). `refuse`, where
+  // given, runs once the handle is known live and may refuse to let it go (its message, or "").
+  bool remove(const void* handle, const char* function, const char* argument, const char* kind,
+              const std::function<std::string()>& refuse = nullptr) {
     if (handle == nullptr) return false;
     std::lock_guard<std::mutex> lock(mu_);
     const auto it = live_.find(handle);
@@ -80,6 +85,10 @@ class Registry {
     if (it->second > 0) {
       raise(cat(function, ": ", argument, " is in use by ", it->second, " call(s) on other threads; destroy it once ",
                 "they have returned"));
+    }
+    if (refuse) {
+      const std::string why = refuse();
+      if (!why.empty()) raise(why);
     }
     live_.erase(it);
     return true;
@@ -94,6 +103,7 @@ class Registry {
 // destruction).
 Registry& comms();
 Registry& groups();
+Registry& symmetrics();
 
 // A live handle, held for the length of one call: it cannot be destroyed meanwhile.
 template <typename Handle>

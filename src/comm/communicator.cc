@@ -15,6 +15,7 @@
 #include "asynctp/in_process.h"
 #include "asynctp/launcher.h"
 #include "asynctp/version.h"
+#include "comm/bounded_call.h"
 #include "comm/communicator_impl.h"
 #include "comm/in_process_transport.h"
 #include "comm/nccl_transport.h"
@@ -159,18 +160,27 @@ std::unique_ptr<Communicator> Communicator::create(int rank, int world_size, con
   ASYNCTP_CHECK(device < count, "Communicator::create: options.device is ", device, " but this process sees ", count,
                 " GPU(s) (check CUDA_VISIBLE_DEVICES)");
   ASYNCTP_CUDA_CHECK(cudaSetDevice(device));
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 1;
-  ncclComm_t comm = nullptr;
-  ASYNCTP_NCCL_CHECK(ncclCommInitRankConfig(&comm, world_size, id, rank, &config));
+  // NCCL's initialisation waits for every rank with no bound of its own: it runs with one.
+  const int bound_ms = comm::setup_bound_ms(detail::resolve_timeout_ms(options.timeout_ms));
+  const ncclUniqueId nccl_id = id;
+  const ncclComm_t comm = comm::within_bound<ncclComm_t>(
+      device, rank, bound_ms, "ncclCommInitRankConfig (making the NCCL communicator)", [nccl_id, world_size, rank] {
+        ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+        config.blocking = 1;
+        ncclComm_t made = nullptr;
+        ASYNCTP_NCCL_CHECK(ncclCommInitRankConfig(&made, world_size, nccl_id, rank, &config));
+        return made;
+      });
   std::unique_ptr<Impl> impl;
   bool owned = false;  // by the transport, once it is made: it aborts the communicator if set-up fails
   try {
-    impl = make_impl(rank, device, /*sharing=*/1, options, [comm, &owned](Impl* m) {
-      auto t = comm::make_nccl_transport(comm, /*owns=*/true, bounded_wait(m));
+    impl = make_impl(rank, device, /*sharing=*/1, options, [comm, &owned, bound_ms](Impl* m) {
+      auto t = comm::make_nccl_transport(comm, /*owns=*/true, bounded_wait(m), bound_ms);
       owned = true;
       return t;
     });
+  } catch (const comm::SetupStuck&) {
+    throw;  // an abort could block as well: NCCL is left to the process's end
   } catch (...) {
     if (!owned) ncclCommAbort(comm);
     throw;
@@ -185,8 +195,9 @@ std::unique_ptr<Communicator> Communicator::wrap(ncclComm_t comm, const Communic
   ASYNCTP_NCCL_CHECK(ncclCommUserRank(comm, &rank));
   ASYNCTP_NCCL_CHECK(ncclCommCuDevice(comm, &device));
   const detail::RankScope scope(rank);
-  auto impl = make_impl(rank, device, /*sharing=*/1, options, [comm](Impl* m) {
-    return comm::make_nccl_transport(comm, /*owns=*/false, bounded_wait(m));
+  const int bound_ms = comm::setup_bound_ms(detail::resolve_timeout_ms(options.timeout_ms));
+  auto impl = make_impl(rank, device, /*sharing=*/1, options, [comm, bound_ms](Impl* m) {
+    return comm::make_nccl_transport(comm, /*owns=*/false, bounded_wait(m), bound_ms);
   });
   return made(std::move(impl));
 }

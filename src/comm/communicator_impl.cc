@@ -122,7 +122,7 @@ Communicator::Impl::OrderedCall::OrderedCall(Impl& m, cudaStream_t stream, const
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   ASYNCTP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
   captured_ = capture != cudaStreamCaptureStatusNone;
-  if (!captured_ && m.last_stream != nullptr && m.last_stream != stream) {
+  if (!captured_ && m.last_stream.has_value() && *m.last_stream != stream) {
     ASYNCTP_CUDA_CHECK(cudaStreamWaitEvent(stream, m.last_call_end, 0));
   }
 }

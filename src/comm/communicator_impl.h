@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,8 +49,8 @@ struct Communicator::Impl {
   std::mutex call_mutex;
   // The last uncaptured call's stream and its end, which a call on another stream waits for: the
   // calls share scratch, workspace, flags and events, so they must also run one after another on the
-  // GPU (OrderedCall).
-  cudaStream_t last_stream = nullptr;
+  // GPU (OrderedCall). Empty before the first such call: nullptr is the legacy default stream.
+  std::optional<cudaStream_t> last_stream;
   cudaEvent_t last_call_end = nullptr;
   detail::DeviceFault* fault = nullptr;  // where this process's kernels report a timeout
 

@@ -2,11 +2,9 @@
 
 #include <nccl_device.h>
 
-#include <chrono>
 #include <cstring>
-#include <future>
-#include <thread>
 
+#include "comm/bounded_call.h"
 #include "common/check.h"
 
 namespace asynctp::comm {
@@ -21,18 +19,6 @@ constexpr size_t kExchangeBytes = 1024;
 // running, but an abort that blocks anyway (one did, with an NCCL kernel waiting on a peer whose
 // process was gone) must not turn an error into a hang.
 constexpr int kAbortWaitMs = 5000;
-
-// Runs ncclCommAbort on a thread of its own; true if it returned within kAbortWaitMs (else the thread
-// is left to it, and the process should end).
-bool abort_within_bound(ncclComm_t c) {
-  auto done = std::make_shared<std::promise<void>>();
-  std::future<void> finished = done->get_future();
-  std::thread([c, done] {
-    ncclCommAbort(c);
-    done->set_value();
-  }).detach();
-  return finished.wait_for(std::chrono::milliseconds(kAbortWaitMs)) == std::future_status::ready;
-}
 
 // NCCL 2.28 has no host-side getter for peer addresses (2.29 adds ncclGetLsaDevicePointer), but the
 // device API computes them from the window; read once here, they serve both kernels and the copy engine.
@@ -51,7 +37,8 @@ ncclDataType_t nccl_type(DType t) {
 
 class NcclTransport final : public Transport {
  public:
-  NcclTransport(ncclComm_t comm, bool owns, BoundedWait wait) : comm_(comm), owns_(owns), wait_(std::move(wait)) {
+  NcclTransport(ncclComm_t comm, bool owns, BoundedWait wait, int setup_bound_ms)
+      : comm_(comm), owns_(owns), wait_(std::move(wait)), setup_bound_ms_(setup_bound_ms) {
     ASYNCTP_NCCL_CHECK(ncclCommUserRank(comm, &rank_));
     ASYNCTP_NCCL_CHECK(ncclCommCount(comm, &world_size_));
     ASYNCTP_NCCL_CHECK(ncclCommCuDevice(comm, &device_));
@@ -59,18 +46,29 @@ class NcclTransport final : public Transport {
     const ncclTeam_t team = ncclTeamLsa(comm);
     lsa_ = Team{team.rank, team.nRanks};
     for (int i = 0; i < team.nRanks; ++i) lsa_world_.push_back(ncclTeamRankToWorld(comm, team, i));
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 1;
-    ASYNCTP_NCCL_CHECK(ncclCommSplit(comm_, 0, rank_, &check_comm_, &config));
+    // The split and the device communicator are collective: they wait for every rank, with a bound.
+    check_comm_ = within_bound<ncclComm_t>(
+        device_, rank_, setup_bound_ms_, "ncclCommSplit (the communicator of the host-side exchanges)",
+        [comm = comm_, rank = rank_] {
+          ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+          config.blocking = 1;
+          ncclComm_t split = nullptr;
+          ASYNCTP_NCCL_CHECK(ncclCommSplit(comm, 0, rank, &split, &config));
+          return split;
+        });
     ASYNCTP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     ASYNCTP_CUDA_CHECK(cudaMalloc(&exchange_dev_, kExchangeBytes * static_cast<size_t>(world_size_)));
     ASYNCTP_CUDA_CHECK(cudaMallocHost(&exchange_host_, kExchangeBytes * static_cast<size_t>(world_size_ + 1)));
 
-    ncclDevCommRequirements reqs;
-    std::memset(&reqs, 0, sizeof reqs);
-    reqs.lsaBarrierCount = kLsaBarrierCount;
-    reqs.lsaMultimem = false;  // NVLink multicast stays off: it can take the host's GPUs out of service
-    ASYNCTP_NCCL_CHECK(ncclDevCommCreate(comm_, &reqs, &dev_comm_));
+    dev_comm_ = within_bound<ncclDevComm>(device_, rank_, setup_bound_ms_, "ncclDevCommCreate", [comm = comm_] {
+      ncclDevCommRequirements reqs;
+      std::memset(&reqs, 0, sizeof reqs);
+      reqs.lsaBarrierCount = kLsaBarrierCount;
+      reqs.lsaMultimem = false;  // NVLink multicast stays off: it can take the host's GPUs out of service
+      ncclDevComm made{};
+      ASYNCTP_NCCL_CHECK(ncclDevCommCreate(comm, &reqs, &made));
+      return made;
+    });
     has_dev_comm_ = true;
   }
 
@@ -93,6 +91,7 @@ class NcclTransport final : public Transport {
   std::vector<std::string> exchange(const std::string& mine, const char* what) override {
     ASYNCTP_CHECK(mine.size() <= kExchangeBytes, what, ": ", mine.size(), " bytes to exchange; at most ", kExchangeBytes);
     if (world_size_ == 1) return {mine};
+    refuse_if_stuck();
     const size_t bytes = mine.size();
     auto* host = static_cast<char*>(exchange_host_);  // pinned: the copies below are plain DMA
     std::memcpy(host, mine.data(), bytes);
@@ -110,6 +109,7 @@ class NcclTransport final : public Transport {
   size_t alignment() const override { return NCCL_WIN_REQUIRED_ALIGNMENT; }
 
   SymmetricMapping map_symmetric(size_t bytes) override {
+    refuse_if_stuck();
     SymmetricMapping m;
     m.bytes = (bytes + alignment() - 1) / alignment() * alignment();
     ASYNCTP_CUDA_CHECK(cudaSetDevice(device_));
@@ -118,7 +118,19 @@ class NcclTransport final : public Transport {
     // any peer can use the memory.
     ASYNCTP_CUDA_CHECK(cudaMemsetAsync(m.local, 0, m.bytes, stream_));
     ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    ASYNCTP_NCCL_CHECK(ncclCommWindowRegister(comm_, m.local, m.bytes, &m.window, NCCL_WIN_COLL_SYMMETRIC));
+    try {
+      m.window = within_bound<ncclWindow_t>(
+          device_, rank_, setup_bound_ms_, "ncclCommWindowRegister (symmetric memory)",
+          [comm = comm_, local = m.local, bytes = m.bytes] {
+            ncclWindow_t window = nullptr;
+            ASYNCTP_NCCL_CHECK(ncclCommWindowRegister(comm, local, bytes, &window, NCCL_WIN_COLL_SYMMETRIC));
+            return window;
+          });
+    } catch (const SetupStuck& e) {
+      stuck_ = e.what();  // every later NCCL call of this transport refuses, quoting it
+      nccl_done_ = true;
+      throw;
+    }
     const int n = lsa_.size;
     ASYNCTP_CUDA_CHECK(cudaMalloc(&m.device_peers, sizeof(void*) * n));
     read_lsa_pointers<<<1, 32, 0, stream_>>>(m.window, n, m.device_peers);
@@ -130,18 +142,30 @@ class NcclTransport final : public Transport {
   }
 
   void unmap_symmetric(SymmetricMapping& m) override {
-    if (m.window) ncclCommWindowDeregister(comm_, m.window);
+    if (nccl_done_) {  // NCCL is aborted or stuck: its memory goes with the process
+      m = SymmetricMapping{};
+      return;
+    }
+    // Deregistering is collective: a peer that is gone would hold it for good, so it has the set-up
+    // bound, and past it NCCL is left to the process's end.
+    if (m.window && !finish_within_bound("ncclCommWindowDeregister (symmetric memory)",
+                                         [comm = comm_, window = m.window] { ncclCommWindowDeregister(comm, window); })) {
+      m = SymmetricMapping{};
+      return;
+    }
     if (m.local) ncclMemFree(m.local);
     if (m.device_peers) cudaFree(m.device_peers);
     m = SymmetricMapping{};
   }
 
   void all_gather(const void* send, void* recv, size_t bytes, cudaStream_t stream) override {
+    refuse_if_stuck();
     ASYNCTP_NCCL_CHECK(ncclAllGather(send, recv, bytes, ncclChar, comm_, stream));
   }
 
   void reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                       cudaStream_t stream) override {
+    refuse_if_stuck();
     ASYNCTP_NCCL_CHECK(ncclReduceScatter(send, recv, count, nccl_type(dtype), op == ReduceOp::kAvg ? ncclAvg : ncclSum,
                                          comm_, stream));
   }
@@ -162,8 +186,10 @@ class NcclTransport final : public Transport {
       return "; an NCCL kernel may still be waiting on the device: end the process (its exit reclaims the GPU)";
     }
     bool finished = true;
-    if (check_comm_ != nullptr) finished = abort_within_bound(check_comm_);
-    if (owns_) finished = abort_within_bound(comm_) && finished;
+    if (check_comm_ != nullptr) {
+      finished = finish_within_bound("ncclCommAbort", kAbortWaitMs, [c = check_comm_] { ncclCommAbort(c); });
+    }
+    if (owns_) finished = finish_within_bound("ncclCommAbort", kAbortWaitMs, [c = comm_] { ncclCommAbort(c); }) && finished;
     nccl_done_ = true;
     if (!owns_) return "; call ncclCommAbort on the communicator given to Communicator::wrap (asynctp does not own it)";
     return finished ? "; NCCL was aborted"
@@ -172,11 +198,14 @@ class NcclTransport final : public Transport {
 
   void shutdown(bool healthy) override {
     shut_down_ = true;
-    if (healthy) {
+    if (healthy && !nccl_done_) {
       cudaFree(exchange_dev_);
       cudaFreeHost(exchange_host_);
-      if (check_comm_) ncclCommDestroy(check_comm_);
-      if (has_dev_comm_) ncclDevCommDestroy(comm_, &dev_comm_);
+      // Destroying waits for the peers' side of NCCL's work: bounded like the set-up.
+      if (check_comm_) finish_within_bound("ncclCommDestroy (the exchanges' communicator)", [c = check_comm_] { ncclCommDestroy(c); });
+      if (has_dev_comm_ && !nccl_done_) {
+        finish_within_bound("ncclDevCommDestroy", [comm = comm_, dev = dev_comm_]() mutable { ncclDevCommDestroy(comm, &dev); });
+      }
     } else if (check_comm_ && !nccl_done_) {
       ncclCommAbort(check_comm_);
     }
@@ -184,7 +213,7 @@ class NcclTransport final : public Transport {
     stream_ = nullptr;
     if (owns_ && !nccl_done_) {
       if (healthy) {
-        ncclCommDestroy(comm_);
+        finish_within_bound("ncclCommDestroy", [c = comm_] { ncclCommDestroy(c); });
       } else {
         ncclCommAbort(comm_);
       }
@@ -193,9 +222,39 @@ class NcclTransport final : public Transport {
   }
 
  private:
+  // Runs a teardown call of NCCL's (an abort, a destroy, a deregistration) with a bound, the set-up
+  // bound unless given; false where it did not return (then NCCL is left to the process's end:
+  // nccl_done_, and later calls refuse quoting why).
+  template <typename Fn>
+  bool finish_within_bound(const char* what, Fn fn) {
+    return finish_within_bound(what, setup_bound_ms_, fn);
+  }
+  template <typename Fn>
+  bool finish_within_bound(const char* what, int bound_ms, Fn fn) {
+    try {
+      within_bound<int>(device_, rank_, bound_ms, what, [fn]() mutable {
+        fn();
+        return 0;
+      });
+      return true;
+    } catch (const SetupStuck& e) {
+      stuck_ = e.what();
+      nccl_done_ = true;
+      return false;
+    } catch (...) {
+      return true;  // teardown errors were ignored before as well: nothing more can be done
+    }
+  }
+
+  void refuse_if_stuck() const {
+    if (!stuck_.empty()) detail::raise(detail::cat("this communicator's NCCL is stuck in set-up: ", stuck_));
+  }
+
   ncclComm_t comm_ = nullptr;
   bool owns_ = false;
   BoundedWait wait_;
+  int setup_bound_ms_ = 0;
+  std::string stuck_;  // a set-up call that did not return within its bound (SetupStuck's message)
   int rank_ = 0, world_size_ = 1, device_ = 0;
   Team lsa_;
   std::vector<int> lsa_world_;
@@ -211,8 +270,8 @@ class NcclTransport final : public Transport {
 
 }  // namespace
 
-std::unique_ptr<Transport> make_nccl_transport(ncclComm_t comm, bool owns, BoundedWait wait) {
-  return std::make_unique<NcclTransport>(comm, owns, std::move(wait));
+std::unique_ptr<Transport> make_nccl_transport(ncclComm_t comm, bool owns, BoundedWait wait, int setup_bound_ms) {
+  return std::make_unique<NcclTransport>(comm, owns, std::move(wait), setup_bound_ms);
 }
 
 }  // namespace asynctp::comm

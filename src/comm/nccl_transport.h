@@ -11,7 +11,9 @@
 
 namespace asynctp::comm {
 
-// `comm` is owned (destroyed or aborted here) when `owns`. `wait` bounds the exchanges' GPU work.
-std::unique_ptr<Transport> make_nccl_transport(ncclComm_t comm, bool owns, BoundedWait wait);
+// `comm` is owned (destroyed or aborted here) when `owns`. `wait` bounds the exchanges' GPU work;
+// setup_bound_ms NCCL's collective set-up calls (split, device communicator, window registration),
+// which throw comm::SetupStuck past it (comm/bounded_call.h).
+std::unique_ptr<Transport> make_nccl_transport(ncclComm_t comm, bool owns, BoundedWait wait, int setup_bound_ms);
 
 }  // namespace asynctp::comm

@@ -96,6 +96,43 @@ int two_streams_with_skew(RankContext& ctx) {
   return 0;
 }
 
+// A call on the legacy default stream (nullptr), then one on a non-blocking stream: the second waits
+// on the GPU for the first, as for any two streams. The legacy stream holds a copy 50 ms behind a
+// kernel before its barrier; the next barrier, on the other stream, must find the copy done. Ranks
+// that are threads sharing a GPU would share its legacy stream too, so each rank has a GPU of its own.
+int legacy_stream_then_another(RankContext& ctx) {
+  auto comm = make_comm(ctx);
+  Stream other;
+  unsigned* x = nullptr;
+  RANK_CUDA(cudaMallocAsync(reinterpret_cast<void**>(&x), sizeof *x, other.s));
+  RANK_CUDA(cudaMemsetAsync(x, 0, sizeof *x, other.s));
+  RANK_CUDA(cudaStreamSynchronize(other.s));
+  for (unsigned round = 1; round <= 3; ++round) {
+    hold_stream<<<1, 1, 0, nullptr>>>(50000000);
+    RANK_CUDA(cudaMemsetAsync(x, static_cast<int>(round), sizeof *x, nullptr));
+    comm->barrier(nullptr);
+    comm->barrier(other.s);
+    unsigned seen = 0;
+    RANK_CUDA(cudaMemcpyAsync(&seen, x, sizeof seen, cudaMemcpyDeviceToHost, other.s));
+    comm->synchronize(other.s);
+    RANK_CHECK(seen == round * 0x01010101u, "round ", round, ": the barrier on the other stream ran before the ",
+               "legacy stream's work (read ", seen, ")");
+  }
+  RANK_CUDA(cudaFreeAsync(x, other.s));
+  comm->synchronize(other.s);
+  return 0;
+}
+
+TEST(Concurrency, ACallOnTheLegacyDefaultStreamOrdersTheNextOnAnother_1Rank) {
+  REQUIRE_GPUS(1);
+  RUN_RANKS(1, legacy_stream_then_another);
+}
+
+TEST(Concurrency, ACallOnTheLegacyDefaultStreamOrdersTheNextOnAnother_2Ranks) {
+  REQUIRE_GPUS(2);
+  RUN_RANKS(2, legacy_stream_then_another);
+}
+
 TEST(Concurrency, TwoThreadsOnOneCommunicatorRunOneAfterAnother) {
   RUN_EVERY_WORLD_SIZE(two_threads);
 }

@@ -257,5 +257,33 @@ TEST(InProcess, APeerThatNeverCallsIsNamedAndALateOneFailsToo) {
   }
 }
 
+// Making a communicator waits for every rank inside NCCL, which has no bound of its own: rank 1 never
+// makes its communicator, and rank 0's creation ends with an error naming the call once the set-up
+// bound has passed (the timeout, at least 10 s). NCCL is left as it is, so rank 0's process ends.
+TEST(Faults, APeerThatNeverJoinsEndsTheOthersCreationWithAnError) {
+  REQUIRE_GPU_PROCESSES(2);
+  RUN_RANK_PROCESSES(2, [](RankContext& ctx) {
+    if (ctx.rank == 1) {
+      ctx.allgather("rank 0 gave up");
+      return 0;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string message;
+    try {
+      auto comm = make_comm(ctx, kTimeoutMs);
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("rank 0 after %.2f s: %s\n", took, message.c_str());
+    std::fflush(stdout);
+    RANK_CHECK(contains(message, "ncclCommInitRankConfig (making the NCCL communicator) did not return within 10000 ms"),
+               message);
+    RANK_CHECK(took >= 9.5 && took < 20.0, "took ", took, " s");
+    ctx.allgather("rank 0 gave up");
+    return 0;
+  });
+}
+
 }  // namespace
 }  // namespace asynctp

@@ -13,6 +13,7 @@
 
 #include "asynctp/asynctp.h"
 #include "asynctp/launcher.h"
+#include "common/check.h"  // detail::cat, in RANK_CHECK
 
 namespace asynctp::testing {
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "asynctp/c_api.h"
+#include "c_comm.h"
 #include "comm/communicator_impl.h"
 #include "ops/refuse.h"
 #include "ops_problems.h"
@@ -109,40 +110,6 @@ TEST(Refusals, TooManyArgumentsOnOneRankReachThePeersAtOnce) {
   RUN_EVERY_WORLD_SIZE(too_many_arguments_reach_the_peers);
 }
 
-// A C API communicator for this rank: through an NCCL unique id, or an in-process group of the C API's
-// own that rank 0 makes and the others are handed (the ranks are threads of one process then).
-struct CComm {
-  asynctp_comm* comm = nullptr;
-  asynctp_group* group = nullptr;
-  RankContext& ctx;
-  explicit CComm(RankContext& c) : ctx(c) {
-    if (ctx.group) {
-      if (ctx.rank == 0) {
-        std::vector<int> devices;
-        for (int r = 0; r < ctx.world_size; ++r) devices.push_back(ctx.group->device_of(r));
-        RANK_CHECK(asynctp_in_process_group_create(ctx.world_size, devices.data(), ctx.world_size, &group) == 0,
-                   asynctp_last_error());
-      }
-      const std::vector<std::string> all = ctx.allgather(std::to_string(reinterpret_cast<uintptr_t>(group)));
-      group = reinterpret_cast<asynctp_group*>(static_cast<uintptr_t>(std::stoull(all[0])));
-      RANK_CHECK(asynctp_comm_create_in_process(group, ctx.rank, kTimeoutMs, nullptr, 0, &comm) == 0,
-                 asynctp_last_error());
-    } else {
-      unsigned char id[ASYNCTP_C_UNIQUE_ID_BYTES] = {};
-      if (ctx.rank == 0) RANK_CHECK(asynctp_get_unique_id(id) == 0, asynctp_last_error());
-      const std::vector<std::string> all = ctx.allgather(std::string(reinterpret_cast<const char*>(id), sizeof id));
-      RANK_CHECK(asynctp_comm_create(ctx.rank, ctx.world_size, reinterpret_cast<const unsigned char*>(all[0].data()),
-                                     ctx.device, kTimeoutMs, nullptr, &comm) == 0,
-                 asynctp_last_error());
-    }
-  }
-  ~CComm() {
-    asynctp_comm_destroy(comm);
-    ctx.barrier();
-    if (ctx.rank == 0) asynctp_in_process_group_destroy(group);
-  }
-};
-
 asynctp_tensor c_tensor(const TensorRef& t) {
   asynctp_tensor c{};
   c.data = t.data;
@@ -158,7 +125,7 @@ asynctp_tensor c_tensor(const TensorRef& t) {
 // Rank 0's C call is refused by the C API itself (a reduce_op it does not know); the others' C calls
 // are fine and must fail at once naming rank 0.
 int c_api_refusal_reaches_the_peers(RankContext& ctx) {
-  CComm c(ctx);
+  CComm c(ctx, kTimeoutMs);
   Stream st;
   reference::Fp32Gemm fp32;
   RsProblem q(ctx.world_size, ctx.rank, 256 * ctx.world_size, 256, 256 * ctx.world_size, st.s);

@@ -1,6 +1,6 @@
 // Internal: where the fused reduce-scatter's staged tiles lie, and how a rank's rows are cut into the
 // chunks the copy engine pushes. Host code only; shared by the op (algo/fused_matmul_reduce_scatter.cc)
-// and asynctp-rs-lab (tools/rs_lab.cu), which must stage and push exactly as the op does.
+// and asynctp-rs-lab (tools/rs_lab/), which must stage and push exactly as the op does.
 #pragma once
 
 #include <algorithm>

@@ -1,66 +1,40 @@
-// asynctp-rs-lab: the fused reduce-scatter's kernel on one GPU, as rank 0 of two, beside the same
-// kernel as a plain GEMM and cuBLASLt, so that what the kernel itself costs inside the op can be
-// measured, and changed, on a machine of one GPU (docs/performance.md, "One GPU").
-//
-// The peer is this GPU itself, and its chunks are already in the inbox: before the timed calls, the
-// staged tiles of rank 1's rows are copied into the inbox slot where rank 1's copy of this rank's rows
-// would land, so that own row r ends as P[r] + P[m + r] (P the partial product, m = M / 2), which is
-// checked against an fp32 GEMM. Then each call either finds the peer's arrived flags up at its
-// launch (preset: no own tile waits) or has them raised, chunk by chunk, by stream memory operations
-// that wait for the chunk's staged count as the op's pushes do (signalled), but copy nothing: a copy
-// within one GPU runs as a kernel, which could not start beside the persistent GEMM that waits for it
-// (the op's copies go to another GPU, on a copy engine). So what the lab shows is the kernel's own
-// cost of staging and reducing, and of its own tiles waiting for chunks as soon as they are staged;
-// not the copy engine's traffic, nor the time a chunk takes to cross NVLink.
-//
-// The pushed call is the epilogue's way pushed from the kernel (reduce_scatter_tiles.h, push_inbox):
-// the kernel stores rank 1's rows into a buffer of their own (the peer's inbox, checked against the
-// staged tiles) and counts them into the very counts its own tiles wait for, as if the peer pushed
-// its chunks at the same moments; it waits for, and raises, a done flag of its own. That is the
-// memory traffic of the op on two GPUs (each GPU's inbox written once, by the peer), less NVLink.
-//
-// Built with the tools; `asynctp-rs-lab --help` says how to run it.
+// asynctp-rs-lab: one partial GEMM's buffers and the calls timed on them (main.cu says what the lab
+// measures and how).
+#pragma once
+
 #include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <memory>
-#include <numeric>
-#include <optional>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "algo/fused.h"
-#include "asynctp/error.h"
-#include "bench/device_buffer.h"
-#include "cli/parse.h"
-#include "gpu_hold.cuh"
 #include "asynctp/ops.h"
+#include "bench/device_buffer.h"
 #include "common/check.h"
 #include "common/device_fault.h"
 #include "common/driver_api.h"
 #include "gemm/cublaslt_gemm.h"
+#include "gpu_hold.cuh"
 #include "kernels/fused/fused_gemm.h"
 #include "kernels/fused/staged_layout.h"
 #include "kernels/fused/tail_split.h"
 #include "kernels/fused/tile_trace.h"
 #include "reference/reference.h"
+#include "rs_lab/options.h"
 
-namespace {
+namespace asynctp::rs_lab {
 
-using namespace asynctp;
 using bench::DeviceBuffer;
 using kernels::fused::FusedGemmArgs;
 using kernels::fused::RowChunks;
 using kernels::fused::StagedLayout;
 
-// Exit status where no GPU is visible: what CTest's SKIP_RETURN_CODE takes (tests/CMakeLists.txt).
-constexpr int kNoGpu = 77;
 constexpr int kPeer = 1;  // this GPU plays rank 0; rank 1's rows are the ones it stages
 // The kernel's staged counters (one per rank and chunk) and the done count after them.
 // The staged counters of a two-rank team, laid out as the op's (chunk_slots.h).
@@ -69,124 +43,16 @@ constexpr size_t kCounterBytes = kCounters.words() * sizeof(uint32_t);
 // A wait in the kernel that has not ended by then will not.
 constexpr uint64_t kWaitNs = 2'000'000'000ull;
 
-struct Options {
-  std::vector<std::array<int64_t, 3>> shapes = {
-      {4096, 3584, 4096}, {2048, 3584, 4096}, {4096, 6656, 8192}, {16384, 8192, 4096}, {12288, 7168, 2048}};
-  int iters = 30;
-  int warmup = 5;
-  int chunks = 0;  // 0: as the op chooses
-  bool queued = false;
-  std::string trace;
-  std::vector<std::string> calls;  // empty: all of kCalls
-};
-
-// The calls the lab can time, in the order of its table's columns (and the trace files' names).
-struct CallKind {
-  const char* name;
-  enum { kCublas, kCublasWithC, kPlain, kReduceScatter } what;
-  bool epilogue = false;   // a reduce-scatter's way
-  bool signalled = false;  // and its flags
-  bool pushed = false;     // the epilogue's way, pushed from the kernel
-};
-constexpr CallKind kCalls[] = {
-    {"cublaslt", CallKind::kCublas},
-    {"cublaslt-c", CallKind::kCublasWithC},
-    {"plain", CallKind::kPlain},
-    {"epilogue-preset", CallKind::kReduceScatter, true, false},
-    {"epilogue-signalled", CallKind::kReduceScatter, true, true},
-    {"fixup-preset", CallKind::kReduceScatter, false, false},
-    {"fixup-signalled", CallKind::kReduceScatter, false, true},
-    {"epilogue-pushed", CallKind::kReduceScatter, true, true, true},
-};
-
-const char* kUsage =
-    "usage: asynctp-rs-lab [--shapes MxNxK,...] [--iters N] [--warmup N] [--chunks N] [--queued]\n"
-    "                      [--calls NAME,...] [--trace DIR]\n"
-    "\n"
-    "The fused reduce-scatter's partial GEMM (M rows of both ranks, K per rank) on the current GPU as\n"
-    "rank 0 of two, bf16, B row-major, timed beside the same kernel as a plain GEMM and cuBLASLt\n"
-    "(without and with a source C of all M rows). Both ways of reducing (epilogue, fixup), each with\n"
-    "the peer's arrived flags up before the launch (preset) or raised as each chunk's staged count\n"
-    "completes (signalled); nothing is copied; or the epilogue's way pushed from the kernel (pushed;\n"
-    "see tools/rs_lab.cu). Results are checked first. Each\n"
-    "call starts on an idle GPU (unless --queued); one call of each per round, rounds in shuffled\n"
-    "order; medians, µs.\n"
-    "  --shapes   partial GEMMs (default: the seed shapes' on two ranks and 12288x7168x2048)\n"
-    "  --chunks   chunks per rank (default 0: the op's choice)\n"
-    "  --calls    which of cublaslt, cublaslt-c, plain, epilogue-preset, epilogue-signalled,\n"
-    "             fixup-preset, fixup-signalled, epilogue-pushed to run (default all; e.g. for ncu,\n"
-    "             which cannot run a signalled call: its kernel waits for flags that a stream raises\n"
-    "             beside it)\n"
-    "  --queued   time each call behind a kernel that keeps the GPU busy while the host enqueues it:\n"
-    "             the GPU's time alone, without the host's before the launch\n"
-    "  --trace    run each call once between two kernels that stamp the GPU's timer, print where its\n"
-    "             GPU time goes (before the first CTA, tiles, after the last epilogue), and write\n"
-    "             the fused kernel's tile trace (ASYNCTP_TRACE_TILES) to DIR\n"
-    "Exit status: 0 every result correct, 1 a wrong result, 2 bad arguments or a CUDA failure,\n"
-    "77 no GPU visible.\n";
-
-int parse_int(const std::string& flag, const std::string& text, int lo, int hi) {
-  const std::optional<int64_t> v = tools::integer_in(text, lo, hi);
-  ASYNCTP_CHECK(v.has_value(), flag, " expects an integer from ", lo, " to ", hi, ", got '", text, "'");
-  return static_cast<int>(*v);
-}
-
-Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "-h" || a == "--help") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    }
-    if (a == "--queued") {
-      o.queued = true;
-      continue;
-    }
-    ASYNCTP_CHECK(i + 1 < argc, a, " needs a value");
-    const std::string v = argv[++i];
-    if (a == "--shapes") {
-      o.shapes.clear();
-      for (const std::string& item : tools::split(v, ',')) {
-        long long m = 0, n = 0, k = 0;
-        ASYNCTP_CHECK(std::sscanf(item.c_str(), "%lldx%lldx%lld", &m, &n, &k) == 3 && m > 0 && n > 0 && k > 0,
-                      "--shapes: '", item, "' is not MxNxK");
-        ASYNCTP_CHECK(m % (2 * kernels::fused::kClusterRows) == 0 && n % 8 == 0 && k % 8 == 0,
-                      "--shapes: M must be a multiple of ", 2 * kernels::fused::kClusterRows,
-                      " (two ranks of whole clusters), N and K of 8");
-        o.shapes.push_back({m, n, k});
-      }
-    } else if (a == "--iters") {
-      o.iters = parse_int(a, v, 1, 100000);
-    } else if (a == "--warmup") {
-      o.warmup = parse_int(a, v, 0, 100000);
-    } else if (a == "--chunks") {
-      o.chunks = parse_int(a, v, 0, kMaxChunksPerRank);
-    } else if (a == "--trace") {
-      o.trace = v;
-    } else if (a == "--calls") {
-      for (const std::string& name : tools::split(v, ',')) {
-        ASYNCTP_CHECK(std::any_of(std::begin(kCalls), std::end(kCalls), [&](const CallKind& k) { return name == k.name; }),
-                      "--calls: '", name, "' is not one of the calls --help lists");
-        o.calls.push_back(name);
-      }
-    } else {
-      detail::raise(detail::cat("unknown option ", a, "\n", kUsage));
-    }
-  }
-  return o;
-}
-
-__global__ void add_second_half(float* r, int64_t half) {
+inline __global__ void add_second_half(float* r, int64_t half) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < half; i += int64_t(gridDim.x) * blockDim.x) {
     r[i] += r[half + i];
   }
 }
 
-__global__ void empty_kernel() {}
+inline __global__ void empty_kernel() {}
 
-CUstream cu(cudaStream_t s) { return reinterpret_cast<CUstream>(s); }
-CUdeviceptr cu(const void* p) { return reinterpret_cast<CUdeviceptr>(p); }
+inline CUstream cu(cudaStream_t s) { return reinterpret_cast<CUstream>(s); }
+inline CUdeviceptr cu(const void* p) { return reinterpret_cast<CUdeviceptr>(p); }
 
 // One call of a function under test: its set-up (untimed, on an idle GPU), then the call itself.
 struct Call {
@@ -486,98 +352,4 @@ class Shape {
   std::unique_ptr<FusedGemmArgs> traced_;  // the traced call's kernel, until traced() has written it
 };
 
-int run(const Options& o) {
-  int gpus = 0;
-  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0) {
-    std::printf("asynctp-rs-lab: no GPU visible; nothing run\n");
-    return kNoGpu;
-  }
-  if (!o.trace.empty()) setenv("ASYNCTP_TRACE_TILES", o.trace.c_str(), 1);
-  kernels::fused::load_fused_gemm_kernels();
-  cudaStream_t main = nullptr, pushes = nullptr;
-  int lowest = 0, highest = 0;
-  ASYNCTP_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lowest, &highest));
-  ASYNCTP_CUDA_CHECK(cudaStreamCreateWithFlags(&main, cudaStreamNonBlocking));
-  ASYNCTP_CUDA_CHECK(cudaStreamCreateWithPriority(&pushes, cudaStreamNonBlocking, highest));  // as the op's
-  cudaEvent_t start = nullptr, stop = nullptr;
-  ASYNCTP_CUDA_CHECK(cudaEventCreate(&start));
-  ASYNCTP_CUDA_CHECK(cudaEventCreate(&stop));
-  cublasLtHandle_t handle = nullptr;
-  ASYNCTP_CHECK(cublasLtCreate(&handle) == CUBLAS_STATUS_SUCCESS, "cublasLtCreate failed");
-  bool all_ok = true;
-  {
-    gemm::GemmRunner runner;
-    runner.init(handle);
-    std::vector<CallKind> chosen;
-    for (const CallKind& k : kCalls) {
-      if (o.calls.empty() || std::find(o.calls.begin(), o.calls.end(), k.name) != o.calls.end()) chosen.push_back(k);
-    }
-    std::printf("partial M x N x K | chunks |");
-    for (const CallKind& k : chosen) std::printf(" %s |", k.name);
-    std::printf(" (µs, medians of %d%s)\n", o.iters, o.queued ? ", queued" : "");
-    for (const auto& s : o.shapes) {
-      Shape shape(s[0], s[1], s[2], o.chunks, main, pushes);
-      shape.set_events(start, stop);
-      std::vector<Call> calls;
-      for (const CallKind& k : chosen) calls.push_back(shape.call(k, runner));
-      // Correct first: each chosen reduce-scatter call on its own way's chunks in the inbox (timed calls
-      // of the other way then read the wrong layout there: their results are not checked, and cost the
-      // same).
-      bool ok = true;
-      for (size_t i = 0; i < chosen.size(); ++i) {
-        if (chosen[i].what != CallKind::kReduceScatter) continue;
-        shape.fill_inbox(chosen[i].epilogue);
-        shape.once(calls[i]);
-        ok = shape.check(chosen[i].name) && ok;
-        if (chosen[i].pushed) ok = shape.check_pushed() && ok;
-      }
-      all_ok = all_ok && ok;
-      if (!o.trace.empty()) {
-        std::printf("  traced (µs): call | kernel before to first CTA | first CTA to last epilogue | last epilogue "
-                    "to kernel after | kernel before to kernel after\n");
-        const Call empty = {[] {}, [main] { empty_kernel<<<1, 32, 0, main>>>(); }};
-        std::printf("  an empty kernel | - | - | - | %.1f\n", shape.traced(empty, "").total);
-        for (size_t i = 0; i < calls.size(); ++i) {
-          const char* name = chosen[i].name;
-          const Shape::Span t = shape.traced(calls[i], name);
-          if (t.fused) {
-            std::printf("  %s | %.1f | %.1f | %.1f | %.1f\n", name, t.before, t.tiles, t.after, t.total);
-          } else {
-            std::printf("  %s | - | - | - | %.1f\n", name, t.total);
-          }
-        }
-      }
-      for (int i = 0; i < o.warmup; ++i) {
-        for (const Call& c : calls) shape.time(c, o.queued);
-      }
-      std::vector<std::vector<float>> us(calls.size());
-      std::vector<size_t> order(calls.size());
-      std::iota(order.begin(), order.end(), size_t{0});
-      std::mt19937 rng(20261123);
-      for (int i = 0; i < o.iters; ++i) {
-        std::shuffle(order.begin(), order.end(), rng);
-        for (const size_t c : order) us[c].push_back(shape.time(calls[c], o.queued));
-      }
-      std::printf("%s | %d |", shape.text().c_str(), shape.chunks());
-      for (auto& u : us) {
-        std::sort(u.begin(), u.end());
-        std::printf(" %.1f |", u[u.size() / 2]);
-      }
-      std::printf("%s\n", ok ? "" : " (WRONG results above)");
-      std::fflush(stdout);
-    }
-  }
-  cublasLtDestroy(handle);
-  return all_ok ? 0 : 1;
-}
-
-}  // namespace
-
-int main(int argc, char** argv) {
-  try {
-    return run(parse(argc, argv));
-  } catch (const asynctp::Error& e) {
-    std::fprintf(stderr, "asynctp-rs-lab: %s\n", e.what());
-    return 2;
-  }
-}
+}  // namespace asynctp::rs_lab
