@@ -2,7 +2,8 @@
 """Keeps the docs true to the tree: the ASYNCTP_* environment variables declared in src/common/env.h's
 table (and named nowhere else in src/) are those of docs/reference/environment.md's table, with the
 same use and values; every relative link in README.md and docs/ names a file (and heading) that
-exists; no tracked line tells of the work periods that built the project."""
+exists; the C API version is the same in its header, its reference and the Python package; no tracked
+line tells of the work periods that built the project."""
 import os
 import re
 import sys
@@ -72,6 +73,22 @@ def link_problems():
     return problems
 
 
+def version_problems():
+    """The C API version the header defines is the one docs/reference/c_api.md and the Python package name."""
+    found = re.search(r"#define ASYNCTP_C_API_VERSION (\d+)", read("include/asynctp/c_api.h"))
+    if not found:
+        return ["include/asynctp/c_api.h: no ASYNCTP_C_API_VERSION"]
+    version = found.group(1)
+    problems = []
+    documented = re.search(r"`int asynctp_c_api_version\(void\)` \|[^|]*\((\d+)\)", read("docs/reference/c_api.md"))
+    if not documented or documented.group(1) != version:
+        problems.append(f"docs/reference/c_api.md: asynctp_c_api_version's row does not say ({version})")
+    python = re.search(r"^C_API_VERSION = (\d+)", read("python/asynctp/_lib.py"), re.M)
+    if not python or python.group(1) != version:
+        problems.append(f"python/asynctp/_lib.py: C_API_VERSION is not {version}")
+    return problems
+
+
 DIARY = re.compile(r"\bsessions?\b", re.I)
 
 
@@ -92,7 +109,7 @@ def diary_problems():
 
 
 def main():
-    return report("docs_test", env_problems() + link_problems() + diary_problems())
+    return report("docs_test", env_problems() + link_problems() + version_problems() + diary_problems())
 
 
 if __name__ == "__main__":
