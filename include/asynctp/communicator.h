@@ -106,11 +106,13 @@ class Communicator {
 
   // Waits for `stream`, at most twice timeout_ms(). Where one of asynctp's waits on the GPU timed out,
   // throws an asynctp::Error carrying the kernel's report (which rank, which flag, what it saw); the
-  // CUDA context is then lost. Where the stream is still busy at the bound (an NCCL kernel of the
-  // sequential algorithm waits on a peer that is gone: NCCL's waits have no bound of their own),
-  // throws an Error saying so. Either way the communicator is broken from then on (every op, barrier
-  // and workspace call throws, quoting why), and the process should end: an NCCL kernel may still
-  // hold the GPU, so destroying the communicator frees nothing on the device (docs/design/reliability.md).
+  // CUDA context is then lost. A call still running on the GPU 1.5 times timeout_ms() after it started
+  // there (an NCCL kernel of the sequential algorithm waiting on a peer that is gone: NCCL's waits have
+  // no bound of their own) is ended by the communicator's watchdog, which ends the CUDA context too,
+  // and this throws its report, as any wait on the stream fails then, the caller's own included.
+  // Where the stream is still busy at the bound, throws an Error saying so. Either way the
+  // communicator is broken from then on (every op, barrier and workspace call throws, quoting why),
+  // and the process should end (docs/design/reliability.md).
   void synchronize(cudaStream_t stream) const;
 
   // Collective, host-synchronous: true on every rank iff `local_ok` is true on every rank. Lets a rank

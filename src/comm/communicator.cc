@@ -259,6 +259,9 @@ Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
   ASYNCTP_CUDA_CHECK(cudaMalloc(&m.barrier_epoch, sizeof(uint32_t)));
   ASYNCTP_CUDA_CHECK(cudaMemsetAsync(m.barrier_epoch, 0, sizeof(uint32_t), m.setup_stream));
   ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(m.setup_stream));
+  if (detail::knob_word(detail::Knob::kWatchdog) != 1) {
+    m.watchdog = std::make_unique<comm::Watchdog>(m.device, m.rank, m.timeout_ms);
+  }
 }
 
 Communicator::~Communicator() {
@@ -287,6 +290,9 @@ Communicator::~Communicator() {
     (void)m.barrier_pad.release();
     (void)m.signals.release();
   }
+  // Last of what can wait on the GPU is done: the watchdog has bounded it (a stuck call ends the
+  // context, and the waits above fail instead of hanging).
+  m.watchdog.reset();
   if (m.cublaslt) cublasLtDestroy(m.cublaslt);
   if (m.setup_stream) cudaStreamDestroy(m.setup_stream);
   if (m.last_call_end) cudaEventDestroy(m.last_call_end);

@@ -16,6 +16,7 @@
 #include "comm/attachment.h"
 #include "comm/host_mailbox.h"
 #include "comm/transport.h"
+#include "comm/watchdog.h"
 #include "common/device_fault.h"
 
 namespace asynctp {
@@ -53,6 +54,9 @@ struct Communicator::Impl {
   std::optional<cudaStream_t> last_stream;
   cudaEvent_t last_call_end = nullptr;
   detail::DeviceFault* fault = nullptr;  // where this process's kernels report a timeout
+  // Ends a call that runs on the GPU past 1.5 times the timeout (comm/watchdog.h); null with
+  // ASYNCTP_WATCHDOG=off. OrderedCall brackets every uncaptured call for it.
+  std::unique_ptr<comm::Watchdog> watchdog;
 
   std::unique_ptr<SignalPad> signals;
   std::unique_ptr<SignalPad> barrier_pad;  // flag p on rank q: the last barrier epoch rank p reached
@@ -145,7 +149,9 @@ struct Communicator::Impl {
     Impl& m_;
     std::lock_guard<std::mutex> lock_;
     cudaStream_t stream_;
+    const char* what_;
     bool captured_ = false;
+    int watched_ = -1;  // the watchdog's slot for this call, or -1
   };
 
   // Refuses, while `stream` is being captured, a growth of `what` (scratch, workspace, inbox) from

@@ -46,6 +46,8 @@ enum class Fault {
   kKilledMidOp,   // the same, but rank 1 dies of SIGKILL: the launcher must name it
   kNeverCalls,    // rank 1 never makes the call; later it makes it, too late
   kNeverCallsUnchecked,  // the same with check_across_ranks off: only the GPU-side waits can tell
+  kExitsMidOpCallerWaits,  // as kExitsMidOp, but rank 0 waits with cudaStreamSynchronize, no wait of
+                           // asynctp's: the watchdog (or asynctp's kernel) must end it
 };
 
 const char* fault_name(Fault f) {
@@ -54,6 +56,7 @@ const char* fault_name(Fault f) {
     case Fault::kKilledMidOp: return "killed mid-op";
     case Fault::kNeverCalls: return "never calls";
     case Fault::kNeverCallsUnchecked: return "never calls (no check)";
+    case Fault::kExitsMidOpCallerWaits: return "exits mid-op, the caller's own wait";
   }
   return "?";
 }
@@ -82,10 +85,10 @@ int run_fault(RankContext& ctx, const Case& c) {
   ctx.allgather("in step");
 
   if (ctx.rank == 1) {
-    if (c.fault == Fault::kExitsMidOp || c.fault == Fault::kKilledMidOp) {
+    if (c.fault == Fault::kExitsMidOp || c.fault == Fault::kKilledMidOp || c.fault == Fault::kExitsMidOpCallerWaits) {
       hold_stream<<<1, 1, 0, st.s>>>(5'000'000'000LL);
       call();  // passes the argument check with rank 0 and enqueues its part behind the hold
-      std::printf("rank 1: op enqueued, %s now\n", c.fault == Fault::kExitsMidOp ? "exiting" : "dying");
+      std::printf("rank 1: op enqueued, %s now\n", c.fault == Fault::kKilledMidOp ? "dying" : "exiting");
       std::fflush(stdout);
       if (c.fault == Fault::kKilledMidOp) ::raise(SIGKILL);
       ::_exit(0);
@@ -110,10 +113,12 @@ int run_fault(RankContext& ctx, const Case& c) {
   watch_main_thread(&done);
   const auto t0 = std::chrono::steady_clock::now();
   std::string message;
+  cudaError_t own_wait = cudaSuccess;
   try {
     call();
     std::printf("rank 0: op enqueued, waiting\n");
     std::fflush(stdout);
+    if (c.fault == Fault::kExitsMidOpCallerWaits) own_wait = cudaStreamSynchronize(st.s);
     comm->synchronize(st.s);
   } catch (const Error& e) {
     message = e.what();
@@ -124,11 +129,19 @@ int run_fault(RankContext& ctx, const Case& c) {
   std::fflush(stdout);
   RANK_CHECK(!message.empty(), "the call ended without an error although rank 1 ", fault_name(c.fault));
   RANK_CHECK(took < 2.0 * kTimeoutMs / 1000 + 5.0, "took ", took, " s");
+  if (c.fault == Fault::kExitsMidOpCallerWaits) {
+    RANK_CHECK(own_wait != cudaSuccess, "cudaStreamSynchronize returned success although rank 1 exited mid-op");
+    // NCCL's kernel (sequential) is ended by the watchdog; asynctp's own kernels end their waits first.
+    RANK_CHECK(contains(message, c.algorithm == Algorithm::kSequential ? "The watchdog ended" : "timed out after"),
+               message);
+  }
   if (c.fault == Fault::kNeverCalls) {
     RANK_CHECK(contains(message, "rank 1 did not reach call"), message);
   } else {
-    // The GPU's own report where one of asynctp's waits gave up; the host's where an NCCL kernel waits.
-    RANK_CHECK(contains(message, "timed out after") || contains(message, "NCCL reported an asynchronous error"),
+    // The GPU's own report where one of asynctp's waits gave up; where an NCCL kernel waits, the
+    // watchdog's (at 1.5 times the timeout) or the host's (synchronize's bound, twice the timeout).
+    RANK_CHECK(contains(message, "timed out after") || contains(message, "The watchdog ended") ||
+                   contains(message, "NCCL reported an asynchronous error"),
                message);
   }
   std::string again;
@@ -177,6 +190,11 @@ void run_every_case(Fault fault) {
 TEST(Faults, APeerThatExitsMidOpEndsTheOthersCallWithAnError) {
   REQUIRE_GPU_PROCESSES(2);  // rank 0 ends its process with _exit, and rank 1 may die
   run_every_case(Fault::kExitsMidOp);
+}
+
+TEST(Faults, APeerThatExitsMidOpEndsTheCallersOwnWaitOnTheStream) {
+  REQUIRE_GPU_PROCESSES(2);  // rank 0 ends its process with _exit, and rank 1 may die
+  run_every_case(Fault::kExitsMidOpCallerWaits);
 }
 
 TEST(Faults, APeerKilledMidOpIsNamedByTheLauncher) {

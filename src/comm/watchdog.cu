@@ -1,0 +1,134 @@
+#include "comm/watchdog.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+#include "common/check.h"
+#include "common/device_fault.h"
+
+namespace asynctp::comm {
+namespace {
+
+// Ends the CUDA context of the GPU it runs on, and with it every kernel and wait there.
+__global__ void end_the_context_kernel() { __trap(); }
+
+// How often the thread looks at the oldest call while calls are in flight.
+constexpr std::chrono::milliseconds kPoll{5};
+// How long the trapping kernel may take to start before the process is ended instead.
+constexpr std::chrono::seconds kTrapStart{5};
+
+}  // namespace
+
+Watchdog::Watchdog(int device, int rank, int timeout_ms)
+    : device_(device), rank_(rank), calls_(std::chrono::milliseconds(bound_ms(timeout_ms))) {
+  ASYNCTP_CUDA_CHECK(cudaSetDevice(device_));
+  int least = 0, greatest = 0;
+  ASYNCTP_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  ASYNCTP_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest));
+  thread_ = std::thread([this] { run(); });
+}
+
+Watchdog::~Watchdog() {
+  {
+    const std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_one();
+  thread_.join();
+  // The events of calls still in flight stay: destroying one a stream will record or wait on is not
+  // allowed, and after a fault the context is gone anyway.
+  const std::lock_guard<std::mutex> lock(mu_);
+  for (const int s : free_slots_) {
+    cudaEventDestroy(slots_[s].start);
+    cudaEventDestroy(slots_[s].end);
+  }
+  if (stream_ != nullptr && !fired_.load()) cudaStreamDestroy(stream_);
+}
+
+int Watchdog::begin(cudaStream_t stream) {
+  const std::lock_guard<std::mutex> lock(mu_);
+  if (free_slots_.empty()) {
+    Slot made;
+    ASYNCTP_CUDA_CHECK(cudaEventCreateWithFlags(&made.start, cudaEventDisableTiming));
+    ASYNCTP_CUDA_CHECK(cudaEventCreateWithFlags(&made.end, cudaEventDisableTiming));
+    free_slots_.push_back(static_cast<int>(slots_.size()));
+    slots_.push_back(made);
+  }
+  const int slot = free_slots_.back();
+  ASYNCTP_CUDA_CHECK(cudaEventRecord(slots_[slot].start, stream));  // on failure the slot stays free
+  free_slots_.pop_back();
+  return slot;
+}
+
+void Watchdog::finish(int slot, cudaStream_t stream, const char* what) {
+  bool was_idle = false;
+  {
+    const std::lock_guard<std::mutex> lock(mu_);
+    if (cudaEventRecord(slots_[slot].end, stream) != cudaSuccess) {
+      free_slots_.push_back(slot);  // nothing to follow: the call's own error says why
+      return;
+    }
+    was_idle = calls_.empty();
+    calls_.add(slot, what);
+  }
+  if (was_idle) wake_.notify_one();  // else the thread is polling already
+}
+
+std::string Watchdog::report() const {
+  if (!fired_.load(std::memory_order_acquire)) return {};
+  return report_;
+}
+
+void Watchdog::run() {
+  // An event whose query fails belongs to a context that is gone (a kernel trapped): nothing of it
+  // will finish, and nothing is left to end.
+  auto done = [](cudaEvent_t e) { return cudaEventQuery(e) != cudaErrorNotReady; };
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    if (calls_.empty()) {
+      wake_.wait(lock);
+      continue;
+    }
+    const WatchList::Verdict v = calls_.check(
+        WatchList::Clock::now(), [&](int s) { return done(slots_[s].start); },
+        [&](int s) { return done(slots_[s].end); });
+    for (const int s : v.finished) free_slots_.push_back(s);
+    if (!v.overdue.empty()) {
+      lock.unlock();
+      end_the_context(v.overdue, v.overdue_ms);
+      return;
+    }
+    wake_.wait_for(lock, kPoll);
+  }
+}
+
+void Watchdog::end_the_context(const std::string& what, long long ran_ms) {
+  report_ = detail::cat(
+      what, " on rank ", rank_, " ran on the GPU for ", ran_ms, " ms without finishing (the watchdog's bound is ",
+      calls_.bound().count(),
+      " ms, 1.5 times the communicator's timeout): a peer did not arrive (it failed, was not started, or is "
+      "making a different call; ASYNCTP_TIMEOUT_MS sets the bound). The watchdog ended this process's CUDA context "
+      "on GPU ",
+      device_, " so that every wait on it ends: end the process (ASYNCTP_WATCHDOG=off turns the watchdog off)");
+  detail::report_host_fault(report_);
+  fired_.store(true, std::memory_order_release);
+  std::fprintf(stderr, "asynctp: %s\n", report_.c_str());
+  std::fflush(stderr);
+  cudaSetDevice(device_);
+  end_the_context_kernel<<<1, 1, 0, stream_>>>();
+  const auto deadline = std::chrono::steady_clock::now() + kTrapStart;
+  while (cudaStreamQuery(stream_) == cudaErrorNotReady) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::fprintf(stderr,
+                   "asynctp: rank %d: the watchdog's kernel did not start within %lld s (with "
+                   "CUDA_DEVICE_MAX_CONNECTIONS=1 it queues behind the stuck call): ending the process\n",
+                   rank_, static_cast<long long>(kTrapStart.count()));
+      std::fflush(stderr);
+      std::abort();
+    }
+    std::this_thread::sleep_for(kPoll);
+  }
+}
+
+}  // namespace asynctp::comm
