@@ -260,7 +260,8 @@ Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
   ASYNCTP_CUDA_CHECK(cudaMemsetAsync(m.barrier_epoch, 0, sizeof(uint32_t), m.setup_stream));
   ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(m.setup_stream));
   if (detail::knob_word(detail::Knob::kWatchdog) != 1) {
-    m.watchdog = std::make_unique<comm::Watchdog>(m.device, m.rank, m.timeout_ms);
+    m.watchdog = std::make_unique<comm::Watchdog>(m.device, m.rank, m.timeout_ms,
+                                                  [t = m.transport.get()] { t->stop_kernels(); });
   }
 }
 

@@ -2,7 +2,9 @@
 
 #include <nccl_device.h>
 
+#include <atomic>
 #include <cstring>
+#include <thread>
 
 #include "comm/bounded_call.h"
 #include "common/check.h"
@@ -170,6 +172,17 @@ class NcclTransport final : public Transport {
                                          comm_, stream));
   }
 
+  void stop_kernels() override {
+    // ncclCommAbort first raises the flag NCCL's kernels poll, so a kernel waiting on a dead peer
+    // ends; what it does next was seen to block for good with a peer's process gone, so it runs on a
+    // thread of its own, left behind. A communicator given to Communicator::wrap is its owner's.
+    if (!owns_ || nccl_done_.exchange(true)) return;
+    std::thread([comm = comm_, check = check_comm_] {
+      ncclCommAbort(comm);
+      if (check != nullptr) ncclCommAbort(check);
+    }).detach();
+  }
+
   std::string async_error() override {
     // A peer process that died can surface here first (ncclRemoteError, ncclSystemError).
     ncclResult_t async = ncclSuccess;
@@ -264,7 +277,7 @@ class NcclTransport final : public Transport {
   void* exchange_host_ = nullptr;    // pinned: this rank's part, then every rank's
   ncclDevComm dev_comm_{};
   bool has_dev_comm_ = false;
-  bool nccl_done_ = false;  // NCCL was aborted, or must not be touched again
+  std::atomic<bool> nccl_done_{false};  // NCCL was aborted, or must not be touched again (any thread)
   bool shut_down_ = false;
 };
 

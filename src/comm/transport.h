@@ -79,6 +79,9 @@ class Transport {
   // The communicator is broken (`why`). kernels_may_wait: a kernel of the transport's may still wait
   // on a peer that is gone. Returns what became of the transport, as a clause for an error message.
   virtual std::string abandon(const std::string& why, bool kernels_may_wait) = 0;
+  // From the watchdog's thread (comm/watchdog.h), once a call is overdue: makes the transport's own
+  // kernels that still wait on a peer end, where it can. Does not wait for them.
+  virtual void stop_kernels() {}
   // Frees the transport's resources on the device; `healthy`: every rank is here and the GPU drained.
   virtual void shutdown(bool healthy) = 0;
 };

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 
 #include "common/check.h"
 #include "common/device_fault.h"
@@ -20,8 +21,11 @@ constexpr std::chrono::seconds kTrapStart{5};
 
 }  // namespace
 
-Watchdog::Watchdog(int device, int rank, int timeout_ms)
-    : device_(device), rank_(rank), calls_(std::chrono::milliseconds(bound_ms(timeout_ms))) {
+Watchdog::Watchdog(int device, int rank, int timeout_ms, std::function<void()> stop_kernels)
+    : device_(device),
+      rank_(rank),
+      stop_kernels_(std::move(stop_kernels)),
+      calls_(std::chrono::milliseconds(bound_ms(timeout_ms))) {
   ASYNCTP_CUDA_CHECK(cudaSetDevice(device_));
   int least = 0, greatest = 0;
   ASYNCTP_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
@@ -108,15 +112,18 @@ void Watchdog::end_the_context(const std::string& what, long long ran_ms) {
       what, " on rank ", rank_, " ran on the GPU for ", ran_ms, " ms without finishing (the watchdog's bound is ",
       calls_.bound().count(),
       " ms, 1.5 times the communicator's timeout): a peer did not arrive (it failed, was not started, or is "
-      "making a different call; ASYNCTP_TIMEOUT_MS sets the bound). The watchdog ended this process's CUDA context "
+      "making a different call; ASYNCTP_TIMEOUT_MS sets the bound). The watchdog put this process's CUDA context "
       "on GPU ",
-      device_, " so that every wait on it ends: end the process (ASYNCTP_WATCHDOG=off turns the watchdog off)");
+      device_,
+      " in error and stopped the transport's waiting kernels where it could, so that the waits on it end: end the "
+      "process (ASYNCTP_WATCHDOG=off turns the watchdog off)");
   detail::report_host_fault(report_);
   fired_.store(true, std::memory_order_release);
   std::fprintf(stderr, "asynctp: %s\n", report_.c_str());
   std::fflush(stderr);
   cudaSetDevice(device_);
   end_the_context_kernel<<<1, 1, 0, stream_>>>();
+  if (stop_kernels_) stop_kernels_();
   const auto deadline = std::chrono::steady_clock::now() + kTrapStart;
   while (cudaStreamQuery(stream_) == cudaErrorNotReady) {
     if (std::chrono::steady_clock::now() > deadline) {

@@ -7,9 +7,12 @@
 // them (comm/watch_list.h). A call seen running longer than 1.5 times the communicator's timeout, by
 // when asynctp's own waits have given up, is overdue: the watchdog records a report where the next
 // failing call finds it (common/device_fault.h), prints it, and launches a kernel that traps, which
-// ends this process's CUDA context on the GPU and with it every kernel and wait there. The caller's
-// wait then fails, and the communicator's next call raises the report. Where that kernel cannot start
-// (with CUDA_DEVICE_MAX_CONNECTIONS=1 it queues behind the stuck call), the process is ended.
+// puts this process's CUDA context on the GPU in error, so that every wait there fails once its work
+// has ended. A kernel that is running when the context fails runs on, though, so the watchdog then
+// makes the transport's waiting kernels end (NCCL's: ncclCommAbort's flag, where asynctp owns the
+// NCCL communicator). The caller's wait then fails, and the communicator's next call raises the
+// report. Where the trapping kernel cannot start (with CUDA_DEVICE_MAX_CONNECTIONS=1 it queues
+// behind the stuck call), the process is ended.
 // docs/design/reliability.md says why; ASYNCTP_WATCHDOG=off turns it off.
 #pragma once
 
@@ -17,6 +20,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -28,8 +32,9 @@ namespace asynctp::comm {
 
 class Watchdog {
  public:
-  // For rank `rank`'s calls on GPU `device`, with the communicator's timeout.
-  Watchdog(int device, int rank, int timeout_ms);
+  // For rank `rank`'s calls on GPU `device`, with the communicator's timeout. `stop_kernels` makes
+  // the transport's kernels that still wait end (Transport::stop_kernels).
+  Watchdog(int device, int rank, int timeout_ms, std::function<void()> stop_kernels);
   ~Watchdog();  // stops the thread; the calls still followed are left as they are
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
@@ -55,6 +60,7 @@ class Watchdog {
 
   const int device_;
   const int rank_;
+  const std::function<void()> stop_kernels_;
   cudaStream_t stream_ = nullptr;  // the trapping kernel's, never waited behind the calls
   mutable std::mutex mu_;
   std::condition_variable wake_;

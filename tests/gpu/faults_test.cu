@@ -132,7 +132,7 @@ int run_fault(RankContext& ctx, const Case& c) {
   if (c.fault == Fault::kExitsMidOpCallerWaits) {
     RANK_CHECK(own_wait != cudaSuccess, "cudaStreamSynchronize returned success although rank 1 exited mid-op");
     // NCCL's kernel (sequential) is ended by the watchdog; asynctp's own kernels end their waits first.
-    RANK_CHECK(contains(message, c.algorithm == Algorithm::kSequential ? "The watchdog ended" : "timed out after"),
+    RANK_CHECK(contains(message, c.algorithm == Algorithm::kSequential ? "The watchdog put" : "timed out after"),
                message);
   }
   if (c.fault == Fault::kNeverCalls) {
@@ -140,7 +140,7 @@ int run_fault(RankContext& ctx, const Case& c) {
   } else {
     // The GPU's own report where one of asynctp's waits gave up; where an NCCL kernel waits, the
     // watchdog's (at 1.5 times the timeout) or the host's (synchronize's bound, twice the timeout).
-    RANK_CHECK(contains(message, "timed out after") || contains(message, "The watchdog ended") ||
+    RANK_CHECK(contains(message, "timed out after") || contains(message, "The watchdog put") ||
                    contains(message, "NCCL reported an asynchronous error"),
                message);
   }
