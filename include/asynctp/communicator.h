@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -47,6 +48,12 @@ struct CommunicatorOptions {
   // at once, or one waits for a peer kernel that cannot be placed). A caller that keeps SMs for work on
   // another stream sets it too.
   int sm_budget = 0;
+  // Called once, on a thread of its own, when one of this communicator's calls is overdue on the GPU
+  // (docs/design/reliability.md, "watchdog"), after the report is recorded and the CUDA context put
+  // in error. Where the NCCL communicator was given to wrap(), asynctp does not abort it: this is
+  // where its owner does (PyTorch: ProcessGroup.abort()), so that an NCCL kernel waiting on a peer
+  // that is gone ends. Must not call into this Communicator.
+  std::function<void()> on_overdue;
 };
 
 class InProcessGroup;

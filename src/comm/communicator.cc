@@ -85,6 +85,7 @@ std::unique_ptr<Communicator::Impl> make_impl(int rank, int device, int sharing,
   impl->signal_count = options.signal_count;
   impl->check_nonfinite = detail::knob_flag(detail::Knob::kCheckNan);
   impl->tuning_cache = options.tuning_cache;
+  impl->on_overdue = options.on_overdue;
   if (impl->tuning_cache.empty()) impl->tuning_cache = detail::knob_text(detail::Knob::kTuningCache);
   ASYNCTP_CUDA_CHECK(cudaSetDevice(device));
   cudaDeviceProp prop{};
@@ -260,8 +261,13 @@ Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
   ASYNCTP_CUDA_CHECK(cudaMemsetAsync(m.barrier_epoch, 0, sizeof(uint32_t), m.setup_stream));
   ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(m.setup_stream));
   if (detail::knob_word(detail::Knob::kWatchdog) != 1) {
+    // The transport ends the kernels it may; the caller's callback, on a thread of its own (an abort
+    // can block for good), those of an NCCL communicator it owns.
     m.watchdog = std::make_unique<comm::Watchdog>(m.device, m.rank, m.timeout_ms,
-                                                  [t = m.transport.get()] { t->stop_kernels(); });
+                                                  [t = m.transport.get(), user = m.on_overdue] {
+                                                    t->stop_kernels();
+                                                    if (user) std::thread(user).detach();
+                                                  });
   }
 }
 

@@ -3,6 +3,7 @@
 
 #include <cublasLt.h>
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -41,6 +42,7 @@ struct Communicator::Impl {
   int cc_major = 0, cc_minor = 0;
   std::string gpu_name;
   std::string tuning_cache;  // kAuto's cache file on top of the built-in one; empty: none
+  std::function<void()> on_overdue;  // CommunicatorOptions::on_overdue
 
   Team lsa;
   cublasLtHandle_t cublaslt = nullptr;

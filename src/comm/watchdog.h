@@ -10,7 +10,7 @@
 // puts this process's CUDA context on the GPU in error, so that every wait there fails once its work
 // has ended. A kernel that is running when the context fails runs on, though, so the watchdog then
 // makes the transport's waiting kernels end (NCCL's: ncclCommAbort's flag, where asynctp owns the
-// NCCL communicator). The caller's wait then fails, and the communicator's next call raises the
+// NCCL communicator, else the owner's CommunicatorOptions::on_overdue). The caller's wait then fails, and the communicator's next call raises the
 // report. Where the trapping kernel cannot start (with CUDA_DEVICE_MAX_CONNECTIONS=1 it queues
 // behind the stuck call), the process is ended.
 // docs/design/reliability.md says why; ASYNCTP_WATCHDOG=off turns it off.
