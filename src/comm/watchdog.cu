@@ -88,6 +88,7 @@ void Watchdog::run() {
   // An event whose query fails belongs to a context that is gone (a kernel trapped): nothing of it
   // will finish, and nothing is left to end.
   auto done = [](cudaEvent_t e) { return cudaEventQuery(e) != cudaErrorNotReady; };
+  cudaSetDevice(device_);  // this thread's CUDA calls use the communicator's GPU
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
     if (calls_.empty()) {
