@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <mutex>
 #include <thread>
 
 #include "comm/bounded_call.h"
@@ -176,7 +177,12 @@ class NcclTransport final : public Transport {
     // ncclCommAbort first raises the flag NCCL's kernels poll, so a kernel waiting on a dead peer
     // ends; what it does next was seen to block for good with a peer's process gone, so it runs on a
     // thread of its own, left behind. A communicator given to Communicator::wrap is its owner's.
-    if (!owns_ || nccl_done_.exchange(true)) return;
+    if (!owns_) return;
+    {
+      // Not while async_error() reads the communicator on the caller's thread.
+      const std::lock_guard<std::mutex> lock(async_mu_);
+      if (nccl_done_.exchange(true)) return;
+    }
     std::thread([comm = comm_, check = check_comm_] {
       ncclCommAbort(comm);
       if (check != nullptr) ncclCommAbort(check);
@@ -186,6 +192,7 @@ class NcclTransport final : public Transport {
   std::string async_error() override {
     // A peer process that died can surface here first (ncclRemoteError, ncclSystemError).
     ncclResult_t async = ncclSuccess;
+    const std::lock_guard<std::mutex> lock(async_mu_);  // stop_kernels() may abort comm_ meanwhile
     if (nccl_done_ || ncclCommGetAsyncError(comm_, &async) != ncclSuccess) return {};
     if (async == ncclSuccess || async == ncclInProgress) return {};
     return detail::cat("NCCL reported an asynchronous error (", ncclGetErrorString(async), ")");
@@ -278,6 +285,7 @@ class NcclTransport final : public Transport {
   ncclDevComm dev_comm_{};
   bool has_dev_comm_ = false;
   std::atomic<bool> nccl_done_{false};  // NCCL was aborted, or must not be touched again (any thread)
+  std::mutex async_mu_;                 // async_error() against stop_kernels() on the watchdog's thread
   bool shut_down_ = false;
 };
 
