@@ -89,6 +89,10 @@ void Watchdog::run() {
   // will finish, and nothing is left to end.
   auto done = [](cudaEvent_t e) { return cudaEventQuery(e) != cudaErrorNotReady; };
   cudaSetDevice(device_);  // this thread's CUDA calls use the communicator's GPU
+  // While another thread captures a CUDA graph in the global mode (torch.cuda.graph's default), a
+  // query from a thread in that mode would invalidate the capture: this thread's mode is relaxed.
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
     if (calls_.empty()) {
