@@ -126,15 +126,19 @@ Communicator::Impl::OrderedCall::OrderedCall(Impl& m, cudaStream_t stream, const
   ASYNCTP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
   captured_ = capture != cudaStreamCaptureStatusNone;
   if (!captured_ && m.last_stream.has_value() && *m.last_stream != stream) {
-    ASYNCTP_CUDA_CHECK(cudaStreamWaitEvent(stream, m.last_call_end, 0));
+    ASYNCTP_CUDA_CHECK(cudaStreamWaitEvent(stream, m.last_end, 0));
   }
   if (!captured_ && m.watchdog) watched_ = m.watchdog->begin(stream);
 }
 
 Communicator::Impl::OrderedCall::~OrderedCall() {
   if (captured_) return;
-  if (watched_ >= 0) m_.watchdog->finish(watched_, stream_, what_);
-  if (cudaEventRecord(m_.last_call_end, stream_) != cudaSuccess) return;
+  cudaEvent_t end = watched_ >= 0 ? m_.watchdog->finish(watched_, stream_, what_) : nullptr;
+  if (end == nullptr) {
+    if (cudaEventRecord(m_.last_call_end, stream_) != cudaSuccess) return;
+    end = m_.last_call_end;
+  }
+  m_.last_end = end;
   m_.last_stream = stream_;
 }
 

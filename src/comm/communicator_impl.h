@@ -54,7 +54,8 @@ struct Communicator::Impl {
   // calls share scratch, workspace, flags and events, so they must also run one after another on the
   // GPU (OrderedCall). Empty before the first such call: nullptr is the legacy default stream.
   std::optional<cudaStream_t> last_stream;
-  cudaEvent_t last_call_end = nullptr;
+  cudaEvent_t last_end = nullptr;       // where that call's end is recorded: the watchdog's event, or
+  cudaEvent_t last_call_end = nullptr;  // this one where the watchdog is off (one record per call)
   detail::DeviceFault* fault = nullptr;  // where this process's kernels report a timeout
   // Ends a call that runs on the GPU past 1.5 times the timeout (comm/watchdog.h); null with
   // ASYNCTP_WATCHDOG=off. OrderedCall brackets every uncaptured call for it.

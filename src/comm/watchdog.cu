@@ -65,18 +65,21 @@ int Watchdog::begin(cudaStream_t stream) {
   return slot;
 }
 
-void Watchdog::finish(int slot, cudaStream_t stream, const char* what) {
+cudaEvent_t Watchdog::finish(int slot, cudaStream_t stream, const char* what) {
   bool was_idle = false;
+  cudaEvent_t end = nullptr;
   {
     const std::lock_guard<std::mutex> lock(mu_);
-    if (cudaEventRecord(slots_[slot].end, stream) != cudaSuccess) {
+    end = slots_[slot].end;
+    if (cudaEventRecord(end, stream) != cudaSuccess) {
       free_slots_.push_back(slot);  // nothing to follow: the call's own error says why
-      return;
+      return nullptr;
     }
     was_idle = calls_.empty();
     calls_.add(slot, what);
   }
   if (was_idle) wake_.notify_one();  // else the thread is polling already
+  return end;
 }
 
 std::string Watchdog::report() const {

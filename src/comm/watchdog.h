@@ -40,9 +40,11 @@ class Watchdog {
   Watchdog& operator=(const Watchdog&) = delete;
 
   // The bracket of one call on `stream`, not under capture: begin() records its start and returns the
-  // slot that stands for it; finish() records its end and hands it to the thread.
+  // slot that stands for it; finish() records its end, hands it to the thread, and returns the event
+  // that marks the end (valid until a later call's finish(): a slot is reused only once its call has
+  // ended), or null where recording failed.
   int begin(cudaStream_t stream);
-  void finish(int slot, cudaStream_t stream, const char* what);
+  cudaEvent_t finish(int slot, cudaStream_t stream, const char* what);
 
   // The report once the watchdog has ended the context, else "".
   std::string report() const;
