@@ -297,8 +297,8 @@ Communicator::~Communicator() {
     (void)m.barrier_pad.release();
     (void)m.signals.release();
   }
-  // Last of what can wait on the GPU is done: the watchdog has bounded it (a stuck call ends the
-  // context, and the waits above fail instead of hanging).
+  // Last of what can wait on the GPU is done: the watchdog has bounded it (it ends a stuck call, and
+  // the waits above fail instead of hanging).
   m.watchdog.reset();
   if (m.cublaslt) cublasLtDestroy(m.cublaslt);
   if (m.setup_stream) cudaStreamDestroy(m.setup_stream);
