@@ -156,8 +156,12 @@ def communicator(group=None, *, timeout_ms=0, tuning_cache=None, share_nccl=True
         if not refused:
             # An asynctp call overdue on the GPU (an NCCL kernel waiting on a peer that is gone) ends
             # only when the NCCL communicator is aborted: its owner, the process group, does that.
+            abort = getattr(pg, "abort", None)
+            if abort is None:
+                _log.info("asynctp: this PyTorch's process group has no abort(): an asynctp call on group %r "
+                          "waiting on a peer that is gone is not ended by asynctp's watchdog", name)
             comm = Communicator(rank, size, None, torch.cuda.current_device(), timeout_ms, tuning_cache,
-                                nccl_comm=nccl_comm, on_overdue=pg.abort)
+                                nccl_comm=nccl_comm, on_overdue=abort)
             _comms[name] = comm
             return comm
         r, w = refused[0]
