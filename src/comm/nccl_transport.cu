@@ -84,6 +84,7 @@ class NcclTransport final : public Transport {
   }
 
   const char* name() const override { return "nccl"; }
+  bool collectives_unbounded() const override { return true; }
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
   int device() const override { return device_; }

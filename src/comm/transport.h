@@ -63,6 +63,8 @@ class Transport {
   virtual void all_gather(const void* send, void* recv, size_t bytes, cudaStream_t stream) = 0;
   virtual void reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                               cudaStream_t stream) = 0;
+  // Whether those collectives' kernels wait on the peers without a bound of their own (NCCL's).
+  virtual bool collectives_unbounded() const { return false; }
 
   // Collective where the ranks are threads of one process: returns once every rank has reached it, so
   // that set-up which can wait for the GPU (allocating, freeing, first uses) has ended on every rank

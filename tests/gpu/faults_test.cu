@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <thread>
 
 #include "ops_problems.h"
@@ -48,6 +49,9 @@ enum class Fault {
   kNeverCallsUnchecked,  // the same with check_across_ranks off: only the GPU-side waits can tell
   kExitsMidOpCallerWaits,  // as kExitsMidOp, but rank 0 waits with cudaStreamSynchronize, no wait of
                            // asynctp's: the watchdog (or asynctp's kernel) must end it
+  kExitsMidReplay,  // as kExitsMidOpCallerWaits, but the op is a replay of a CUDA graph both captured,
+                    // which the watchdog does not follow: the sequential algorithm's captured barrier,
+                    // or asynctp's kernels, must end it
 };
 
 const char* fault_name(Fault f) {
@@ -57,6 +61,7 @@ const char* fault_name(Fault f) {
     case Fault::kNeverCalls: return "never calls";
     case Fault::kNeverCallsUnchecked: return "never calls (no check)";
     case Fault::kExitsMidOpCallerWaits: return "exits mid-op, the caller's own wait";
+    case Fault::kExitsMidReplay: return "exits mid-replay, the caller's own wait";
   }
   return "?";
 }
@@ -79,13 +84,25 @@ int run_fault(RankContext& ctx, const Case& c) {
   OpOptions o;
   o.algorithm = c.algorithm;
   o.check_across_ranks = c.fault != Fault::kNeverCallsUnchecked;
-  auto call = [&] { f.call(o); };
+  std::function<void()> call = [&] { f.call(o); };
   call();  // one call together first: plans, workspace and flags exist, and the ranks are in step
   comm->synchronize(st.s);
+  cudaGraphExec_t replay = nullptr;
+  if (c.fault == Fault::kExitsMidReplay) {  // the op captured on every rank, and replayed once together
+    cudaGraph_t graph;
+    RANK_CUDA(cudaStreamBeginCapture(st.s, cudaStreamCaptureModeThreadLocal));
+    call();
+    RANK_CUDA(cudaStreamEndCapture(st.s, &graph));
+    replay = executable_on_every_rank(ctx, graph, st.s);
+    RANK_CUDA(cudaGraphLaunch(replay, st.s));
+    comm->synchronize(st.s);
+    call = [&] { RANK_CUDA(cudaGraphLaunch(replay, st.s)); };
+  }
   ctx.allgather("in step");
 
   if (ctx.rank == 1) {
-    if (c.fault == Fault::kExitsMidOp || c.fault == Fault::kKilledMidOp || c.fault == Fault::kExitsMidOpCallerWaits) {
+    if (c.fault == Fault::kExitsMidOp || c.fault == Fault::kKilledMidOp || c.fault == Fault::kExitsMidOpCallerWaits ||
+        c.fault == Fault::kExitsMidReplay) {
       hold_stream<<<1, 1, 0, st.s>>>(5'000'000'000LL);
       call();  // passes the argument check with rank 0 and enqueues its part behind the hold
       std::printf("rank 1: op enqueued, %s now\n", c.fault == Fault::kKilledMidOp ? "dying" : "exiting");
@@ -118,7 +135,9 @@ int run_fault(RankContext& ctx, const Case& c) {
     call();
     std::printf("rank 0: op enqueued, waiting\n");
     std::fflush(stdout);
-    if (c.fault == Fault::kExitsMidOpCallerWaits) own_wait = cudaStreamSynchronize(st.s);
+    if (c.fault == Fault::kExitsMidOpCallerWaits || c.fault == Fault::kExitsMidReplay) {
+      own_wait = cudaStreamSynchronize(st.s);
+    }
     comm->synchronize(st.s);
   } catch (const Error& e) {
     message = e.what();
@@ -129,6 +148,10 @@ int run_fault(RankContext& ctx, const Case& c) {
   std::fflush(stdout);
   RANK_CHECK(!message.empty(), "the call ended without an error although rank 1 ", fault_name(c.fault));
   RANK_CHECK(took < 2.0 * kTimeoutMs / 1000 + 5.0, "took ", took, " s");
+  if (c.fault == Fault::kExitsMidReplay) {
+    RANK_CHECK(own_wait != cudaSuccess, "cudaStreamSynchronize returned success although rank 1 exited mid-replay");
+    RANK_CHECK(contains(message, "timed out after"), message);  // the captured barrier's report, or a kernel's
+  }
   if (c.fault == Fault::kExitsMidOpCallerWaits) {
     RANK_CHECK(own_wait != cudaSuccess, "cudaStreamSynchronize returned success although rank 1 exited mid-op");
     // NCCL's kernel (sequential) is ended by the watchdog; asynctp's own kernels end their waits first.
@@ -195,6 +218,11 @@ TEST(Faults, APeerThatExitsMidOpEndsTheOthersCallWithAnError) {
 TEST(Faults, APeerThatExitsMidOpEndsTheCallersOwnWaitOnTheStream) {
   REQUIRE_GPU_PROCESSES(2);  // rank 0 ends its process with _exit, and rank 1 may die
   run_every_case(Fault::kExitsMidOpCallerWaits);
+}
+
+TEST(Faults, APeerThatExitsMidReplayEndsTheCallersOwnWaitOnTheStream) {
+  REQUIRE_GPU_PROCESSES(2);  // rank 0 ends its process with _exit, and rank 1 may die
+  run_every_case(Fault::kExitsMidReplay);
 }
 
 TEST(Faults, APeerKilledMidOpIsNamedByTheLauncher) {
