@@ -115,8 +115,9 @@ class Communicator {
   // throws an asynctp::Error carrying the kernel's report (which rank, which flag, what it saw); the
   // CUDA context is then lost. A call still running on the GPU 1.5 times timeout_ms() after it started
   // there (an NCCL kernel of the sequential algorithm waiting on a peer that is gone: NCCL's waits have
-  // no bound of their own) is ended by the communicator's watchdog, which ends the CUDA context too,
-  // and this throws its report, as any wait on the stream fails then, the caller's own included.
+  // no bound of their own) is ended by the communicator's watchdog, which puts the CUDA context in
+  // error and stops the transport's waiting kernels (or calls CommunicatorOptions::on_overdue), and
+  // this throws its report, as any wait on the stream fails then, the caller's own included.
   // Where the stream is still busy at the bound, throws an Error saying so. Either way the
   // communicator is broken from then on (every op, barrier and workspace call throws, quoting why),
   // and the process should end (docs/design/reliability.md).
