@@ -11,7 +11,8 @@
 namespace asynctp::comm {
 namespace {
 
-// Ends the CUDA context of the GPU it runs on, and with it every kernel and wait there.
+// Puts the CUDA context of the GPU it runs on in error: every wait there fails once the work it waits
+// for has ended.
 __global__ void end_the_context_kernel() { __trap(); }
 
 // How often the thread looks at the oldest call while calls are in flight.
@@ -40,12 +41,12 @@ Watchdog::~Watchdog() {
   }
   wake_.notify_one();
   thread_.join();
-  // The events of calls still in flight stay: destroying one a stream will record or wait on is not
-  // allowed, and after a fault the context is gone anyway.
+  // Every call's events go, but those of a call still in flight: a stream may still record them.
   const std::lock_guard<std::mutex> lock(mu_);
-  for (const int s : free_slots_) {
-    cudaEventDestroy(slots_[s].start);
-    cudaEventDestroy(slots_[s].end);
+  for (const Slot& s : slots_) {
+    if (cudaEventQuery(s.start) == cudaErrorNotReady || cudaEventQuery(s.end) == cudaErrorNotReady) continue;
+    cudaEventDestroy(s.start);
+    cudaEventDestroy(s.end);
   }
   if (stream_ != nullptr && !fired_.load()) cudaStreamDestroy(stream_);
 }
