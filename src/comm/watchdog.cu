@@ -132,6 +132,12 @@ void Watchdog::end_the_context(const std::string& what, long long ran_ms) {
   std::fflush(stderr);
   cudaSetDevice(device_);
   end_the_context_kernel<<<1, 1, 0, stream_>>>();
+  const cudaError_t launched = cudaGetLastError();
+  if (launched != cudaSuccess) {
+    std::fprintf(stderr, "asynctp: rank %d: the watchdog's kernel did not launch (%s); the transport's stop alone "
+                 "ends the call\n", rank_, cudaGetErrorString(launched));
+    std::fflush(stderr);
+  }
   if (stop_kernels_) stop_kernels_();
   const auto deadline = std::chrono::steady_clock::now() + kTrapStart;
   while (cudaStreamQuery(stream_) == cudaErrorNotReady) {
