@@ -2,7 +2,6 @@
 
 #include "algo/bytes.h"
 #include "algo/resources.h"
-#include "comm/barrier.h"
 #include "comm/communicator_impl.h"
 #include "common/check.h"
 
@@ -20,8 +19,7 @@ void bound_captured_collective(Communicator& comm, cudaStream_t stream) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   ASYNCTP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
   if (capture == cudaStreamCaptureStatusNone) return;
-  const kernels::WaitContext ctx{m.fault, timeout_ns(comm), m.rank};
-  comm::enqueue_barrier(m.barrier_pad->device_peers(), m.barrier_epoch, m.lsa.rank, m.lsa.size, ctx, stream);
+  m.enqueue_barrier(stream);
 }
 
 }  // namespace

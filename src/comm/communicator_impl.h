@@ -123,6 +123,8 @@ struct Communicator::Impl {
   // time passes, or the transport reports an asynchronous error, the communicator is abandoned and an
   // Error naming `what` is thrown.
   void wait_bounded(cudaStream_t stream, int64_t timeout_ms, const char* what);
+  // Communicator::barrier's work on `stream`, for a caller that holds the call already (an op).
+  void enqueue_barrier(cudaStream_t stream);
 
   // The live SymmetricBuffer that holds all of [p, p + bytes) on this rank, or null.
   const SymmetricBuffer* find_symmetric(const void* p, size_t bytes) const;
