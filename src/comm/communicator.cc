@@ -260,7 +260,9 @@ Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
   ASYNCTP_CUDA_CHECK(cudaMalloc(&m.barrier_epoch, sizeof(uint32_t)));
   ASYNCTP_CUDA_CHECK(cudaMemsetAsync(m.barrier_epoch, 0, sizeof(uint32_t), m.setup_stream));
   ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(m.setup_stream));
-  if (detail::knob_word(detail::Knob::kWatchdog) != 1) {
+  // Only a transport whose kernels can wait without bound needs one: asynctp's own waits end
+  // themselves (in-process, every wait is asynctp's).
+  if (m.transport->collectives_unbounded() && detail::knob_word(detail::Knob::kWatchdog) != 1) {
     // The transport ends the kernels it may; the caller's callback, on a thread of its own (an abort
     // can block for good), those of an NCCL communicator it owns.
     m.watchdog = std::make_unique<comm::Watchdog>(m.device, m.rank, m.timeout_ms,

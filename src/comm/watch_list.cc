@@ -22,6 +22,7 @@ WatchList::Verdict WatchList::check(Clock::time_point now, const std::function<b
     }
     if (c.seen_started && now - c.started_at > bound_) {
       v.overdue = c.what;
+      v.overdue_slot = c.slot;
       v.overdue_ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - c.started_at).count();
     }
     break;  // the later calls run after this one

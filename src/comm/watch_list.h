@@ -26,6 +26,7 @@ class WatchList {
     std::vector<int> finished;  // slots of calls that finished: the caller may reuse them
     std::string overdue;        // the oldest unfinished call's `what` once it is overdue, else ""
     long long overdue_ms = 0;   // how long it has run since it was seen started
+    int overdue_slot = -1;      // its slot, or -1
   };
   // Looks at the oldest calls at `now`. `started(slot)` and `finished(slot)` say what the GPU has done.
   // A call's time starts when it is first seen started here, not when it was added: a call queued

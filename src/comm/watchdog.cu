@@ -1,8 +1,10 @@
 #include "comm/watchdog.h"
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <utility>
 
 #include "common/check.h"
@@ -17,8 +19,31 @@ __global__ void end_the_context_kernel() { __trap(); }
 
 // How often the thread looks at the oldest call while calls are in flight.
 constexpr std::chrono::milliseconds kPoll{5};
-// How long the trapping kernel may take to start before the process is ended instead.
+// How long the trapping kernel may take to start, and the overdue call to end after it, before the
+// process is ended instead.
 constexpr std::chrono::seconds kTrapStart{5};
+constexpr std::chrono::seconds kEndGrace{5};
+
+// Whether a wait for `end` ends within `grace`. The wait is the caller's kind (cudaEventSynchronize
+// blocks as cudaStreamSynchronize does, where a query returns the context's error at once), on a
+// thread left behind: where it still blocks, so does the caller's.
+bool wait_ends_within(int device, cudaEvent_t end, std::chrono::seconds grace) {
+  struct Shared {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool ended = false;
+  };
+  auto shared = std::make_shared<Shared>();
+  std::thread([device, end, shared] {
+    cudaSetDevice(device);
+    cudaEventSynchronize(end);
+    const std::lock_guard<std::mutex> lock(shared->mu);
+    shared->ended = true;
+    shared->cv.notify_one();
+  }).detach();
+  std::unique_lock<std::mutex> lock(shared->mu);
+  return shared->cv.wait_for(lock, grace, [&] { return shared->ended; });
+}
 
 }  // namespace
 
@@ -108,15 +133,16 @@ void Watchdog::run() {
         [&](int s) { return done(slots_[s].end); });
     for (const int s : v.finished) free_slots_.push_back(s);
     if (!v.overdue.empty()) {
+      const cudaEvent_t end = slots_[v.overdue_slot].end;  // read under the lock: begin() may grow slots_
       lock.unlock();
-      end_the_context(v.overdue, v.overdue_ms);
+      end_the_context(v.overdue, v.overdue_ms, end);
       return;
     }
     wake_.wait_for(lock, kPoll);
   }
 }
 
-void Watchdog::end_the_context(const std::string& what, long long ran_ms) {
+void Watchdog::end_the_context(const std::string& what, long long ran_ms, cudaEvent_t end) {
   report_ = detail::cat(
       what, " on rank ", rank_, " ran on the GPU for ", ran_ms, " ms without finishing (the watchdog's bound is ",
       calls_.bound().count(),
@@ -150,6 +176,17 @@ void Watchdog::end_the_context(const std::string& what, long long ran_ms) {
       std::abort();
     }
     std::this_thread::sleep_for(kPoll);
+  }
+  // A kernel that neither the context's error nor the transport's stop ends (NCCL's, waiting on a
+  // peer whose process is gone, was seen to) holds every wait behind it: only the process's end
+  // ends them.
+  if (!wait_ends_within(device_, end, kEndGrace)) {
+    std::fprintf(stderr,
+                 "asynctp: rank %d: %s still runs %lld s after the watchdog put the context in error and "
+                 "stopped the transport's kernels, so no wait on it can end: ending the process\n",
+                 rank_, what.c_str(), static_cast<long long>(kEndGrace.count()));
+    std::fflush(stderr);
+    std::abort();
   }
 }
 

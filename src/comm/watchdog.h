@@ -10,9 +10,11 @@
 // puts this process's CUDA context on the GPU in error, so that every wait there fails once its work
 // has ended. A kernel that is running when the context fails runs on, though, so the watchdog then
 // makes the transport's waiting kernels end (NCCL's: ncclCommAbort's flag, where asynctp owns the
-// NCCL communicator, else the owner's CommunicatorOptions::on_overdue). The caller's wait then fails, and the communicator's next call raises the
-// report. Where the trapping kernel cannot start (with CUDA_DEVICE_MAX_CONNECTIONS=1 it queues
-// behind the stuck call), the process is ended.
+// NCCL communicator, else the owner's CommunicatorOptions::on_overdue). The caller's wait then
+// fails, and the communicator's next call raises the report. Where the trapping kernel cannot start
+// (with CUDA_DEVICE_MAX_CONNECTIONS=1 it queues behind the stuck call), or the overdue call still
+// blocks a wait 5 s later (an NCCL kernel waiting on a peer whose process is gone was seen to outlive
+// both the context's error and ncclCommAbort), the process is ended (SIGABRT) after the report.
 // docs/design/reliability.md says why; ASYNCTP_WATCHDOG=off turns it off.
 #pragma once
 
@@ -58,7 +60,7 @@ class Watchdog {
     cudaEvent_t end = nullptr;
   };
   void run();
-  void end_the_context(const std::string& what, long long ran_ms);
+  void end_the_context(const std::string& what, long long ran_ms, cudaEvent_t end);
 
   const int device_;
   const int rank_;

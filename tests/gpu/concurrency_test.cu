@@ -130,7 +130,12 @@ TEST(Concurrency, ACallOnTheLegacyDefaultStreamOrdersTheNextOnAnother_1Rank) {
 }
 
 TEST(Concurrency, ACallOnTheLegacyDefaultStreamOrdersTheNextOnAnother_2Ranks) {
-  REQUIRE_GPUS(2);
+  std::string why;
+  const int have = visible_gpus(&why);
+  if (have < 2) {
+    GTEST_SKIP() << "needs a GPU for each of 2 ranks, " << have << " visible: ranks that are threads on one GPU "
+                 << "share its legacy default stream, so their barriers on it cannot meet";
+  }
   RUN_RANKS(2, legacy_stream_then_another);
 }
 

@@ -38,17 +38,18 @@ TEST(WatchList, AFinishedCallIsHandedBackAndNeverOverdue) {
 TEST(WatchList, ACallIsOverdueOnlyOnceItHasRunLongerThanTheBoundSinceSeenStarted) {
   WatchList w(milliseconds(100));
   Gpu gpu;
-  w.add(0, "matmul_reduce_scatter");
+  w.add(7, "matmul_reduce_scatter");
   // Queued behind other work for a long time: not held to account for that.
   EXPECT_TRUE(w.check(t0, gpu.has_started(), gpu.has_finished()).overdue.empty());
   EXPECT_TRUE(w.check(t0 + milliseconds(5000), gpu.has_started(), gpu.has_finished()).overdue.empty());
-  gpu.started = {0};
+  gpu.started = {7};
   const auto seen = t0 + milliseconds(6000);
   EXPECT_TRUE(w.check(seen, gpu.has_started(), gpu.has_finished()).overdue.empty());
   EXPECT_TRUE(w.check(seen + milliseconds(100), gpu.has_started(), gpu.has_finished()).overdue.empty());
   const WatchList::Verdict v = w.check(seen + milliseconds(101), gpu.has_started(), gpu.has_finished());
   EXPECT_EQ(v.overdue, "matmul_reduce_scatter");
   EXPECT_EQ(v.overdue_ms, 101);
+  EXPECT_EQ(v.overdue_slot, 7);
   EXPECT_TRUE(v.finished.empty());
 }
 
@@ -65,6 +66,7 @@ TEST(WatchList, CallsAreFollowedInOrderAndTheOldestUnfinishedOneDecides) {
   // The second started at t0 as seen here; the third has not started and is not looked at.
   v = w.check(t0 + milliseconds(150), gpu.has_started(), gpu.has_finished());
   EXPECT_EQ(v.overdue, "second");
+  EXPECT_EQ(v.overdue_slot, 1);
   gpu.finished = {0, 1, 2};
   v = w.check(t0 + milliseconds(160), gpu.has_started(), gpu.has_finished());
   EXPECT_EQ(v.finished, (std::vector<int>{1, 2}));
