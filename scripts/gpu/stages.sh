@@ -32,6 +32,8 @@ mkdir -p "$out"
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_env.sh"
 nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader
 gpus=$(nvidia-smi -L | wc -l)
+# nvidia-smi lists every GPU; CUDA_VISIBLE_DEVICES narrows what the programs see.
+[ -z "${CUDA_VISIBLE_DEVICES:-}" ] || gpus=$(echo "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c .)
 # Two ranks: one a GPU where there are two, else both on the one GPU.
 two_ranks=(--gpus 2)
 [ "$gpus" -ge 2 ] || two_ranks=(--gpus 1 --ranks-per-gpu 2)
