@@ -24,26 +24,44 @@ constexpr std::chrono::milliseconds kPoll{5};
 constexpr std::chrono::seconds kTrapStart{5};
 constexpr std::chrono::seconds kEndGrace{5};
 
-// Whether a wait for `end` ends within `grace`. The wait is the caller's kind (cudaEventSynchronize
-// blocks as cudaStreamSynchronize does, where a query returns the context's error at once), on a
-// thread left behind: where it still blocks, so does the caller's.
-bool wait_ends_within(int device, cudaEvent_t end, std::chrono::seconds grace) {
+// A wait on the overdue call's stream, begun before the context is put in error, as a caller's is,
+// on a thread left behind. A wait begun after the error returns at once (so does a wait for the
+// call's own end event), while one begun before it blocks for as long as a kernel outlives the
+// error: only such a wait tells whether the caller's ends. The stream is still there: a stream
+// destroyed with work queued lives until that work ends, and this call's has not.
+class StreamWaitProbe {
+ public:
+  StreamWaitProbe(int device, cudaStream_t stream) : shared_(std::make_shared<Shared>()) {
+    std::thread([device, stream, s = shared_] {
+      cudaSetDevice(device);
+      s->set(&Shared::waiting);
+      cudaStreamSynchronize(stream);
+      s->set(&Shared::ended);
+    }).detach();
+    std::unique_lock<std::mutex> lock(shared_->mu);
+    shared_->cv.wait_for(lock, std::chrono::seconds(1), [&] { return shared_->waiting; });
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // into cudaStreamSynchronize
+  }
+  bool ended_within(std::chrono::seconds grace) {
+    std::unique_lock<std::mutex> lock(shared_->mu);
+    return shared_->cv.wait_for(lock, grace, [&] { return shared_->ended; });
+  }
+
+ private:
   struct Shared {
     std::mutex mu;
     std::condition_variable cv;
+    bool waiting = false;
     bool ended = false;
+    void set(bool Shared::*flag) {
+      const std::lock_guard<std::mutex> lock(mu);
+      this->*flag = true;
+      cv.notify_all();
+    }
   };
-  auto shared = std::make_shared<Shared>();
-  std::thread([device, end, shared] {
-    cudaSetDevice(device);
-    cudaEventSynchronize(end);
-    const std::lock_guard<std::mutex> lock(shared->mu);
-    shared->ended = true;
-    shared->cv.notify_one();
-  }).detach();
-  std::unique_lock<std::mutex> lock(shared->mu);
-  return shared->cv.wait_for(lock, grace, [&] { return shared->ended; });
-}
+  std::shared_ptr<Shared> shared_;
+};
 
 }  // namespace
 
@@ -56,6 +74,10 @@ Watchdog::Watchdog(int device, int rank, int timeout_ms, std::function<void()> s
   int least = 0, greatest = 0;
   ASYNCTP_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
   ASYNCTP_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest));
+  // The trapping kernel is loaded now. Under lazy loading (CUDA's default) its first launch would
+  // load it then, and loading a module waits for the GPU, where the stuck kernel runs on.
+  cudaFuncAttributes trap{};
+  ASYNCTP_CUDA_CHECK(cudaFuncGetAttributes(&trap, end_the_context_kernel));
   thread_ = std::thread([this] { run(); });
 }
 
@@ -87,6 +109,7 @@ int Watchdog::begin(cudaStream_t stream) {
   }
   const int slot = free_slots_.back();
   ASYNCTP_CUDA_CHECK(cudaEventRecord(slots_[slot].start, stream));  // on failure the slot stays free
+  slots_[slot].stream = stream;
   free_slots_.pop_back();
   return slot;
 }
@@ -133,16 +156,16 @@ void Watchdog::run() {
         [&](int s) { return done(slots_[s].end); });
     for (const int s : v.finished) free_slots_.push_back(s);
     if (!v.overdue.empty()) {
-      const cudaEvent_t end = slots_[v.overdue_slot].end;  // read under the lock: begin() may grow slots_
+      const cudaStream_t stream = slots_[v.overdue_slot].stream;  // under the lock: begin() may grow slots_
       lock.unlock();
-      end_the_context(v.overdue, v.overdue_ms, end);
+      end_the_context(v.overdue, v.overdue_ms, stream);
       return;
     }
     wake_.wait_for(lock, kPoll);
   }
 }
 
-void Watchdog::end_the_context(const std::string& what, long long ran_ms, cudaEvent_t end) {
+void Watchdog::end_the_context(const std::string& what, long long ran_ms, cudaStream_t stream) {
   report_ = detail::cat(
       what, " on rank ", rank_, " ran on the GPU for ", ran_ms, " ms without finishing (the watchdog's bound is ",
       calls_.bound().count(),
@@ -157,6 +180,7 @@ void Watchdog::end_the_context(const std::string& what, long long ran_ms, cudaEv
   std::fprintf(stderr, "asynctp: %s\n", report_.c_str());
   std::fflush(stderr);
   cudaSetDevice(device_);
+  StreamWaitProbe probe(device_, stream);
   end_the_context_kernel<<<1, 1, 0, stream_>>>();
   const cudaError_t launched = cudaGetLastError();
   if (launched != cudaSuccess) {
@@ -180,7 +204,7 @@ void Watchdog::end_the_context(const std::string& what, long long ran_ms, cudaEv
   // A kernel that neither the context's error nor the transport's stop ends (NCCL's, waiting on a
   // peer whose process is gone, was seen to) holds every wait behind it: only the process's end
   // ends them.
-  if (!wait_ends_within(device_, end, kEndGrace)) {
+  if (!probe.ended_within(kEndGrace)) {
     std::fprintf(stderr,
                  "asynctp: rank %d: %s still runs %lld s after the watchdog put the context in error and "
                  "stopped the transport's kernels, so no wait on it can end: ending the process\n",

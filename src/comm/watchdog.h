@@ -2,18 +2,17 @@
 //
 // asynctp's own kernels bound every wait and trap with a report, but NCCL's kernels (the sequential
 // algorithm's collectives) wait for a peer without bound, and a caller's own wait on the stream
-// (cudaStreamSynchronize, torch.cuda.synchronize) has none either. So each uncaptured call records an
-// event where it starts and one where it ends (Communicator::Impl::OrderedCall), and this thread follows
-// them (comm/watch_list.h). A call seen running longer than 1.5 times the communicator's timeout, by
-// when asynctp's own waits have given up, is overdue: the watchdog records a report where the next
-// failing call finds it (common/device_fault.h), prints it, and launches a kernel that traps, which
-// puts this process's CUDA context on the GPU in error, so that every wait there fails once its work
-// has ended. A kernel that is running when the context fails runs on, though, so the watchdog then
-// makes the transport's waiting kernels end (NCCL's: ncclCommAbort's flag, where asynctp owns the
-// NCCL communicator, else the owner's CommunicatorOptions::on_overdue). The caller's wait then
-// fails, and the communicator's next call raises the report. Where the trapping kernel cannot start
-// (with CUDA_DEVICE_MAX_CONNECTIONS=1 it queues behind the stuck call), or the overdue call still
-// blocks a wait 5 s later (an NCCL kernel waiting on a peer whose process is gone was seen to outlive
+// (cudaStreamSynchronize, torch.cuda.synchronize) has none either. So, where the transport's kernels
+// can wait without bound, each uncaptured call records an event where it starts and one where it ends
+// (Communicator::Impl::OrderedCall), and this thread follows them (comm/watch_list.h). A call seen
+// running longer than 1.5 times the communicator's timeout, by when asynctp's own waits have given
+// up, is overdue: the watchdog records a report where the next failing call finds it
+// (common/device_fault.h), prints it, launches a kernel that traps, which puts this process's CUDA
+// context on the GPU in error so that every later wait there fails, and makes the transport's
+// waiting kernels end (NCCL's: ncclCommAbort's flag where asynctp owns the NCCL communicator, else
+// the owner's CommunicatorOptions::on_overdue). Where the trapping kernel cannot start (with
+// CUDA_DEVICE_MAX_CONNECTIONS=1 it queues behind the stuck call), or a wait on the call's stream
+// still blocks 5 s later (an NCCL kernel waiting on a peer whose process is gone was seen to outlive
 // both the context's error and ncclCommAbort), the process is ended (SIGABRT) after the report.
 // docs/design/reliability.md says why; ASYNCTP_WATCHDOG=off turns it off.
 #pragma once
@@ -58,9 +57,10 @@ class Watchdog {
   struct Slot {
     cudaEvent_t start = nullptr;
     cudaEvent_t end = nullptr;
+    cudaStream_t stream = nullptr;  // the call's
   };
   void run();
-  void end_the_context(const std::string& what, long long ran_ms, cudaEvent_t end);
+  void end_the_context(const std::string& what, long long ran_ms, cudaStream_t stream);
 
   const int device_;
   const int rank_;
