@@ -201,9 +201,8 @@ void Watchdog::end_the_context(const std::string& what, long long ran_ms, cudaSt
     }
     std::this_thread::sleep_for(kPoll);
   }
-  // A kernel that neither the context's error nor the transport's stop ends (NCCL's, waiting on a
-  // peer whose process is gone, was seen to) holds every wait behind it: only the process's end
-  // ends them.
+  // A kernel that neither the context's error nor the transport's stop ends holds every wait behind
+  // it: only the process's end ends them.
   if (!probe.ended_within(kEndGrace)) {
     std::fprintf(stderr,
                  "asynctp: rank %d: %s still runs %lld s after the watchdog put the context in error and "

@@ -12,8 +12,8 @@
 // waiting kernels end (NCCL's: ncclCommAbort's flag where asynctp owns the NCCL communicator, else
 // the owner's CommunicatorOptions::on_overdue). Where the trapping kernel cannot start (with
 // CUDA_DEVICE_MAX_CONNECTIONS=1 it queues behind the stuck call), or a wait on the call's stream
-// still blocks 5 s later (an NCCL kernel waiting on a peer whose process is gone was seen to outlive
-// both the context's error and ncclCommAbort), the process is ended (SIGABRT) after the report.
+// still blocks 5 s later (a kernel that outlives the context's error and the transport's stop), the
+// process is ended (SIGABRT) after the report.
 // docs/design/reliability.md says why; ASYNCTP_WATCHDOG=off turns it off.
 #pragma once
 
