@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-#define ASYNCTP_C_API_VERSION 4
+#define ASYNCTP_C_API_VERSION 5
 #define ASYNCTP_C_MAX_DIMS 6
 #define ASYNCTP_C_UNIQUE_ID_BYTES 128
 
@@ -62,8 +62,12 @@ int asynctp_comm_create(int rank, int world_size, const unsigned char* id, int d
 /* asynctp::Communicator::wrap: a communicator on `nccl_comm`, an ncclComm_t the caller made (a
  * framework's own, for instance) and keeps alive until this handle is destroyed; asynctp neither
  * destroys nor aborts it. Runs on the GPU nccl_comm was made for. timeout_ms <= 0 and tuning_cache
- * NULL or "": the defaults of CommunicatorOptions. Collective over nccl_comm's ranks. */
-int asynctp_comm_wrap(void* nccl_comm, int timeout_ms, const char* tuning_cache, asynctp_comm** comm);
+ * NULL or "": the defaults of CommunicatorOptions. on_overdue (may be NULL): called as
+ * on_overdue(on_overdue_arg), once and on a thread of its own, when a call is overdue on the GPU
+ * (CommunicatorOptions::on_overdue): where the caller aborts nccl_comm. Collective over nccl_comm's
+ * ranks. */
+int asynctp_comm_wrap(void* nccl_comm, int timeout_ms, const char* tuning_cache, void (*on_overdue)(void*),
+                      void* on_overdue_arg, asynctp_comm** comm);
 /* The NCCL versions, as NCCL_VERSION_CODE (22809 for 2.28.9): the one loaded in this process, and the
  * one this library was built with. A communicator needs the two to be the same. */
 int asynctp_nccl_versions(int* runtime, int* build);

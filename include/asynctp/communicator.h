@@ -16,6 +16,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -47,6 +48,12 @@ struct CommunicatorOptions {
   // at once, or one waits for a peer kernel that cannot be placed). A caller that keeps SMs for work on
   // another stream sets it too.
   int sm_budget = 0;
+  // Called once, on a thread of its own, when one of this communicator's calls is overdue on the GPU
+  // (docs/design/reliability.md, "watchdog"), after the report is recorded and the CUDA context put
+  // in error. Where the NCCL communicator was given to wrap(), asynctp does not abort it: this is
+  // where its owner does (PyTorch: ProcessGroup.abort()), so that an NCCL kernel waiting on a peer
+  // that is gone ends. Must not call into this Communicator.
+  std::function<void()> on_overdue;
 };
 
 class InProcessGroup;
@@ -106,11 +113,14 @@ class Communicator {
 
   // Waits for `stream`, at most twice timeout_ms(). Where one of asynctp's waits on the GPU timed out,
   // throws an asynctp::Error carrying the kernel's report (which rank, which flag, what it saw); the
-  // CUDA context is then lost. Where the stream is still busy at the bound (an NCCL kernel of the
-  // sequential algorithm waits on a peer that is gone: NCCL's waits have no bound of their own),
-  // throws an Error saying so. Either way the communicator is broken from then on (every op, barrier
-  // and workspace call throws, quoting why), and the process should end: an NCCL kernel may still
-  // hold the GPU, so destroying the communicator frees nothing on the device (docs/design/reliability.md).
+  // CUDA context is then lost. A call still running on the GPU 1.5 times timeout_ms() after it started
+  // there (an NCCL kernel of the sequential algorithm waiting on a peer that is gone: NCCL's waits have
+  // no bound of their own) is ended by the communicator's watchdog, which puts the CUDA context in
+  // error and stops the transport's waiting kernels (or calls CommunicatorOptions::on_overdue), and
+  // this throws its report, as any wait on the stream fails then, the caller's own included.
+  // Where the stream is still busy at the bound, throws an Error saying so. Either way the
+  // communicator is broken from then on (every op, barrier and workspace call throws, quoting why),
+  // and the process should end (docs/design/reliability.md).
   void synchronize(cudaStream_t stream) const;
 
   // Collective, host-synchronous: true on every rank iff `local_ok` is true on every rank. Lets a rank

@@ -6,7 +6,7 @@ import os
 import pathlib
 import threading
 
-C_API_VERSION = 4  # ASYNCTP_C_API_VERSION this module was written for
+C_API_VERSION = 5  # ASYNCTP_C_API_VERSION this module was written for
 MAX_DIMS = 6
 UNIQUE_ID_BYTES = 128
 
@@ -77,6 +77,8 @@ class SymmetricInfo(ctypes.Structure):
 
 
 _Comm = ctypes.c_void_p
+# asynctp_comm_wrap's on_overdue: void (*)(void* arg), called on a thread of the library's.
+OnOverdue = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _Sym = ctypes.c_void_p
 _int_p = ctypes.POINTER(ctypes.c_int)
 _SIGNATURES = {
@@ -90,7 +92,8 @@ _SIGNATURES = {
          ctypes.POINTER(_Comm)],
         ctypes.c_int,
     ),
-    "asynctp_comm_wrap": ([ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p, ctypes.POINTER(_Comm)], ctypes.c_int),
+    "asynctp_comm_wrap": ([ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p, OnOverdue, ctypes.c_void_p,
+                           ctypes.POINTER(_Comm)], ctypes.c_int),
     "asynctp_nccl_versions": ([_int_p, _int_p], ctypes.c_int),
     "asynctp_comm_destroy": ([_Comm], ctypes.c_int),
     "asynctp_comm_rank": ([_Comm, _int_p], ctypes.c_int),

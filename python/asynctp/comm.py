@@ -31,15 +31,19 @@ _log = logging.getLogger("asynctp")
 class Communicator:
     """One rank's asynctp::Communicator (see include/asynctp/communicator.h)."""
 
-    def __init__(self, rank, world_size, unique_id, device, timeout_ms=0, tuning_cache=None, *, nccl_comm=None):
+    def __init__(self, rank, world_size, unique_id, device, timeout_ms=0, tuning_cache=None, *, nccl_comm=None,
+                 on_overdue=None):
         """An NCCL communicator of asynctp's own from `unique_id`, or, where `nccl_comm` (an ncclComm_t
-        as an int) is given, one that uses that communicator, which the caller keeps alive."""
+        as an int) is given, one that uses that communicator, which the caller keeps alive; then
+        on_overdue() is called, on a thread of the library's, when a call is overdue on the GPU (an NCCL
+        kernel waiting on a peer that is gone), for the caller to abort that communicator."""
         handle = ctypes.c_void_p()
         cache = tuning_cache.encode() if tuning_cache else None
         if nccl_comm is None:
             _lib.call("comm_create", rank, world_size, unique_id, device, timeout_ms, cache, ctypes.byref(handle))
         else:
-            _lib.call("comm_wrap", ctypes.c_void_p(nccl_comm), timeout_ms, cache, ctypes.byref(handle))
+            callback = _on_overdue_callback(on_overdue) if on_overdue is not None else _lib.OnOverdue()
+            _lib.call("comm_wrap", ctypes.c_void_p(nccl_comm), timeout_ms, cache, callback, None, ctypes.byref(handle))
         self._handle = handle
         self.rank, self.world_size, self.device = rank, world_size, device
         self.shares_nccl_comm = nccl_comm is not None  # the process group's own NCCL communicator
@@ -105,6 +109,23 @@ def process_group_nccl(pg):
     return ptr, ""
 
 
+# The callbacks given to the library stay alive for the process: its watchdog may call one on a thread
+# of its own after the communicator is gone.
+_callbacks = []
+
+
+def _on_overdue_callback(fn):
+    """fn() as asynctp_comm_wrap's on_overdue, its exceptions logged (none may cross into C)."""
+    def call(_arg):
+        try:
+            fn()
+        except Exception:  # noqa: BLE001
+            _log.exception("asynctp: the process group's abort, called by the watchdog, failed")
+    callback = _lib.OnOverdue(call)
+    _callbacks.append(callback)
+    return callback
+
+
 def _agree(store, key, rank, size, mine):
     """Every rank's `mine` (a short string), through the store."""
     store.set(f"{key}/{rank}", mine)
@@ -133,8 +154,14 @@ def communicator(group=None, *, timeout_ms=0, tuning_cache=None, share_nccl=True
         answers = _agree(store, f"{prefix}/share", rank, size, why if nccl_comm is None else "")
         refused = [(r, w) for r, w in enumerate(answers) if w]
         if not refused:
+            # An asynctp call overdue on the GPU (an NCCL kernel waiting on a peer that is gone) ends
+            # only when the NCCL communicator is aborted: its owner, the process group, does that.
+            abort = getattr(pg, "abort", None)
+            if abort is None:
+                _log.info("asynctp: this PyTorch's process group has no abort(): an asynctp call on group %r "
+                          "waiting on a peer that is gone is not ended by asynctp's watchdog", name)
             comm = Communicator(rank, size, None, torch.cuda.current_device(), timeout_ms, tuning_cache,
-                                nccl_comm=nccl_comm)
+                                nccl_comm=nccl_comm, on_overdue=abort)
             _comms[name] = comm
             return comm
         r, w = refused[0]

@@ -6,6 +6,7 @@ Each rank joins an NCCL process group; a rank that raises makes spawn stop the o
 import datetime
 import os
 import tempfile
+import time
 
 import pytest
 import torch
@@ -22,14 +23,23 @@ def require_gpus(n):
         pytest.skip(f"needs {n} GPUs, {torch.cuda.device_count()} visible")
 
 
-def run_ranks(world_size, body, *args):
+def run_ranks(world_size, body, *args, within_s=None):
     """body(rank, world_size, *args) on world_size processes, one per GPU; body must be a module-level
-    function (spawn pickles it by name)."""
+    function (spawn pickles it by name). With within_s, ranks still running after that many seconds
+    are stopped and the test fails naming them."""
     require_gpus(world_size)
     os.environ.setdefault("ASYNCTP_TIMEOUT_MS", "20000")
     with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(_rank_main, args=(world_size, os.path.join(tmp, "rendezvous"), body, args), nprocs=world_size,
-                 join=True)
+        context = mp.spawn(_rank_main, args=(world_size, os.path.join(tmp, "rendezvous"), body, args),
+                           nprocs=world_size, join=False)
+        deadline = None if within_s is None else time.monotonic() + within_s
+        while not context.join(timeout=None if deadline is None else max(0.0, deadline - time.monotonic())):
+            if deadline is not None and time.monotonic() >= deadline:
+                running = [rank for rank, p in enumerate(context.processes) if p.is_alive()]
+                for p in context.processes:
+                    if p.is_alive():
+                        p.kill()
+                pytest.fail(f"rank(s) {running} still running after {within_s} s")
 
 
 def _rank_main(rank, world_size, rendezvous, body, args):

@@ -36,3 +36,35 @@ def test_every_rank_reads_every_ranks_answer():
     for t in threads:
         t.join(timeout=30)
     assert answers == {r: ["", "no NCCL here", ""] for r in range(3)}
+
+
+def test_a_shared_communicator_hands_its_abort_to_the_library_as_a_live_c_callback(monkeypatch):
+    """The watchdog calls the process group's abort() through the C function pointer passed to
+    asynctp_comm_wrap; an exception in it is logged, never raised into C; the pointer stays valid."""
+    import ctypes
+
+    from asynctp import _lib
+
+    passed = {}
+
+    def fake_call(name, *args):
+        passed[name] = args
+
+    monkeypatch.setattr(_lib, "call", fake_call)
+    calls = []
+    comm.Communicator(0, 2, None, 0, nccl_comm=0x1234, on_overdue=lambda: calls.append("abort"))
+    nccl, _timeout, _cache, callback, arg, _out = passed["comm_wrap"]
+    assert nccl.value == 0x1234 and arg is None
+    assert ctypes.cast(callback, ctypes.c_void_p).value, "on_overdue went to the library as NULL"
+    assert callback in comm._callbacks, "the callback is not kept alive for the library"
+    callback(None)
+    assert calls == ["abort"]
+
+    def failing():
+        raise RuntimeError("abort failed")
+
+    comm.Communicator(0, 2, None, 0, nccl_comm=0x1234, on_overdue=failing)
+    passed["comm_wrap"][3](None)  # logged, not raised
+
+    comm.Communicator(0, 2, None, 0, nccl_comm=0x1234)
+    assert not ctypes.cast(passed["comm_wrap"][3], ctypes.c_void_p).value, "no on_overdue must go as NULL"

@@ -5,6 +5,9 @@
 # Usage: scripts/gpu/stages.sh BUILD_DIR STAGE...
 #   tests          every GPU test; the multi-rank ones at world sizes $WORLD_SIZES (default: 2,3,4 on
 #                  one GPU, in-process; else the tests' own), $GTEST_FILTER picks tests
+#   transports     every GPU test on NCCL and then on the in-process transport, at world sizes
+#                  $WORLD_SIZES (default 2), $GTEST_FILTER picks tests; scripts/gpu/compare_outcomes.py
+#                  then names every test whose outcome differs (two or more GPUs)
 #   examples       asynctp-example-all-reduce (examples/one_shot_all_reduce.cuh) at 2 and 4 ranks
 #   faults         the fault and edge-input tests (Faults.*, Inputs.*, Refusals.*)
 #   soak N         asynctp-soak: N calls per op and algorithm, on 2 ranks
@@ -29,6 +32,8 @@ mkdir -p "$out"
 source "$(dirname "${BASH_SOURCE[0]}")/gpu_env.sh"
 nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader
 gpus=$(nvidia-smi -L | wc -l)
+# nvidia-smi lists every GPU; CUDA_VISIBLE_DEVICES narrows what the programs see.
+[ -z "${CUDA_VISIBLE_DEVICES:-}" ] || gpus=$(echo "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c .)
 # Two ranks: one a GPU where there are two, else both on the one GPU.
 two_ranks=(--gpus 2)
 [ "$gpus" -ge 2 ] || two_ranks=(--gpus 1 --ranks-per-gpu 2)
@@ -54,6 +59,16 @@ while [ $# -gt 0 ]; do
       echo "== GPU tests${sizes:+, world sizes $sizes}"
       [ -z "$sizes" ] || export ASYNCTP_TEST_WORLD_SIZES=$sizes
       gpu_tests gpu ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER}
+      ;;
+    transports)
+      export ASYNCTP_TEST_WORLD_SIZES=${WORLD_SIZES:-2}
+      for transport in nccl in-process; do
+        echo "== GPU tests on $transport, world sizes $ASYNCTP_TEST_WORLD_SIZES"
+        ASYNCTP_TEST_TRANSPORT=$transport gpu_tests "tests_$transport" ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} \
+          --gtest_output="json:$out/tests_$transport.json"
+      done
+      python3 "$(dirname "${BASH_SOURCE[0]}")/compare_outcomes.py" "$out/tests_nccl.json" "$out/tests_in-process.json" \
+        || status=1
       ;;
     examples)
       echo "== asynctp-example-all-reduce at 2 and 4 ranks (threads over the visible GPUs)"

@@ -6,6 +6,23 @@
 #include "common/check.h"
 
 namespace asynctp::algo {
+namespace {
+
+// Before a collective of the transport's whose kernels wait without bound (NCCL's), where `stream` is
+// being captured: the communicator's bounded barrier, so that a replay whose peer is gone ends with the
+// barrier's report instead of in a collective that never returns. A call made directly needs none: the
+// watchdog follows it (comm/watchdog.h), while a replay is the caller's. (A peer that dies between its
+// barrier and its collective, or one outside this node's LSA team, is not covered.)
+void bound_captured_collective(Communicator& comm, cudaStream_t stream) {
+  Communicator::Impl& m = impl_of(comm);
+  if (!m.transport->collectives_unbounded()) return;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  ASYNCTP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  if (capture == cudaStreamCaptureStatusNone) return;
+  m.enqueue_barrier(stream);
+}
+
+}  // namespace
 
 void sequential_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,
                                   const std::vector<TensorRef>& bs, const std::vector<TensorRef>& outputs,
@@ -22,6 +39,7 @@ void sequential_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan&
   char* gathered = plan.return_a ? bytes(gathered_a.data) : base + align_up(staging_bytes);
 
   const size_t shard_elems = static_cast<size_t>(plan.m_local) * plan.k_local;
+  bound_captured_collective(comm, stream);
   if (!plan.gather_last) {
     m.transport->all_gather(a_shard.data, gathered, shard_elems * es, stream);
   } else {
@@ -73,6 +91,7 @@ void sequential_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScat
     }
   }
   agree();  // the partial GEMM above runs on the GPU meanwhile; it wrote only scratch
+  bound_captured_collective(comm, stream);
   const size_t out_elems = static_cast<size_t>(plan.out_rows) * plan.out_cols;
   m.transport->reduce_scatter(partial, output.data, out_elems, plan.dtype, plan.reduce_op, stream);
 }

@@ -42,7 +42,8 @@ int asynctp_comm_create(int rank, int world_size, const unsigned char* id, int d
   });
 }
 
-int asynctp_comm_wrap(void* nccl_comm, int timeout_ms, const char* tuning_cache, asynctp_comm** comm) {
+int asynctp_comm_wrap(void* nccl_comm, int timeout_ms, const char* tuning_cache, void (*on_overdue)(void*),
+                      void* on_overdue_arg, asynctp_comm** comm) {
   return guarded([&] {
     const char* fn = "asynctp_comm_wrap";
     if (comm == nullptr) raise(cat(fn, ": comm (the result) is NULL"));
@@ -51,6 +52,7 @@ int asynctp_comm_wrap(void* nccl_comm, int timeout_ms, const char* tuning_cache,
     asynctp::CommunicatorOptions options;
     options.timeout_ms = timeout_ms;
     if (tuning_cache != nullptr) options.tuning_cache = tuning_cache;
+    if (on_overdue != nullptr) options.on_overdue = [on_overdue, on_overdue_arg] { on_overdue(on_overdue_arg); };
     auto made = std::make_unique<asynctp_comm>();
     made->comm = asynctp::Communicator::wrap(static_cast<ncclComm_t>(nccl_comm), options);
     comms().add(made.get());

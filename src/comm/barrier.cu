@@ -45,8 +45,12 @@ void Communicator::barrier(cudaStream_t stream) {
   Impl& m = *impl_;
   const detail::RankScope scope(m.rank);
   const Impl::OrderedCall ordered(m, stream, "Communicator::barrier");
-  const kernels::WaitContext ctx{m.fault, timeout_ns(*this), m.rank};
-  comm::enqueue_barrier(m.barrier_pad->device_peers(), m.barrier_epoch, m.lsa.rank, m.lsa.size, ctx, stream);
+  m.enqueue_barrier(stream);
+}
+
+void Communicator::Impl::enqueue_barrier(cudaStream_t stream) {
+  const kernels::WaitContext ctx{fault, static_cast<uint64_t>(timeout_ms) * 1000000ull, rank};
+  comm::enqueue_barrier(barrier_pad->device_peers(), barrier_epoch, lsa.rank, lsa.size, ctx, stream);
 }
 
 }  // namespace asynctp

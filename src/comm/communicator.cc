@@ -85,6 +85,7 @@ std::unique_ptr<Communicator::Impl> make_impl(int rank, int device, int sharing,
   impl->signal_count = options.signal_count;
   impl->check_nonfinite = detail::knob_flag(detail::Knob::kCheckNan);
   impl->tuning_cache = options.tuning_cache;
+  impl->on_overdue = options.on_overdue;
   if (impl->tuning_cache.empty()) impl->tuning_cache = detail::knob_text(detail::Knob::kTuningCache);
   ASYNCTP_CUDA_CHECK(cudaSetDevice(device));
   cudaDeviceProp prop{};
@@ -259,6 +260,17 @@ Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
   ASYNCTP_CUDA_CHECK(cudaMalloc(&m.barrier_epoch, sizeof(uint32_t)));
   ASYNCTP_CUDA_CHECK(cudaMemsetAsync(m.barrier_epoch, 0, sizeof(uint32_t), m.setup_stream));
   ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(m.setup_stream));
+  // Only a transport whose kernels can wait without bound needs one: asynctp's own waits end
+  // themselves (in-process, every wait is asynctp's).
+  if (m.transport->collectives_unbounded() && detail::knob_word(detail::Knob::kWatchdog) != 1) {
+    // The transport ends the kernels it may; the caller's callback, on a thread of its own (an abort
+    // can block for good), those of an NCCL communicator it owns.
+    m.watchdog = std::make_unique<comm::Watchdog>(m.device, m.rank, m.timeout_ms,
+                                                  [t = m.transport.get(), user = m.on_overdue] {
+                                                    t->stop_kernels();
+                                                    if (user) std::thread(user).detach();
+                                                  });
+  }
 }
 
 Communicator::~Communicator() {
@@ -287,6 +299,9 @@ Communicator::~Communicator() {
     (void)m.barrier_pad.release();
     (void)m.signals.release();
   }
+  // Last of what can wait on the GPU is done: the watchdog has bounded it (it ends a stuck call, and
+  // the waits above fail instead of hanging).
+  m.watchdog.reset();
   if (m.cublaslt) cublasLtDestroy(m.cublaslt);
   if (m.setup_stream) cudaStreamDestroy(m.setup_stream);
   if (m.last_call_end) cudaEventDestroy(m.last_call_end);

@@ -34,8 +34,11 @@ std::vector<int> Communicator::Impl::failing_ranks(bool local_ok) {
 }
 
 void Communicator::Impl::require_usable(const char* what) const {
-  if (broken.empty()) return;
-  detail::raise(detail::cat(what, ": this communicator can no longer be used, since ", broken,
+  // The watchdog's thread cannot write `broken` (the callers' threads read it unlocked): its report is
+  // read here.
+  const std::string& why = broken.empty() && watchdog ? watchdog->report() : broken;
+  if (why.empty()) return;
+  detail::raise(detail::cat(what, ": this communicator can no longer be used, since ", why,
                             ". Destroy it (and end the process if its CUDA context is lost) and make a new one"));
 }
 
@@ -117,18 +120,25 @@ SymmetricBuffer& Communicator::Impl::workspace_for(Communicator& comm, size_t by
 }
 
 Communicator::Impl::OrderedCall::OrderedCall(Impl& m, cudaStream_t stream, const char* what)
-    : m_(m), lock_(m.call_mutex), stream_(stream) {
+    : m_(m), lock_(m.call_mutex), stream_(stream), what_(what) {
   m.require_usable(what);
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   ASYNCTP_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
   captured_ = capture != cudaStreamCaptureStatusNone;
   if (!captured_ && m.last_stream.has_value() && *m.last_stream != stream) {
-    ASYNCTP_CUDA_CHECK(cudaStreamWaitEvent(stream, m.last_call_end, 0));
+    ASYNCTP_CUDA_CHECK(cudaStreamWaitEvent(stream, m.last_end, 0));
   }
+  if (!captured_ && m.watchdog) watched_ = m.watchdog->begin(stream);
 }
 
 Communicator::Impl::OrderedCall::~OrderedCall() {
-  if (captured_ || cudaEventRecord(m_.last_call_end, stream_) != cudaSuccess) return;
+  if (captured_) return;
+  cudaEvent_t end = watched_ >= 0 ? m_.watchdog->finish(watched_, stream_, what_) : nullptr;
+  if (end == nullptr) {
+    if (cudaEventRecord(m_.last_call_end, stream_) != cudaSuccess) return;
+    end = m_.last_call_end;
+  }
+  m_.last_end = end;
   m_.last_stream = stream_;
 }
 

@@ -3,6 +3,7 @@
 
 #include <cublasLt.h>
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -16,6 +17,7 @@
 #include "comm/attachment.h"
 #include "comm/host_mailbox.h"
 #include "comm/transport.h"
+#include "comm/watchdog.h"
 #include "common/device_fault.h"
 
 namespace asynctp {
@@ -40,6 +42,7 @@ struct Communicator::Impl {
   int cc_major = 0, cc_minor = 0;
   std::string gpu_name;
   std::string tuning_cache;  // kAuto's cache file on top of the built-in one; empty: none
+  std::function<void()> on_overdue;  // CommunicatorOptions::on_overdue
 
   Team lsa;
   cublasLtHandle_t cublaslt = nullptr;
@@ -51,8 +54,12 @@ struct Communicator::Impl {
   // calls share scratch, workspace, flags and events, so they must also run one after another on the
   // GPU (OrderedCall). Empty before the first such call: nullptr is the legacy default stream.
   std::optional<cudaStream_t> last_stream;
-  cudaEvent_t last_call_end = nullptr;
+  cudaEvent_t last_end = nullptr;       // where that call's end is recorded: the watchdog's event, or
+  cudaEvent_t last_call_end = nullptr;  // this one where the watchdog is off (one record per call)
   detail::DeviceFault* fault = nullptr;  // where this process's kernels report a timeout
+  // Ends a call that runs on the GPU past 1.5 times the timeout (comm/watchdog.h); null with
+  // ASYNCTP_WATCHDOG=off. OrderedCall brackets every uncaptured call for it.
+  std::unique_ptr<comm::Watchdog> watchdog;
 
   std::unique_ptr<SignalPad> signals;
   std::unique_ptr<SignalPad> barrier_pad;  // flag p on rank q: the last barrier epoch rank p reached
@@ -116,6 +123,8 @@ struct Communicator::Impl {
   // time passes, or the transport reports an asynchronous error, the communicator is abandoned and an
   // Error naming `what` is thrown.
   void wait_bounded(cudaStream_t stream, int64_t timeout_ms, const char* what);
+  // Communicator::barrier's work on `stream`, for a caller that holds the call already (an op).
+  void enqueue_barrier(cudaStream_t stream);
 
   // The live SymmetricBuffer that holds all of [p, p + bytes) on this rank, or null.
   const SymmetricBuffer* find_symmetric(const void* p, size_t bytes) const;
@@ -145,7 +154,9 @@ struct Communicator::Impl {
     Impl& m_;
     std::lock_guard<std::mutex> lock_;
     cudaStream_t stream_;
+    const char* what_;
     bool captured_ = false;
+    int watched_ = -1;  // the watchdog's slot for this call, or -1
   };
 
   // Refuses, while `stream` is being captured, a growth of `what` (scratch, workspace, inbox) from

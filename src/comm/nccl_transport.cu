@@ -2,7 +2,10 @@
 
 #include <nccl_device.h>
 
+#include <atomic>
 #include <cstring>
+#include <mutex>
+#include <thread>
 
 #include "comm/bounded_call.h"
 #include "common/check.h"
@@ -81,6 +84,7 @@ class NcclTransport final : public Transport {
   }
 
   const char* name() const override { return "nccl"; }
+  bool collectives_unbounded() const override { return true; }
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
   int device() const override { return device_; }
@@ -170,9 +174,26 @@ class NcclTransport final : public Transport {
                                          comm_, stream));
   }
 
+  void stop_kernels() override {
+    // ncclCommAbort first raises the flag NCCL's kernels poll, so a kernel waiting on a dead peer
+    // ends; what it does next was seen to block for good with a peer's process gone, so it runs on a
+    // thread of its own, left behind. A communicator given to Communicator::wrap is its owner's.
+    if (!owns_) return;
+    {
+      // Not while async_error() reads the communicator on the caller's thread.
+      const std::lock_guard<std::mutex> lock(async_mu_);
+      if (nccl_done_.exchange(true)) return;
+    }
+    std::thread([comm = comm_, check = check_comm_] {
+      ncclCommAbort(comm);
+      if (check != nullptr) ncclCommAbort(check);
+    }).detach();
+  }
+
   std::string async_error() override {
     // A peer process that died can surface here first (ncclRemoteError, ncclSystemError).
     ncclResult_t async = ncclSuccess;
+    const std::lock_guard<std::mutex> lock(async_mu_);  // stop_kernels() may abort comm_ meanwhile
     if (nccl_done_ || ncclCommGetAsyncError(comm_, &async) != ncclSuccess) return {};
     if (async == ncclSuccess || async == ncclInProgress) return {};
     return detail::cat("NCCL reported an asynchronous error (", ncclGetErrorString(async), ")");
@@ -264,7 +285,8 @@ class NcclTransport final : public Transport {
   void* exchange_host_ = nullptr;    // pinned: this rank's part, then every rank's
   ncclDevComm dev_comm_{};
   bool has_dev_comm_ = false;
-  bool nccl_done_ = false;  // NCCL was aborted, or must not be touched again
+  std::atomic<bool> nccl_done_{false};  // NCCL was aborted, or must not be touched again (any thread)
+  std::mutex async_mu_;                 // async_error() against stop_kernels() on the watchdog's thread
   bool shut_down_ = false;
 };
 

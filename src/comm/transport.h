@@ -63,6 +63,8 @@ class Transport {
   virtual void all_gather(const void* send, void* recv, size_t bytes, cudaStream_t stream) = 0;
   virtual void reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                               cudaStream_t stream) = 0;
+  // Whether those collectives' kernels wait on the peers without a bound of their own (NCCL's).
+  virtual bool collectives_unbounded() const { return false; }
 
   // Collective where the ranks are threads of one process: returns once every rank has reached it, so
   // that set-up which can wait for the GPU (allocating, freeing, first uses) has ended on every rank
@@ -79,6 +81,9 @@ class Transport {
   // The communicator is broken (`why`). kernels_may_wait: a kernel of the transport's may still wait
   // on a peer that is gone. Returns what became of the transport, as a clause for an error message.
   virtual std::string abandon(const std::string& why, bool kernels_may_wait) = 0;
+  // From the watchdog's thread (comm/watchdog.h), once a call is overdue: makes the transport's own
+  // kernels that still wait on a peer end, where it can. Does not wait for them.
+  virtual void stop_kernels() {}
   // Frees the transport's resources on the device; `healthy`: every rank is here and the GPU drained.
   virtual void shutdown(bool healthy) = 0;
 };

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <mutex>
+#include <string>
 
 #include "common/check.h"
 
@@ -10,7 +11,14 @@ namespace asynctp::detail {
 namespace {
 DeviceFault* g_record = nullptr;  // host-mapped; the same address is valid on the device (UVA)
 std::once_flag g_once;
+std::mutex g_host_mutex;
+std::string g_host_report;  // report_host_fault's first
 }  // namespace
+
+void report_host_fault(const std::string& report) {
+  const std::lock_guard<std::mutex> lock(g_host_mutex);
+  if (g_host_report.empty()) g_host_report = report;
+}
 
 DeviceFault* device_fault_record() {
   std::call_once(g_once, [] {
@@ -23,9 +31,12 @@ DeviceFault* device_fault_record() {
 }
 
 std::string describe_device_fault() {
-  if (g_record == nullptr) return {};
-  const volatile DeviceFault& f = *g_record;
-  if (f.raised == 0) return {};
+  const volatile DeviceFault* record = g_record;  // written by kernels: read through volatile
+  if (record == nullptr || record->raised == 0) {
+    const std::lock_guard<std::mutex> lock(g_host_mutex);
+    return g_host_report;
+  }
+  const volatile DeviceFault& f = *record;
   const char* remedy =
       " (a peer did not arrive: it failed, was not started, or is running a different op; "
       "ASYNCTP_TIMEOUT_MS sets the bound)";

@@ -19,7 +19,11 @@ using FaultSite = device::WaitSite;
 // Device-visible pointer to this process's record (allocated on first use). Throws on CUDA failure.
 DeviceFault* device_fault_record();
 
-// A sentence describing the reported fault, or "" where no kernel has reported one.
+// A sentence describing the reported fault: a kernel's, else the host's (report_host_fault), else "".
 std::string describe_device_fault();
+
+// Records a fault found on the host that ends this process's CUDA context (a communicator's watchdog,
+// comm/watchdog.h), for describe_device_fault. The first report stays.
+void report_host_fault(const std::string& report);
 
 }  // namespace asynctp::detail

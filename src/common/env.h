@@ -18,6 +18,7 @@ constexpr int kDefaultLaunchTimeoutMs = 600000;
   X(kLaunchTimeoutMs, "ASYNCTP_LAUNCH_TIMEOUT_MS", kInt, "", kUse)                       \
   X(kTuningCache, "ASYNCTP_TUNING_CACHE", kText, "", kUse)                               \
   X(kCheckNan, "ASYNCTP_CHECK_NAN", kFlag, "", kUse)                                     \
+  X(kWatchdog, "ASYNCTP_WATCHDOG", kWord, "on|off", kUse)                                \
   X(kTraceTiles, "ASYNCTP_TRACE_TILES", kText, "", kMeasurement)                         \
   X(kPipelinedEager, "ASYNCTP_PIPELINED_EAGER", kFlag, "", kMeasurement)                 \
   X(kPipelinedRsSum, "ASYNCTP_PIPELINED_RS_SUM", kWord, "gemm|kernel", kMeasurement)     \

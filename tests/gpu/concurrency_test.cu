@@ -2,6 +2,7 @@
 // workspace, flags and events, so they run one after another (on the host and on the GPU), and every
 // result is right. Each rank's inputs are the same whichever thread or stream makes the call, so a
 // result does not depend on how the calls of different ranks pair up.
+#include <chrono>
 #include <thread>
 
 #include "ops_problems.h"
@@ -129,8 +130,38 @@ TEST(Concurrency, ACallOnTheLegacyDefaultStreamOrdersTheNextOnAnother_1Rank) {
 }
 
 TEST(Concurrency, ACallOnTheLegacyDefaultStreamOrdersTheNextOnAnother_2Ranks) {
-  REQUIRE_GPUS(2);
+  std::string why;
+  const int have = visible_gpus(&why);
+  if (have < 2) {
+    GTEST_SKIP() << "needs a GPU for each of 2 ranks, " << have << " visible: ranks that are threads on one GPU "
+                 << "share its legacy default stream, so their barriers on it cannot meet";
+  }
   RUN_RANKS(2, legacy_stream_then_another);
+}
+
+// While a call is in flight the watchdog polls its events; a CUDA graph that another thread
+// captures meanwhile in the global mode (torch.cuda.graph's default) must still be captured: a query
+// from a thread in that mode would invalidate it. The call is held 300 ms on the GPU, and the capture
+// spans 100 ms of it (about 20 of the watchdog's polls).
+int capture_beside_a_watched_call(RankContext& ctx) {
+  auto comm = make_comm(ctx);
+  Stream watched, captured;
+  hold_stream<<<1, 1, 0, watched.s>>>(300000000);
+  comm->barrier(watched.s);
+  cudaGraph_t graph = nullptr;
+  RANK_CUDA(cudaStreamBeginCapture(captured.s, cudaStreamCaptureModeGlobal));
+  hold_stream<<<1, 1, 0, captured.s>>>(1000);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const cudaError_t ended = cudaStreamEndCapture(captured.s, &graph);
+  RANK_CHECK(ended == cudaSuccess, "the capture beside a watched call ended with ", cudaGetErrorString(ended));
+  RANK_CUDA(cudaGraphDestroy(graph));
+  comm->synchronize(watched.s);
+  return 0;
+}
+
+TEST(Concurrency, TheWatchdogNeverBreaksAGraphCapturedInAnotherThread) {
+  REQUIRE_GPUS(1);
+  RUN_RANKS(1, capture_beside_a_watched_call);
 }
 
 TEST(Concurrency, TwoThreadsOnOneCommunicatorRunOneAfterAnother) {

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <thread>
 
 #include "ops_problems.h"
@@ -46,6 +47,11 @@ enum class Fault {
   kKilledMidOp,   // the same, but rank 1 dies of SIGKILL: the launcher must name it
   kNeverCalls,    // rank 1 never makes the call; later it makes it, too late
   kNeverCallsUnchecked,  // the same with check_across_ranks off: only the GPU-side waits can tell
+  kExitsMidOpCallerWaits,  // as kExitsMidOp, but rank 0 waits with cudaStreamSynchronize, no wait of
+                           // asynctp's: the watchdog (or asynctp's kernel) must end it
+  kExitsMidReplay,  // as kExitsMidOpCallerWaits, but the op is a replay of a CUDA graph both captured,
+                    // which the watchdog does not follow: the sequential algorithm's captured barrier,
+                    // or asynctp's kernels, must end it
 };
 
 const char* fault_name(Fault f) {
@@ -54,6 +60,8 @@ const char* fault_name(Fault f) {
     case Fault::kKilledMidOp: return "killed mid-op";
     case Fault::kNeverCalls: return "never calls";
     case Fault::kNeverCallsUnchecked: return "never calls (no check)";
+    case Fault::kExitsMidOpCallerWaits: return "exits mid-op, the caller's own wait";
+    case Fault::kExitsMidReplay: return "exits mid-replay, the caller's own wait";
   }
   return "?";
 }
@@ -76,16 +84,28 @@ int run_fault(RankContext& ctx, const Case& c) {
   OpOptions o;
   o.algorithm = c.algorithm;
   o.check_across_ranks = c.fault != Fault::kNeverCallsUnchecked;
-  auto call = [&] { f.call(o); };
+  std::function<void()> call = [&] { f.call(o); };
   call();  // one call together first: plans, workspace and flags exist, and the ranks are in step
   comm->synchronize(st.s);
+  cudaGraphExec_t replay = nullptr;
+  if (c.fault == Fault::kExitsMidReplay) {  // the op captured on every rank, and replayed once together
+    cudaGraph_t graph;
+    RANK_CUDA(cudaStreamBeginCapture(st.s, cudaStreamCaptureModeThreadLocal));
+    call();
+    RANK_CUDA(cudaStreamEndCapture(st.s, &graph));
+    replay = executable_on_every_rank(ctx, graph, st.s);
+    RANK_CUDA(cudaGraphLaunch(replay, st.s));
+    comm->synchronize(st.s);
+    call = [&] { RANK_CUDA(cudaGraphLaunch(replay, st.s)); };
+  }
   ctx.allgather("in step");
 
   if (ctx.rank == 1) {
-    if (c.fault == Fault::kExitsMidOp || c.fault == Fault::kKilledMidOp) {
+    if (c.fault == Fault::kExitsMidOp || c.fault == Fault::kKilledMidOp || c.fault == Fault::kExitsMidOpCallerWaits ||
+        c.fault == Fault::kExitsMidReplay) {
       hold_stream<<<1, 1, 0, st.s>>>(5'000'000'000LL);
       call();  // passes the argument check with rank 0 and enqueues its part behind the hold
-      std::printf("rank 1: op enqueued, %s now\n", c.fault == Fault::kExitsMidOp ? "exiting" : "dying");
+      std::printf("rank 1: op enqueued, %s now\n", c.fault == Fault::kKilledMidOp ? "dying" : "exiting");
       std::fflush(stdout);
       if (c.fault == Fault::kKilledMidOp) ::raise(SIGKILL);
       ::_exit(0);
@@ -110,10 +130,14 @@ int run_fault(RankContext& ctx, const Case& c) {
   watch_main_thread(&done);
   const auto t0 = std::chrono::steady_clock::now();
   std::string message;
+  cudaError_t own_wait = cudaSuccess;
   try {
     call();
     std::printf("rank 0: op enqueued, waiting\n");
     std::fflush(stdout);
+    if (c.fault == Fault::kExitsMidOpCallerWaits || c.fault == Fault::kExitsMidReplay) {
+      own_wait = cudaStreamSynchronize(st.s);
+    }
     comm->synchronize(st.s);
   } catch (const Error& e) {
     message = e.what();
@@ -124,16 +148,35 @@ int run_fault(RankContext& ctx, const Case& c) {
   std::fflush(stdout);
   RANK_CHECK(!message.empty(), "the call ended without an error although rank 1 ", fault_name(c.fault));
   RANK_CHECK(took < 2.0 * kTimeoutMs / 1000 + 5.0, "took ", took, " s");
+  if (c.fault == Fault::kExitsMidReplay) {
+    RANK_CHECK(own_wait != cudaSuccess, "cudaStreamSynchronize returned success although rank 1 exited mid-replay");
+    RANK_CHECK(contains(message, "timed out after"), message);  // the captured barrier's report, or a kernel's
+  }
+  if (c.fault == Fault::kExitsMidOpCallerWaits) {
+    RANK_CHECK(own_wait != cudaSuccess, "cudaStreamSynchronize returned success although rank 1 exited mid-op");
+    // NCCL's kernel (sequential) is ended by the watchdog; asynctp's own kernels end their waits first.
+    RANK_CHECK(contains(message, c.algorithm == Algorithm::kSequential ? "The watchdog put" : "timed out after"),
+               message);
+  }
   if (c.fault == Fault::kNeverCalls) {
     RANK_CHECK(contains(message, "rank 1 did not reach call"), message);
   } else {
-    // The GPU's own report where one of asynctp's waits gave up; the host's where an NCCL kernel waits.
-    RANK_CHECK(contains(message, "timed out after") || contains(message, "NCCL reported an asynchronous error"),
+    // The GPU's own report where one of asynctp's waits gave up; where an NCCL kernel waits, the
+    // watchdog's (at 1.5 times the timeout) or the host's (synchronize's bound, twice the timeout).
+    RANK_CHECK(contains(message, "timed out after") || contains(message, "The watchdog put") ||
+                   contains(message, "NCCL reported an asynchronous error"),
                message);
   }
   std::string again;
   try {
-    call();
+    // A replay is the CUDA graph's, not asynctp's, and fails with the context: the communicator's own
+    // next use says why.
+    if (c.fault == Fault::kExitsMidReplay) {
+      RANK_CHECK(cudaGraphLaunch(replay, st.s) != cudaSuccess, "a replay after the failed one launched");
+      comm->synchronize(st.s);
+    } else {
+      call();
+    }
   } catch (const Error& e) {
     again = e.what();
   }
@@ -162,10 +205,17 @@ void run_every_case(Fault fault) {
       const LaunchResult r = launch(2, [c](RankContext& ctx) { return run_fault(ctx, c); }, lo);
       const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       std::printf("%s: %s (%.1f s)\n", describe(c).c_str(), r.message.c_str(), took);
+      const bool caller_waits = fault == Fault::kExitsMidOpCallerWaits || fault == Fault::kExitsMidReplay;
       if (fault == Fault::kKilledMidOp) {
         EXPECT_FALSE(r.ok);
         EXPECT_EQ(r.failed_rank, 1) << r.message;
         EXPECT_TRUE(contains(r.message, "rank 1 was killed by SIGKILL")) << r.message;
+      } else if (caller_waits && algorithm == Algorithm::kSequential && !r.ok) {
+        // NCCL's kernel, waiting on a peer whose process is gone, can outlive the context's error and
+        // ncclCommAbort: then the watchdog ends rank 0's process after its report, and that ends the wait.
+        EXPECT_EQ(r.failed_rank, 0) << r.message;
+        EXPECT_TRUE(contains(r.message, "rank 0 was killed by SIGABRT")) << r.message;
+        EXPECT_LT(took, 2.0 * kTimeoutMs / 1000 + 5.0 + 10.0);  // + NCCL's set-up and the watchdog's grace
       } else {
         EXPECT_TRUE(r.ok) << r.message;
       }
@@ -177,6 +227,16 @@ void run_every_case(Fault fault) {
 TEST(Faults, APeerThatExitsMidOpEndsTheOthersCallWithAnError) {
   REQUIRE_GPU_PROCESSES(2);  // rank 0 ends its process with _exit, and rank 1 may die
   run_every_case(Fault::kExitsMidOp);
+}
+
+TEST(Faults, APeerThatExitsMidOpEndsTheCallersOwnWaitOnTheStream) {
+  REQUIRE_GPU_PROCESSES(2);  // rank 0 ends its process with _exit, and rank 1 may die
+  run_every_case(Fault::kExitsMidOpCallerWaits);
+}
+
+TEST(Faults, APeerThatExitsMidReplayEndsTheCallersOwnWaitOnTheStream) {
+  REQUIRE_GPU_PROCESSES(2);  // rank 0 ends its process with _exit, and rank 1 may die
+  run_every_case(Fault::kExitsMidReplay);
 }
 
 TEST(Faults, APeerKilledMidOpIsNamedByTheLauncher) {

@@ -47,10 +47,10 @@ TEST(CApiHandles, DestroyingAHandleThatIsNotLiveIsAnErrorAndNullIsNothing) {
 
 TEST(CApiWrap, ANullNcclCommunicatorIsRefusedByName) {
   asynctp_comm* made = reinterpret_cast<asynctp_comm*>(static_cast<uintptr_t>(0x3000));
-  EXPECT_EQ(asynctp_comm_wrap(nullptr, 0, nullptr, &made), -1);
+  EXPECT_EQ(asynctp_comm_wrap(nullptr, 0, nullptr, nullptr, nullptr, &made), -1);
   EXPECT_EQ(error(), "asynctp_comm_wrap: nccl_comm is NULL; pass an initialised ncclComm_t");
   EXPECT_EQ(made, nullptr);  // the result is cleared before anything can fail
-  EXPECT_EQ(asynctp_comm_wrap(nullptr, 0, nullptr, nullptr), -1);
+  EXPECT_EQ(asynctp_comm_wrap(nullptr, 0, nullptr, nullptr, nullptr, nullptr), -1);
   EXPECT_EQ(error(), "asynctp_comm_wrap: comm (the result) is NULL");
 }
 
