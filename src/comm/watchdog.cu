@@ -25,9 +25,9 @@ constexpr std::chrono::seconds kTrapStart{5};
 constexpr std::chrono::seconds kEndGrace{5};
 
 // A wait on the overdue call's stream, begun before the context is put in error, as a caller's is,
-// on a thread left behind. A wait begun after the error returns at once (so does a wait for the
-// call's own end event), while one begun before it blocks for as long as a kernel outlives the
-// error: only such a wait tells whether the caller's ends. The stream is still there: a stream
+// on a thread left behind. A wait begun after the error may return at once (as a wait for the call's
+// own end event may), while one begun before it blocks for as long as a kernel outlives the error:
+// only such a wait tells whether the caller's ends. The stream is still there: a stream
 // destroyed with work queued lives until that work ends, and this call's has not.
 class StreamWaitProbe {
  public:
