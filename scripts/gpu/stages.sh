@@ -8,6 +8,9 @@
 #   transports     every GPU test on NCCL and then on the in-process transport, at world sizes
 #                  $WORLD_SIZES (default 2), $GTEST_FILTER picks tests; scripts/gpu/compare_outcomes.py
 #                  then names every test whose outcome differs (two or more GPUs)
+#   one-gpu-each   every GPU test in-process on one GPU, at world sizes $WORLD_SIZES (default 2,3,4),
+#                  a test suite per GPU at a time on every GPU of the machine (a suite per log,
+#                  one_gpu_<suite>.log); $GTEST_FILTER picks tests, $TESTS_TIMEOUT_S bounds the stage
 #   examples       asynctp-example-all-reduce (examples/one_shot_all_reduce.cuh) at 2 and 4 ranks
 #   faults         the fault and edge-input tests (Faults.*, Inputs.*, Refusals.*)
 #   soak N         asynctp-soak: N calls per op and algorithm, on 2 ranks
@@ -69,6 +72,37 @@ while [ $# -gt 0 ]; do
       done
       python3 "$(dirname "${BASH_SOURCE[0]}")/compare_outcomes.py" "$out/tests_nccl.json" "$out/tests_in-process.json" \
         || status=1
+      ;;
+    one-gpu-each)
+      sizes=${WORLD_SIZES:-2,3,4}
+      echo "== GPU tests in-process on one GPU each, world sizes $sizes"
+      # A line per suite, "Suite Suite.TestA:Suite.TestB"; each worker (a GPU) takes the next line
+      # until none is left.
+      queue=$out/one_gpu_queue
+      "$build/tests/asynctp_gpu_tests" --gtest_list_tests ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} \
+        | awk '/^[^ ]+\.( |$)/ { if (s != "") print s, t; s = $1; sub(/\.$/, "", s); t = "" }
+               /^  / { t = t (t == "" ? "" : ":") s "." $1 }
+               END { if (s != "") print s, t }' >"$queue"
+      deadline=$((SECONDS + ${TESTS_TIMEOUT_S:-560}))
+      for gpu in $(echo "${CUDA_VISIBLE_DEVICES:-$(nvidia-smi --query-gpu=index --format=csv,noheader)}" | tr ',' ' '); do
+        (
+          while [ $SECONDS -lt $deadline ]; do
+            line=$(flock "$queue.lock" sh -c 'head -1 "$1"; sed -i 1d "$1"' _ "$queue")
+            [ -n "$line" ] || break
+            read -r suite filter <<<"$line"
+            CUDA_VISIBLE_DEVICES=$gpu ASYNCTP_TEST_TRANSPORT=in-process ASYNCTP_TEST_WORLD_SIZES=$sizes \
+              timeout $((deadline - SECONDS)) "$build/tests/asynctp_gpu_tests" --gtest_filter="$filter" \
+              >"$out/one_gpu_$suite.log" 2>&1
+            echo "$suite on GPU $gpu: exit $?"
+          done
+        ) &
+      done
+      wait
+      [ -s "$queue" ] && { echo "not reached: $(cut -d' ' -f1 "$queue" | tr '\n' ' ')"; status=1; }
+      grep -h -E "^\[  FAILED  \] [A-Z]" "$out"/one_gpu_*.log | sort -u | head -40
+      ! grep -q -E "^\[  FAILED  \]" "$out"/one_gpu_*.log || status=1
+      grep -L -E "^\[  PASSED  \]" "$out"/one_gpu_*.log | sed 's/^/ended before its summary: /'
+      [ -z "$(grep -L -E "^\[  PASSED  \]" "$out"/one_gpu_*.log)" ] || status=1
       ;;
     examples)
       echo "== asynctp-example-all-reduce at 2 and 4 ranks (threads over the visible GPUs)"
