@@ -41,7 +41,7 @@ def _peer_exits_mid_op(rank, world_size):
     took = time.monotonic() - t0
     print(f"rank 0 after {took:.2f} s: {error}", flush=True)
     assert error is not None, "torch.cuda.synchronize() returned although rank 1 exited mid-call"
-    assert took < 2 * TIMEOUT_MS / 1000 + 5, f"took {took:.1f} s"
+    assert took < 1.5 * TIMEOUT_MS / 1000 + 10, f"took {took:.1f} s"  # the watchdog's bound, the trap's start and end
     with pytest.raises(asynctp.Error, match="The watchdog put"):
         comm.synchronize()
     sys.stdout.flush()
