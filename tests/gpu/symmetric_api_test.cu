@@ -19,8 +19,6 @@ using namespace asynctp::testing;
 
 constexpr int kTimeoutMs = 30000;
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
 #define C_OK(expr) RANK_CHECK((expr) == 0, #expr, ": ", asynctp_last_error())
 
 // A symmetric handle of `bytes` and `signals` flags on `c`, destroyed with it.

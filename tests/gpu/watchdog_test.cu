@@ -16,8 +16,6 @@ namespace {
 
 using namespace asynctp::testing;
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
 int a_long_call_is_ended(RankContext& ctx) {
   auto comm = make_comm(ctx, /*timeout_ms=*/5);
   Stream st;
