@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <utility>
 
@@ -24,41 +25,28 @@ constexpr std::chrono::milliseconds kPoll{5};
 constexpr std::chrono::seconds kTrapStart{5};
 constexpr std::chrono::seconds kEndGrace{5};
 
-// A wait on the overdue call's stream, begun before the context is put in error, as a caller's is,
-// on a thread left behind. A wait begun after the error may return at once (as a wait for the call's
-// own end event may), while one begun before it blocks for as long as a kernel outlives the error:
-// only such a wait tells whether the caller's ends. The stream is still there: a stream
-// destroyed with work queued lives until that work ends, and this call's has not.
-class StreamWaitProbe {
+// Work on a thread left behind, and whether it has finished by a deadline: a CUDA call of the
+// watchdog's may block for good where a kernel holds the GPU, and the watchdog itself must not.
+class Detached {
  public:
-  StreamWaitProbe(int device, cudaStream_t stream) : shared_(std::make_shared<Shared>()) {
-    std::thread([device, stream, s = shared_] {
-      cudaSetDevice(device);
-      s->set(&Shared::waiting);
-      cudaStreamSynchronize(stream);
-      s->set(&Shared::ended);
+  explicit Detached(std::function<void()> work) : shared_(std::make_shared<Shared>()) {
+    std::thread([work = std::move(work), s = shared_] {
+      work();
+      const std::lock_guard<std::mutex> lock(s->mu);
+      s->finished = true;
+      s->cv.notify_all();
     }).detach();
-    std::unique_lock<std::mutex> lock(shared_->mu);
-    shared_->cv.wait_for(lock, std::chrono::seconds(1), [&] { return shared_->waiting; });
-    lock.unlock();
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // into cudaStreamSynchronize
   }
-  bool ended_within(std::chrono::seconds grace) {
+  bool finished_within(std::chrono::milliseconds bound) {
     std::unique_lock<std::mutex> lock(shared_->mu);
-    return shared_->cv.wait_for(lock, grace, [&] { return shared_->ended; });
+    return shared_->cv.wait_for(lock, bound, [&] { return shared_->finished; });
   }
 
  private:
   struct Shared {
     std::mutex mu;
     std::condition_variable cv;
-    bool waiting = false;
-    bool ended = false;
-    void set(bool Shared::*flag) {
-      const std::lock_guard<std::mutex> lock(mu);
-      this->*flag = true;
-      cv.notify_all();
-    }
+    bool finished = false;
   };
   std::shared_ptr<Shared> shared_;
 };
@@ -179,31 +167,39 @@ void Watchdog::end_the_context(const std::string& what, long long ran_ms, cudaSt
   fired_.store(true, std::memory_order_release);
   std::fprintf(stderr, "asynctp: %s\n", report_.c_str());
   std::fflush(stderr);
-  cudaSetDevice(device_);
-  StreamWaitProbe probe(device_, stream);
-  end_the_context_kernel<<<1, 1, 0, stream_>>>();
-  const cudaError_t launched = cudaGetLastError();
-  if (launched != cudaSuccess) {
-    std::fprintf(stderr, "asynctp: rank %d: the watchdog's kernel did not launch (%s); the transport's stop alone "
-                 "ends the call\n", rank_, cudaGetErrorString(launched));
+  // A wait on the call's stream begun now, before the context is put in error, as a caller's was: a
+  // wait begun after the error may return at once while the caller's still blocks. (The stream is
+  // still there: a stream destroyed with work queued lives until that work ends, and this call's has
+  // not.)
+  const int device = device_, rank = rank_;
+  Detached callers_wait([device, stream] {
+    cudaSetDevice(device);
+    cudaStreamSynchronize(stream);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // into cudaStreamSynchronize
+  Detached trap([device, rank, on = stream_] {
+    cudaSetDevice(device);
+    end_the_context_kernel<<<1, 1, 0, on>>>();
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) {
+      std::fprintf(stderr, "asynctp: rank %d: the watchdog's kernel did not launch (%s)\n", rank,
+                   cudaGetErrorString(launched));
+      return;
+    }
+    while (cudaStreamQuery(on) == cudaErrorNotReady) std::this_thread::sleep_for(kPoll);
+  });
+  if (!trap.finished_within(kTrapStart)) {
+    std::fprintf(stderr,
+                 "asynctp: rank %d: the watchdog's kernel did not start within %lld s (with "
+                 "CUDA_DEVICE_MAX_CONNECTIONS=1 it queues behind the stuck call): ending the process\n",
+                 rank_, static_cast<long long>(kTrapStart.count()));
     std::fflush(stderr);
+    std::abort();
   }
   if (stop_kernels_) stop_kernels_();
-  const auto deadline = std::chrono::steady_clock::now() + kTrapStart;
-  while (cudaStreamQuery(stream_) == cudaErrorNotReady) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      std::fprintf(stderr,
-                   "asynctp: rank %d: the watchdog's kernel did not start within %lld s (with "
-                   "CUDA_DEVICE_MAX_CONNECTIONS=1 it queues behind the stuck call): ending the process\n",
-                   rank_, static_cast<long long>(kTrapStart.count()));
-      std::fflush(stderr);
-      std::abort();
-    }
-    std::this_thread::sleep_for(kPoll);
-  }
   // A kernel that neither the context's error nor the transport's stop ends holds every wait behind
   // it: only the process's end ends them.
-  if (!probe.ended_within(kEndGrace)) {
+  if (!callers_wait.finished_within(kEndGrace)) {
     std::fprintf(stderr,
                  "asynctp: rank %d: %s still runs %lld s after the watchdog put the context in error and "
                  "stopped the transport's kernels, so no wait on it can end: ending the process\n",
