@@ -132,6 +132,9 @@ Comparison compare(const void* out, DType dtype, int64_t rows, int64_t cols, con
     }
     ASYNCTP_CUDA_CHECK(cudaGetLastError());
   }
+  // The copy into pageable memory is made once the stream is idle: where ranks are threads of one
+  // process, it could otherwise wait behind a peer's (docs/design/transport.md).
+  ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(stream));
   CompareState h{};
   ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(&h, st, sizeof h, cudaMemcpyDeviceToHost, stream));
   ASYNCTP_CUDA_CHECK(cudaFreeAsync(st, stream));

@@ -189,16 +189,16 @@ CaseResult run_case(RankContext& ctx, Communicator& comm, const CaseSetup& args,
   if (!ag && !args.scatter_last) out_rows = M / ws, out_row0 = r * out_rows;
   if (!ag && args.scatter_last) out_cols = N / ws, out_col0 = r * out_cols;
 
-  DeviceBuffer a(a_rows * a_cols * es), b(b_rows * N * es), out(out_rows * out_cols * es);
+  DeviceBuffer a(a_rows * a_cols * es, stream), b(b_rows * N * es, stream), out(out_rows * out_cols * es, stream);
   reference::fill(a.p, args.dtype, a_rows, a_cols, false, gen_a, a_row0, a_col0, stream);
   reference::fill(b.p, args.dtype, b_rows, N, col, gen_b, b_row0, 0, stream);
   const TensorRef ta = TensorRef::dense(a.p, args.dtype, {a_rows, a_cols});
   const TensorRef tb = col ? TensorRef::dense(b.p, args.dtype, {N, b_rows}) : TensorRef::dense(b.p, args.dtype, {b_rows, N});
   const TensorRef tout = TensorRef::dense(out.p, args.dtype, {out_rows, out_cols});
 
-  DeviceBuffer ref(M * N * sizeof(float));
+  DeviceBuffer ref(M * N * sizeof(float), stream);
   {
-    DeviceBuffer a_full(M * K * sizeof(float)), b_full(K * N * sizeof(float));
+    DeviceBuffer a_full(M * K * sizeof(float), stream), b_full(K * N * sizeof(float), stream);
     reference::fill_fp32(a_full.f(), M, K, gen_a, 0, 0, stream);
     reference::fill_fp32(b_full.f(), K, N, gen_b, 0, 0, stream);
     reference::Fp32Gemm().run(a_full.f(), b_full.f(), ref.f(), M, N, K, stream);
@@ -211,7 +211,7 @@ CaseResult run_case(RankContext& ctx, Communicator& comm, const CaseSetup& args,
   std::vector<std::function<void()>> timed;
   std::vector<double*> results;
   const int64_t gm = M, gk = ag ? K : kl;
-  DeviceBuffer ga(gm * gk * es), gc(gm * N * es), gb(gk * N * es);
+  DeviceBuffer ga(gm * gk * es, stream), gc(gm * N * es, stream), gb(gk * N * es, stream);
   reference::fill(ga.p, args.dtype, gm, gk, false, gen_a, 0, 0, stream);
   reference::fill(gb.p, args.dtype, gk, N, col, reference::GenMatrix{29, 0, 0}, 0, 0, stream);
   gemm::Problem p;

@@ -1,4 +1,6 @@
-// Device memory owned for one scope, for the tools' inputs, outputs and references.
+// Device memory owned for one scope, for the tools' inputs, outputs and references, allocated and
+// freed in the order of the stream that uses it. Where ranks are threads sharing a GPU, cudaFree
+// would wait for the whole device, and so for a peer's kernel that waits for this rank's next call.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -11,8 +13,9 @@ namespace asynctp::bench {
 
 struct DeviceBuffer {
   void* p = nullptr;
-  explicit DeviceBuffer(size_t bytes) { ASYNCTP_CUDA_CHECK(cudaMalloc(&p, bytes)); }
-  ~DeviceBuffer() { cudaFree(p); }
+  cudaStream_t stream;
+  DeviceBuffer(size_t bytes, cudaStream_t s) : stream(s) { ASYNCTP_CUDA_CHECK(cudaMallocAsync(&p, bytes, stream)); }
+  ~DeviceBuffer() { cudaFreeAsync(p, stream); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   float* f() const { return static_cast<float*>(p); }

@@ -67,13 +67,14 @@ class Shape {
       : M_(M), N_(N), K_(K), m_(M / 2),
         chunks_(m_, algo::resolve_fused_rs_chunks(chunks, m_)),
         main_(main), pushes_(pushes),
-        a_(size_t(M) * K * 2), b_(size_t(K) * N * 2), out_(size_t(m_) * N * 2), plain_out_(size_t(M) * N * 2),
-        staging_(staging_bytes()), inbox_(staging_bytes()), peer_inbox_(size_t(m_) * N * 2),
-        counters_(kCounterBytes), flags_(2 * kMaxChunksPerRank * sizeof(uint32_t)),
-        epoch_word_(sizeof(uint32_t)), pushed_(kMaxChunksPerRank * sizeof(uint32_t)), done_word_(sizeof(uint32_t)),
-        done_(sizeof(kernels::fused::DoneSignal)),
-        split_(kernels::fused::tail_split_workspace_bytes(kernels::fused::sm_count())),
-        stamps_(2 * sizeof(uint64_t)) {
+        a_(size_t(M) * K * 2, main), b_(size_t(K) * N * 2, main), out_(size_t(m_) * N * 2, main),
+        plain_out_(size_t(M) * N * 2, main), staging_(staging_bytes(), main), inbox_(staging_bytes(), main),
+        peer_inbox_(size_t(m_) * N * 2, main), counters_(kCounterBytes, main),
+        flags_(2 * kMaxChunksPerRank * sizeof(uint32_t), main), epoch_word_(sizeof(uint32_t), main),
+        pushed_(kMaxChunksPerRank * sizeof(uint32_t), main), done_word_(sizeof(uint32_t), main),
+        done_(sizeof(kernels::fused::DoneSignal), main),
+        split_(kernels::fused::tail_split_workspace_bytes(kernels::fused::sm_count()), main),
+        stamps_(2 * sizeof(uint64_t), main) {
     reference::fill(a_.p, DType::kBF16, M, K, false, {1, 0, 0}, 0, 0, main_);
     reference::fill(b_.p, DType::kBF16, K, N, false, {2, 0, 0}, 0, 0, main_);
     ASYNCTP_CUDA_CHECK(cudaMemsetAsync(flags_.p, 0, 2 * kMaxChunksPerRank * sizeof(uint32_t), main_));
@@ -93,6 +94,8 @@ class Shape {
     ASYNCTP_CUDA_CHECK(cudaEventCreateWithFlags(&joined_, cudaEventDisableTiming));
   }
   ~Shape() {
+    // The buffers are freed in main_'s order; work on pushes_ must have ended first.
+    cudaStreamSynchronize(pushes_);
     cudaEventDestroy(fork_);
     cudaEventDestroy(joined_);
   }
@@ -329,8 +332,8 @@ class Shape {
   }
 
   void make_reference() {
-    DeviceBuffer a32(size_t(M_) * K_ * 4), b32(size_t(K_) * N_ * 4);
-    reference_ = std::make_unique<DeviceBuffer>(size_t(M_) * N_ * 4);
+    DeviceBuffer a32(size_t(M_) * K_ * 4, main_), b32(size_t(K_) * N_ * 4, main_);
+    reference_ = std::make_unique<DeviceBuffer>(size_t(M_) * N_ * 4, main_);
     reference::fill_fp32(a32.as<float>(), M_, K_, {1, 0, 0}, 0, 0, main_);
     reference::fill_fp32(b32.as<float>(), K_, N_, {2, 0, 0}, 0, 0, main_);
     reference::Fp32Gemm gemm;

@@ -105,10 +105,18 @@ double rss_mib() {
   return static_cast<double>(resident) * static_cast<double>(::sysconf(_SC_PAGESIZE)) / (1 << 20);
 }
 
+// The fp32 inputs and references of a checked call, sized for the largest call and made once: memory
+// taken and given back around each check would blur the memory curve the soak watches.
+struct CheckBuffers {
+  DeviceBuffer a_full, b_full, ref0, ref1;
+  CheckBuffers(int64_t elems, cudaStream_t s)
+      : a_full(elems * 4, s), b_full(elems * 4, s), ref0(elems * 4, s), ref1(elems * 4, s) {}
+};
+
 // Fresh inputs for `c` from `seed`, the reference, and the comparison of this rank's outputs; returns
 // the largest error, or throws naming what was wrong.
 double check_call(Communicator& comm, const Call& c, const Tensors& t, uint64_t seed, reference::Fp32Gemm& fp32,
-                  cudaStream_t s, const std::function<void()>& run) {
+                  const CheckBuffers& buf, cudaStream_t s, const std::function<void()>& run) {
   const int ws = comm.world_size(), r = comm.rank();
   const int64_t M = c.M, K = c.K, kl = K / ws;
   const bool col = c.b_layout == BLayout::kColMajor;
@@ -117,18 +125,16 @@ double check_call(Communicator& comm, const Call& c, const Tensors& t, uint64_t 
   if (c.ag && !c.last_dim) gen_a.row_block = M / ws, a_row0 = r * (M / ws);
   if (!c.ag || c.last_dim) gen_a.col_block = kl, a_col0 = r * kl;
   reference::fill(t.a.data, c.dtype, t.a.shape[0], t.a.shape[1], false, gen_a, a_row0, a_col0, s);
-  DeviceBuffer a_full(M * K * 4);
+  const DeviceBuffer& a_full = buf.a_full;
   reference::fill_fp32(a_full.f(), M, K, gen_a, 0, 0, s);
-  std::vector<std::unique_ptr<DeviceBuffer>> refs;
+  const DeviceBuffer* refs[2] = {&buf.ref0, &buf.ref1};
   for (size_t i = 0; i < t.bs.size(); ++i) {
     const int64_t n = c.N + 8 * static_cast<int64_t>(i);
     const reference::GenMatrix gen_b{seed + 1 + i, c.ag ? 0 : kl, 0};
     const int64_t b_rows = c.ag ? K : kl;
     reference::fill(t.bs[i].data, c.dtype, b_rows, n, col, gen_b, c.ag ? 0 : r * kl, 0, s);
-    DeviceBuffer b_full(K * n * 4);
-    reference::fill_fp32(b_full.f(), K, n, gen_b, 0, 0, s);
-    refs.push_back(std::make_unique<DeviceBuffer>(M * n * 4));
-    fp32.run(a_full.f(), b_full.f(), refs.back()->f(), M, n, K, s);
+    reference::fill_fp32(buf.b_full.f(), K, n, gen_b, 0, 0, s);  // (the GEMM below runs before the next fill)
+    fp32.run(a_full.f(), buf.b_full.f(), refs[i]->f(), M, n, K, s);
     reference::poison(t.outs[i].data, t.outs[i].bytes(), s);
   }
   if (t.gathered.defined()) reference::poison(t.gathered.data, t.gathered.bytes(), s);
@@ -160,13 +166,14 @@ struct Outcome {
 Outcome soak_one(Communicator& comm, const SoakArgs& args, bool ag, Algorithm algorithm, cudaStream_t s) {
   const int ws = comm.world_size(), r = comm.rank();
   const int64_t elems = max_elements(args.max_dim);
-  DeviceBuffer a(elems * 2), b0(elems * 2), b1(elems * 2), o0(elems * 2), o1(elems * 2), g(elems * 2);
+  DeviceBuffer a(elems * 2, s), b0(elems * 2, s), b1(elems * 2, s), o0(elems * 2, s), o1(elems * 2, s), g(elems * 2, s);
   void* const bs[2] = {b0.p, b1.p};
   void* const outs[2] = {o0.p, o1.p};
   ASYNCTP_CUDA_CHECK(cudaMemsetAsync(a.p, 0, elems * 2, s));  // zeros: finite inputs for unchecked calls
   ASYNCTP_CUDA_CHECK(cudaMemsetAsync(b0.p, 0, elems * 2, s));
   ASYNCTP_CUDA_CHECK(cudaMemsetAsync(b1.p, 0, elems * 2, s));
   reference::Fp32Gemm fp32;
+  const CheckBuffers check_buffers(elems, s);
   std::mt19937_64 rng(args.seed * 2 + (ag ? 0 : 1));
   Outcome out;
   const auto t0 = std::chrono::steady_clock::now();
@@ -186,7 +193,7 @@ Outcome soak_one(Communicator& comm, const SoakArgs& args, bool ag, Algorithm al
     };
     try {
       if ((i + 1) % args.check_every == 0 || i + 1 == args.calls) {
-        out.max_err = std::max(out.max_err, check_call(comm, c, t, args.seed * 1000003 + i, fp32, s, run));
+        out.max_err = std::max(out.max_err, check_call(comm, c, t, args.seed * 1000003 + i, fp32, check_buffers, s, run));
         ++out.checks;
       } else {
         run();
