@@ -206,10 +206,12 @@ void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan
 
   // The kernels first, where each stream has a hardware queue of its own: each API call enqueued
   // before them would delay their start on an idle GPU, and the copies need no kernel (their side
-  // streams follow the fork above, not the kernels). Where the device has one queue for every stream
-  // (CUDA_DEVICE_MAX_CONNECTIONS=1), the copies go first: the queue would hold them behind the kernel
-  // that waits for them.
-  if (detail::one_device_connection()) {
+  // streams follow the fork above, not the kernels). The copies go first where the device has one
+  // queue for every stream (CUDA_DEVICE_MAX_CONNECTIONS=1: the queue would hold them behind the
+  // kernel that waits for them), and where ranks share the GPU: a kernel launched before this rank's
+  // own rows are enqueued waits for this thread's next API calls, and one of those can wait for the
+  // GPU to go idle while another rank's thread frees memory or synchronizes the device.
+  if (detail::one_device_connection() || pr.ranks_share_device()) {
     enqueue_copies();
     launch_kernels();
   } else {

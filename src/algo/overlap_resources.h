@@ -96,6 +96,8 @@ class OverlapResources {
   // enqueued each call instead. Making a graph executable (cudaGraphUpload) waited for the GPU, where a
   // peer's wait that only this rank's next work ends was queued.
   bool replays_off() const { return ranks_share_device_; }
+  // Whether another rank of the communicator runs on this GPU (the in-process transport).
+  bool ranks_share_device() const { return ranks_share_device_; }
   // Enqueues a pipelined call's stream work, `enqueue(origin)`, on `stream`: by calling it under CUDA
   // graph capture, the first time for `key`, where replays_off() or with ASYNCTP_PIPELINED_EAGER=1;
   // else by launching the graph recorded from it, one API call instead of dozens
