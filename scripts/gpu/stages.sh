@@ -9,8 +9,12 @@
 #                  $WORLD_SIZES (default 2), $GTEST_FILTER picks tests; scripts/gpu/compare_outcomes.py
 #                  then names every test whose outcome differs (two or more GPUs)
 #   one-gpu-each   every GPU test in-process on one GPU, at world sizes $WORLD_SIZES (default 2,3,4),
-#                  a test suite per GPU at a time on every GPU of the machine (a suite per log,
-#                  one_gpu_<suite>.log); $GTEST_FILTER picks tests, $TESTS_TIMEOUT_S bounds the stage
+#                  a test suite per GPU at a time on every GPU of the machine, the longest suites
+#                  first (a suite per log, one_gpu_<suite>.log); $GTEST_FILTER picks tests,
+#                  $TESTS_TIMEOUT_S bounds the stage
+#   repeat N       $GTEST_FILTER in-process on one GPU at world sizes $WORLD_SIZES (default 2,3,4), N
+#                  runs spread over every GPU of the machine; prints how many failed, and the timeout
+#                  reports of those that did (repeat_<gpu>_<run>.log)
 #   examples       asynctp-example-all-reduce (examples/one_shot_all_reduce.cuh) at 2 and 4 ranks
 #   faults         the fault and edge-input tests (Faults.*, Inputs.*, Refusals.*)
 #   soak N         asynctp-soak: N calls per op and algorithm, on 2 ranks
@@ -82,7 +86,12 @@ while [ $# -gt 0 ]; do
       "$build/tests/asynctp_gpu_tests" --gtest_list_tests ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} \
         | awk '/^[^ ]+\.( |$)/ { if (s != "") print s, t; s = $1; sub(/\.$/, "", s); t = "" }
                /^  / { t = t (t == "" ? "" : ":") s "." $1 }
-               END { if (s != "") print s, t }' >"$queue"
+               END { if (s != "") print s, t }' >"$queue.listed"
+      # The longest suites first (minutes each at world sizes 2-4), so that none starts last alone.
+      for long in FusedOps PipelinedOps SequentialOps Faults AutoOps Concurrency Inputs; do
+        grep "^$long " "$queue.listed"
+      done >"$queue"
+      grep -v -E "^(FusedOps|PipelinedOps|SequentialOps|Faults|AutoOps|Concurrency|Inputs) " "$queue.listed" >>"$queue"
       deadline=$((SECONDS + ${TESTS_TIMEOUT_S:-560}))
       for gpu in $(echo "${CUDA_VISIBLE_DEVICES:-$(nvidia-smi --query-gpu=index --format=csv,noheader)}" | tr ',' ' '); do
         (
@@ -103,6 +112,31 @@ while [ $# -gt 0 ]; do
       ! grep -q -E "^\[  FAILED  \]" "$out"/one_gpu_*.log || status=1
       grep -L -E "^\[  PASSED  \]" "$out"/one_gpu_*.log | sed 's/^/ended before its summary: /'
       [ -z "$(grep -L -E "^\[  PASSED  \]" "$out"/one_gpu_*.log)" ] || status=1
+      ;;
+    repeat)
+      runs=${1:?repeat needs a run count}
+      shift
+      sizes=${WORLD_SIZES:-2,3,4}
+      echo "== ${GTEST_FILTER:?repeat needs GTEST_FILTER} in-process, world sizes $sizes, $runs runs over the GPUs"
+      gpu_list=$(echo "${CUDA_VISIBLE_DEVICES:-$(nvidia-smi --query-gpu=index --format=csv,noheader)}" | tr ',' ' ')
+      n_gpus=$(echo $gpu_list | wc -w)
+      i=0
+      for gpu in $gpu_list; do
+        (
+          for run in $(seq $((i + 1)) "$n_gpus" "$runs"); do
+            CUDA_VISIBLE_DEVICES=$gpu ASYNCTP_TEST_TRANSPORT=in-process ASYNCTP_TEST_WORLD_SIZES=$sizes \
+              timeout "${TESTS_TIMEOUT_S:-560}" "$build/tests/asynctp_gpu_tests" --gtest_filter="$GTEST_FILTER" \
+              >"$out/repeat_${gpu}_$run.log" 2>&1
+          done
+        ) &
+        i=$((i + 1))
+      done
+      wait
+      failed=$(grep -L -E "^\[  PASSED  \]" "$out"/repeat_*.log; grep -l -E "^\[  FAILED  \]" "$out"/repeat_*.log)
+      failed=$(echo "$failed" | grep . | sort -u)
+      echo "$(echo "$failed" | grep -c .) of $runs runs failed"
+      for f in $failed; do echo "$f:"; grep -h "timed out" "$f" | head -3; done
+      [ -z "$failed" ] || status=1
       ;;
     examples)
       echo "== asynctp-example-all-reduce at 2 and 4 ranks (threads over the visible GPUs)"
