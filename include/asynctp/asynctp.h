@@ -7,6 +7,7 @@
 #include "asynctp/error.h"
 #include "asynctp/in_process.h"
 #include "asynctp/ops.h"
+#include "asynctp/scaled_ops.h"
 #include "asynctp/signal.h"
 #include "asynctp/symmetric.h"
 #include "asynctp/tensor.h"

@@ -8,7 +8,9 @@
 
 namespace asynctp {
 
-enum class DType { kBF16, kFP16, kFP32 };
+// kFP8E4M3 and kFP8E5M2 (OCP fp8, as torch.float8_e4m3fn and torch.float8_e5m2) are the scaled ops'
+// inputs (scaled_ops.h); the other ops take bf16 and fp16.
+enum class DType { kBF16, kFP16, kFP32, kFP8E4M3, kFP8E5M2 };
 
 const char* dtype_name(DType dtype);
 size_t dtype_size(DType dtype);

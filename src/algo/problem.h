@@ -9,6 +9,14 @@
 
 namespace asynctp::algo {
 
+// The scaled ops' (asynctp/scaled_ops.h): the plan's dtype is A's (fp8), B's and the output's are
+// these; the scales are tensor-wise, or row-wise (one per row of A, one per column of the output).
+struct Scaling {
+  bool scaled = false;
+  DType b_dtype = DType::kFP8E4M3, out_dtype = DType::kBF16;
+  bool rowwise = false, fast_accum = false;
+};
+
 struct AllGatherMatmulPlan {
   bool gather_last = false;
   DType dtype = DType::kBF16;
@@ -19,6 +27,7 @@ struct AllGatherMatmulPlan {
   int64_t K = 0;
   std::vector<int64_t> N;  // per B
   bool return_a = false;
+  Scaling scaling;
 };
 
 struct MatmulReduceScatterPlan {
@@ -28,6 +37,7 @@ struct MatmulReduceScatterPlan {
   ReduceOp reduce_op = ReduceOp::kSum;
   int64_t M = 0, N = 0, k_local = 0;
   int64_t out_rows = 0, out_cols = 0;  // this rank's slice
+  Scaling scaling;
 };
 
 }  // namespace asynctp::algo

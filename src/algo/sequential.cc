@@ -6,13 +6,7 @@
 #include "common/check.h"
 
 namespace asynctp::algo {
-namespace {
 
-// Before a collective of the transport's whose kernels wait without bound (NCCL's), where `stream` is
-// being captured: the communicator's bounded barrier, so that a replay whose peer is gone ends with the
-// barrier's report instead of in a collective that never returns. A call made directly needs none: the
-// watchdog follows it (comm/watchdog.h), while a replay is the caller's. (A peer that dies between its
-// barrier and its collective, or one outside this node's LSA team, is not covered.)
 void bound_captured_collective(Communicator& comm, cudaStream_t stream) {
   Communicator::Impl& m = impl_of(comm);
   if (!m.transport->collectives_unbounded()) return;
@@ -22,22 +16,18 @@ void bound_captured_collective(Communicator& comm, cudaStream_t stream) {
   m.enqueue_barrier(stream);
 }
 
-}  // namespace
-
-void sequential_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,
-                                  const std::vector<TensorRef>& bs, const std::vector<TensorRef>& outputs,
-                                  const TensorRef& gathered_a, cudaStream_t stream, const AgreeFn& agree) {
-  agree();  // the all-gather comes first: nothing local to hide the check behind
+char* gather_a(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,
+               const TensorRef& gathered_a, size_t extra_bytes, char** extra, cudaStream_t stream) {
   Communicator::Impl& m = impl_of(comm);
-  gemm::GemmRunner& runner = Resources::of(comm).gemm;
   const size_t es = dtype_size(plan.dtype);
   const size_t gathered_bytes = static_cast<size_t>(plan.M) * plan.K * es;
   // Gather-last lands rank by rank ([world][M][K/world]) and is then interleaved into [M, K].
   const size_t staging_bytes = plan.gather_last ? gathered_bytes : 0;
-  const size_t scratch = align_up(staging_bytes) + (plan.return_a ? 0 : gathered_bytes);
+  const size_t own = align_up(staging_bytes) + (plan.return_a ? 0 : align_up(gathered_bytes));
+  const size_t scratch = own + extra_bytes;
   char* base = scratch ? static_cast<char*>(m.scratch_for(scratch, stream)) : nullptr;
   char* gathered = plan.return_a ? bytes(gathered_a.data) : base + align_up(staging_bytes);
-
+  if (extra != nullptr) *extra = extra_bytes ? base + own : nullptr;
   const size_t shard_elems = static_cast<size_t>(plan.m_local) * plan.k_local;
   bound_captured_collective(comm, stream);
   if (!plan.gather_last) {
@@ -51,6 +41,15 @@ void sequential_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan&
                                            chunk, plan.M, cudaMemcpyDeviceToDevice, stream));
     }
   }
+  return gathered;
+}
+
+void sequential_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,
+                                  const std::vector<TensorRef>& bs, const std::vector<TensorRef>& outputs,
+                                  const TensorRef& gathered_a, cudaStream_t stream, const AgreeFn& agree) {
+  agree();  // the all-gather comes first: nothing local to hide the check behind
+  gemm::GemmRunner& runner = Resources::of(comm).gemm;
+  const char* gathered = gather_a(comm, plan, a_shard, gathered_a, 0, nullptr, stream);
   for (size_t i = 0; i < bs.size(); ++i) {
     gemm::Problem p;
     p.M = plan.M;

@@ -23,4 +23,28 @@ void sequential_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScat
                                       const TensorRef& b, const TensorRef& output, cudaStream_t stream,
                                       const AgreeFn& agree);
 
+// The scaled ops (asynctp/scaled_ops.h; plan.scaling is set): the same collectives around cuBLASLt's
+// fp8 GEMM. Row-wise, a_scale is gathered with A's rows (all_gather_scaled_matmul).
+void sequential_all_gather_scaled_matmul(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,
+                                         const std::vector<TensorRef>& bs, const TensorRef& a_scale,
+                                         const std::vector<TensorRef>& b_scales, const std::vector<TensorRef>& outputs,
+                                         const TensorRef& gathered_a, cudaStream_t stream, const AgreeFn& agree);
+
+void sequential_scaled_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPlan& plan,
+                                             const TensorRef& a, const TensorRef& b, const TensorRef& a_scale,
+                                             const TensorRef& b_scale, const TensorRef& output, cudaStream_t stream,
+                                             const AgreeFn& agree);
+
+// Steps the sequential algorithms share.
+// Before a collective of the transport's whose kernels wait without bound (NCCL's), where `stream` is
+// being captured: the communicator's bounded barrier, so that a replay whose peer is gone ends with the
+// barrier's report instead of in a collective that never returns. A call made directly needs none: the
+// watchdog follows it (comm/watchdog.h), while a replay is the caller's. (A peer that dies between its
+// barrier and its collective, or one outside this node's LSA team, is not covered.)
+void bound_captured_collective(Communicator& comm, cudaStream_t stream);
+// A gathered into gathered_a, or into scratch where no gathered_a is asked for: [M, K], dense. Where
+// `extra_bytes` > 0, *extra gets that much more of the same scratch, for the caller's own use.
+char* gather_a(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,
+               const TensorRef& gathered_a, size_t extra_bytes, char** extra, cudaStream_t stream);
+
 }  // namespace asynctp::algo

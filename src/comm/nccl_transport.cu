@@ -34,6 +34,8 @@ ncclDataType_t nccl_type(DType t) {
     case DType::kBF16: return ncclBfloat16;
     case DType::kFP16: return ncclFloat16;
     case DType::kFP32: return ncclFloat32;
+    case DType::kFP8E4M3: return ncclFloat8e4m3;
+    case DType::kFP8E5M2: return ncclFloat8e5m2;
   }
   return ncclFloat32;
 }

@@ -21,6 +21,12 @@ struct Problem {
   int64_t lda = 0, ldb = 0, ldc = 0;     // 0: dense (K, N or K, N)
   float alpha = 1.0f;
   float beta = 0.0f;
+  // A scaled GEMM (run_scaled): A and B fp8 (dtype and b_dtype), B column-major, D = (A · a_scale) @
+  // (B · b_scale) in out_dtype, the scales tensor-wise or, where rowwise, one per row of A and one per
+  // column of D.
+  bool scaled = false;
+  DType b_dtype = DType::kFP8E4M3, out_dtype = DType::kBF16;
+  bool rowwise = false, fast_accum = false;
 };
 
 class GemmRunner {
@@ -39,6 +45,10 @@ class GemmRunner {
   // d = alpha * a @ op(b) + beta * c, where c is `addend` if given (same layout as d), else d itself.
   void run(const Problem& p, const void* a, const void* b, void* d, cudaStream_t stream, int lane = 0,
            const void* addend = nullptr);
+  // d = (a · a_scale) @ (b · b_scale) for a Problem with `scaled` set; the scales are fp32 in device
+  // memory (one value each, or vectors where `rowwise`).
+  void run_scaled(const Problem& p, const void* a, const float* a_scale, const void* b, const float* b_scale, void* d,
+                  cudaStream_t stream, int lane = 0);
   // Allocates every lane's workspace now, so that later runs allocate nothing (CUDA graph capture).
   void reserve();
   // Called, outside CUDA graph capture, before a GEMM whose plan is new here (or whose lane has no
@@ -61,9 +71,11 @@ class GemmRunner {
     cublasLtMatmulAlgo_t algo{};
     uint64_t last_use = 0;
   };
-  using Key = std::tuple<int64_t, int64_t, int64_t, int, int, int64_t, int64_t, int64_t, bool>;
+  using Key = std::tuple<int64_t, int64_t, int64_t, int, int, int64_t, int64_t, int64_t, bool, bool, int, int, bool, bool>;
   static Key key_of(const Problem& p);
   Plan& plan_for(const Problem& p);
+  // The lane's workspace, made (and the first-launch hook run) where this is the lane's or the plan's first use.
+  void* workspace_for(const Problem& p, cudaStream_t stream, int lane);
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_[kLanes] = {};

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/check.h"
+#include "ops/plan_typed.h"
 
 namespace asynctp::ops {
 namespace {
@@ -20,14 +21,17 @@ std::string shape_of(const int64_t* dims, int n) {
   return s + "]";
 }
 
+constexpr const char* kOneDtype = "inputs and outputs share one dtype, bf16 or fp16";
+
 // The checks every tensor argument gets: defined, a supported and matching dtype, dense, aligned,
 // no zero-size dim.
-void check_tensor(const char* op, const char* name, const TensorRef& t, DType dtype, int min_ndim, int max_ndim) {
+void check_tensor(const char* op, const char* name, const TensorRef& t, DType dtype, int min_ndim, int max_ndim,
+                  const char* rule = kOneDtype) {
   ASYNCTP_CHECK(t.ndim >= min_ndim && t.ndim <= max_ndim, op, ": ", name, " must have ",
                 min_ndim == max_ndim ? cat(min_ndim) : cat(min_ndim, " to ", max_ndim), " dims, got ", t.ndim,
                 t.ndim ? cat(" (shape ", shape_string(t), ")") : std::string());
   ASYNCTP_CHECK(t.dtype == dtype, op, ": ", name, " is ", dtype_name(t.dtype), " but expected ", dtype_name(dtype),
-                " (inputs and outputs share one dtype, bf16 or fp16)");
+                " (", rule, ")");
   int64_t count = 1;
   for (int d = 0; d < t.ndim; ++d) {
     ASYNCTP_CHECK(t.shape[d] > 0, op, ": ", name, " has shape ", shape_string(t),
@@ -74,6 +78,11 @@ void check_dtype_supported(const char* op, DType dtype) {
                 " is not supported; expected bf16 or fp16");
 }
 
+
+}  // namespace
+
+std::string shape_string(const TensorRef& t) { return shape_of(t.shape, t.ndim); }
+
 void check_options(const char* op, const OpOptions& options) {
   const Algorithm a = options.algorithm;
   // The plan does not depend on the algorithm (ops.cc makes kAuto concrete before planning).
@@ -88,18 +97,12 @@ void check_options(const char* op, const OpOptions& options) {
                 kMaxChunksPerRank);
 }
 
-}  // namespace
 
-std::string shape_string(const TensorRef& t) { return shape_of(t.shape, t.ndim); }
-
-AllGatherMatmulPlan plan_all_gather_matmul(int world_size, const TensorRef& a, const std::vector<TensorRef>& bs,
-                                           int gather_dim, const std::vector<TensorRef>& outputs,
-                                           const TensorRef& gathered_a, const OpOptions& options) {
-  const char* op = "all_gather_matmul";
-  ASYNCTP_CHECK(world_size >= 1, op, ": world size must be >= 1, got ", world_size);
-  check_options(op, options);
-  check_dtype_supported(op, a.dtype);
-  check_tensor(op, "a_shard", a, a.dtype, 2, TensorRef::kMaxDims);
+AllGatherMatmulPlan plan_typed_all_gather_matmul(const char* op, int world_size, const TensorRef& a,
+                                                 const std::vector<TensorRef>& bs, int gather_dim,
+                                                 const std::vector<TensorRef>& outputs, const TensorRef& gathered_a,
+                                                 const OpOptions& options, const Dtypes& types) {
+  check_tensor(op, "a_shard", a, types.a, 2, TensorRef::kMaxDims, types.rule);
   AllGatherMatmulPlan p;
   p.dtype = a.dtype;
   p.b_layout = options.b_layout;
@@ -122,7 +125,7 @@ AllGatherMatmulPlan plan_all_gather_matmul(int world_size, const TensorRef& a, c
   const bool col = options.b_layout == BLayout::kColMajor;
   for (size_t i = 0; i < bs.size(); ++i) {
     const std::string name = cat("bs[", i, "]");
-    check_tensor(op, name.c_str(), bs[i], p.dtype, 2, 2);
+    check_tensor(op, name.c_str(), bs[i], types.b, 2, 2, types.rule);
     const int64_t b_k = col ? bs[i].shape[1] : bs[i].shape[0];
     const int64_t n = col ? bs[i].shape[0] : bs[i].shape[1];
     ASYNCTP_CHECK(b_k == p.K, op, ": ", name, " has shape ", shape_string(bs[i]), " (", col ? "[N, K]" : "[K, N]",
@@ -134,7 +137,7 @@ AllGatherMatmulPlan plan_all_gather_matmul(int world_size, const TensorRef& a, c
   }
   for (size_t i = 0; i < outputs.size(); ++i) {
     const std::string name = cat("outputs[", i, "]");
-    check_tensor(op, name.c_str(), outputs[i], p.dtype, a.ndim, a.ndim);
+    check_tensor(op, name.c_str(), outputs[i], types.out, a.ndim, a.ndim, types.rule);
     TensorRef expect = a;
     if (!p.gather_last) expect.shape[0] *= world_size;
     expect.shape[a.ndim - 1] = p.N[i];
@@ -146,7 +149,7 @@ AllGatherMatmulPlan plan_all_gather_matmul(int world_size, const TensorRef& a, c
   }
   p.return_a = gathered_a.defined();
   if (p.return_a) {
-    check_tensor(op, "gathered_a", gathered_a, p.dtype, a.ndim, a.ndim);
+    check_tensor(op, "gathered_a", gathered_a, types.a, a.ndim, a.ndim, types.rule);
     TensorRef expect = a;
     if (p.gather_last) {
       expect.shape[a.ndim - 1] *= world_size;
@@ -164,17 +167,12 @@ AllGatherMatmulPlan plan_all_gather_matmul(int world_size, const TensorRef& a, c
   return p;
 }
 
-MatmulReduceScatterPlan plan_matmul_reduce_scatter(int world_size, const TensorRef& a, const TensorRef& b,
-                                                   int scatter_dim, ReduceOp reduce_op, const TensorRef& output,
-                                                   const OpOptions& options) {
-  const char* op = "matmul_reduce_scatter";
-  ASYNCTP_CHECK(world_size >= 1, op, ": world size must be >= 1, got ", world_size);
-  check_options(op, options);
-  ASYNCTP_CHECK(reduce_op == ReduceOp::kSum || reduce_op == ReduceOp::kAvg, op, ": reduce_op is ",
-                static_cast<int>(reduce_op), "; expected sum (0) or avg (1)");
-  check_dtype_supported(op, a.dtype);
-  check_tensor(op, "a", a, a.dtype, 2, TensorRef::kMaxDims);
-  check_tensor(op, "b", b, a.dtype, 2, 2);
+MatmulReduceScatterPlan plan_typed_matmul_reduce_scatter(const char* op, int world_size, const TensorRef& a,
+                                                         const TensorRef& b, int scatter_dim, ReduceOp reduce_op,
+                                                         const TensorRef& output, const OpOptions& options,
+                                                         const Dtypes& types) {
+  check_tensor(op, "a", a, types.a, 2, TensorRef::kMaxDims, types.rule);
+  check_tensor(op, "b", b, types.b, 2, 2, types.rule);
   MatmulReduceScatterPlan p;
   p.dtype = a.dtype;
   p.b_layout = options.b_layout;
@@ -205,12 +203,34 @@ MatmulReduceScatterPlan plan_matmul_reduce_scatter(int world_size, const TensorR
     p.out_rows = p.M / world_size;
     p.out_cols = p.N;
   }
-  check_tensor(op, "output", output, p.dtype, a.ndim, a.ndim);
+  check_tensor(op, "output", output, types.out, a.ndim, a.ndim, types.rule);
   ASYNCTP_CHECK(std::equal(expect.shape, expect.shape + a.ndim, output.shape), op, ": output has shape ",
                 shape_string(output), "; expected ", shape_string(expect));
   check_no_overlap(op, "output", output, "a", a);
   check_no_overlap(op, "output", output, "b", b);
   return p;
+}
+
+AllGatherMatmulPlan plan_all_gather_matmul(int world_size, const TensorRef& a, const std::vector<TensorRef>& bs,
+                                           int gather_dim, const std::vector<TensorRef>& outputs,
+                                           const TensorRef& gathered_a, const OpOptions& options) {
+  const char* op = "all_gather_matmul";
+  ASYNCTP_CHECK(world_size >= 1, op, ": world size must be >= 1, got ", world_size);
+  check_options(op, options);
+  check_dtype_supported(op, a.dtype);
+  return plan_typed_all_gather_matmul(op, world_size, a, bs, gather_dim, outputs, gathered_a, options, Dtypes{a.dtype, a.dtype, a.dtype, kOneDtype});
+}
+
+MatmulReduceScatterPlan plan_matmul_reduce_scatter(int world_size, const TensorRef& a, const TensorRef& b,
+                                                   int scatter_dim, ReduceOp reduce_op, const TensorRef& output,
+                                                   const OpOptions& options) {
+  const char* op = "matmul_reduce_scatter";
+  ASYNCTP_CHECK(world_size >= 1, op, ": world size must be >= 1, got ", world_size);
+  check_options(op, options);
+  ASYNCTP_CHECK(reduce_op == ReduceOp::kSum || reduce_op == ReduceOp::kAvg, op, ": reduce_op is ",
+                static_cast<int>(reduce_op), "; expected sum (0) or avg (1)");
+  check_dtype_supported(op, a.dtype);
+  return plan_typed_matmul_reduce_scatter(op, world_size, a, b, scatter_dim, reduce_op, output, options, Dtypes{a.dtype, a.dtype, a.dtype, kOneDtype});
 }
 
 Signature signature_of(const char* op, const TensorRef& a, const std::vector<TensorRef>& bs, int dim,

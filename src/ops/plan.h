@@ -8,6 +8,7 @@
 
 #include "algo/problem.h"
 #include "asynctp/ops.h"
+#include "asynctp/scaled_ops.h"
 
 namespace asynctp::ops {
 
@@ -23,6 +24,18 @@ AllGatherMatmulPlan plan_all_gather_matmul(int world_size, const TensorRef& a_sh
 MatmulReduceScatterPlan plan_matmul_reduce_scatter(int world_size, const TensorRef& a, const TensorRef& b,
                                                    int scatter_dim, ReduceOp reduce_op, const TensorRef& output,
                                                    const OpOptions& options);
+
+// The scaled ops (asynctp/scaled_ops.h): the same problems, with plan.scaling set.
+AllGatherMatmulPlan plan_all_gather_scaled_matmul(int world_size, const TensorRef& a_shard,
+                                                  const std::vector<TensorRef>& bs, const TensorRef& a_scale,
+                                                  const std::vector<TensorRef>& b_scales, int gather_dim,
+                                                  const std::vector<TensorRef>& outputs, const TensorRef& gathered_a,
+                                                  const ScaledOpOptions& options);
+
+MatmulReduceScatterPlan plan_scaled_matmul_reduce_scatter(int world_size, const TensorRef& a, const TensorRef& b,
+                                                          const TensorRef& a_scale, const TensorRef& b_scale,
+                                                          int scatter_dim, ReduceOp reduce_op, const TensorRef& output,
+                                                          const ScaledOpOptions& options);
 
 // What ranks compare before an op: named integers, equal on every rank when the calls agree.
 struct Signature {

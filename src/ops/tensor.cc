@@ -11,11 +11,22 @@ const char* dtype_name(DType dtype) {
     case DType::kBF16: return "bf16";
     case DType::kFP16: return "fp16";
     case DType::kFP32: return "fp32";
+    case DType::kFP8E4M3: return "fp8 e4m3";
+    case DType::kFP8E5M2: return "fp8 e5m2";
   }
   return "unknown";
 }
 
-size_t dtype_size(DType dtype) { return dtype == DType::kFP32 ? 4 : 2; }
+size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kFP32: return 4;
+    case DType::kFP8E4M3:
+    case DType::kFP8E5M2: return 1;
+    case DType::kBF16:
+    case DType::kFP16: return 2;
+  }
+  return 2;
+}
 
 TensorRef TensorRef::dense(void* data, DType dtype, std::initializer_list<int64_t> shape) {
   ASYNCTP_CHECK(shape.size() >= 1 && shape.size() <= static_cast<size_t>(kMaxDims), "TensorRef::dense: ", shape.size(),

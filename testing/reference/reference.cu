@@ -3,6 +3,7 @@
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cmath>
 
@@ -31,7 +32,23 @@ __device__ inline float value(const GenMatrix& g, int64_t i, int64_t j) {
   return static_cast<float>(static_cast<int>(h >> 58) - 32) / 32.0f;
 }
 
+// fp8 rounds to nearest and saturates (the values are within range); the other types as the kernels do.
 template <typename T>
+__device__ inline T stored(float v) {
+  return kernels::from_float<T>(v);
+}
+template <>
+__device__ inline __nv_fp8_e4m3 stored<__nv_fp8_e4m3>(float v) {
+  return __nv_fp8_e4m3(v);
+}
+template <>
+__device__ inline __nv_fp8_e5m2 stored<__nv_fp8_e5m2>(float v) {
+  return __nv_fp8_e5m2(v);
+}
+
+// `Rounded` is the type each value is rounded through before it is stored as T: fp32 windows of an fp8
+// matrix hold exactly what the fp8 one does.
+template <typename T, typename Rounded = T>
 __global__ void fill_kernel(T* out, int64_t rows, int64_t cols, bool col_major, GenMatrix g, int64_t row0, int64_t col0) {
   const int64_t n = rows * cols;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
@@ -39,7 +56,19 @@ __global__ void fill_kernel(T* out, int64_t rows, int64_t cols, bool col_major, 
     // idx walks the storage order, so writes are coalesced either way.
     const int64_t i = col_major ? idx % rows : idx / cols;
     const int64_t j = col_major ? idx / rows : idx % cols;
-    out[idx] = kernels::from_float<T>(value(g, row0 + i, col0 + j));
+    out[idx] = stored<T>(static_cast<float>(stored<Rounded>(value(g, row0 + i, col0 + j))));
+  }
+}
+
+__global__ void scale_kernel(float* m, int64_t rows, int64_t cols, const float* row_scale, bool row_vector,
+                             const float* col_scale, bool col_vector) {
+  const int64_t n = rows * cols;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = idx / cols, j = idx % cols;
+    const float r = row_scale ? row_scale[row_vector ? i : 0] : 1.0f;
+    const float c = col_scale ? col_scale[col_vector ? j : 0] : 1.0f;
+    m[idx] *= r * c;
   }
 }
 
@@ -104,6 +133,14 @@ void fill(void* data, DType dtype, int64_t rows, int64_t cols, bool col_major, c
     case DType::kFP32:
       fill_kernel<<<kBlocks, kThreads, 0, stream>>>(static_cast<float*>(data), rows, cols, col_major, g, row0, col0);
       break;
+    case DType::kFP8E4M3:
+      fill_kernel<<<kBlocks, kThreads, 0, stream>>>(static_cast<__nv_fp8_e4m3*>(data), rows, cols, col_major, g, row0,
+                                                    col0);
+      break;
+    case DType::kFP8E5M2:
+      fill_kernel<<<kBlocks, kThreads, 0, stream>>>(static_cast<__nv_fp8_e5m2*>(data), rows, cols, col_major, g, row0,
+                                                    col0);
+      break;
   }
   ASYNCTP_CUDA_CHECK(cudaGetLastError());
 }
@@ -111,6 +148,30 @@ void fill(void* data, DType dtype, int64_t rows, int64_t cols, bool col_major, c
 void fill_fp32(float* data, int64_t rows, int64_t cols, const GenMatrix& g, int64_t row0, int64_t col0,
                cudaStream_t stream) {
   fill(data, DType::kFP32, rows, cols, false, g, row0, col0, stream);
+}
+
+void fill_fp32_as(float* data, DType as, int64_t rows, int64_t cols, const GenMatrix& g, int64_t row0, int64_t col0,
+                  cudaStream_t stream) {
+  switch (as) {
+    case DType::kFP8E4M3:
+      fill_kernel<float, __nv_fp8_e4m3><<<kBlocks, kThreads, 0, stream>>>(data, rows, cols, false, g, row0, col0);
+      break;
+    case DType::kFP8E5M2:
+      fill_kernel<float, __nv_fp8_e5m2><<<kBlocks, kThreads, 0, stream>>>(data, rows, cols, false, g, row0, col0);
+      break;
+    case DType::kBF16:
+    case DType::kFP16:
+    case DType::kFP32:
+      fill_kernel<<<kBlocks, kThreads, 0, stream>>>(data, rows, cols, false, g, row0, col0);  // exact in these
+      break;
+  }
+  ASYNCTP_CUDA_CHECK(cudaGetLastError());
+}
+
+void scale(float* data, int64_t rows, int64_t cols, const float* row_scale, int64_t row_count, const float* col_scale,
+           int64_t col_count, cudaStream_t stream) {
+  scale_kernel<<<kBlocks, kThreads, 0, stream>>>(data, rows, cols, row_scale, row_count > 1, col_scale, col_count > 1);
+  ASYNCTP_CUDA_CHECK(cudaGetLastError());
 }
 
 void poison(void* data, size_t bytes, cudaStream_t stream) {

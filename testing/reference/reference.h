@@ -30,6 +30,16 @@ void fill(void* data, DType dtype, int64_t rows, int64_t cols, bool col_major, c
 void fill_fp32(float* data, int64_t rows, int64_t cols, const GenMatrix& g, int64_t row0, int64_t col0,
                cudaStream_t stream);
 
+// The same window as fp32, each value rounded through `as` first (for fp8, whose values the hash
+// does not all hit exactly): what an fp8 tensor filled with fill() holds.
+void fill_fp32_as(float* data, DType as, int64_t rows, int64_t cols, const GenMatrix& g, int64_t row0, int64_t col0,
+                  cudaStream_t stream);
+
+// data[i][j] *= row_scale[i or 0] * col_scale[j or 0] for fp32 row-major data [rows, cols]; the scales
+// are device fp32 vectors of row_count (1 or rows) and col_count (1 or cols) values, or null for none.
+void scale(float* data, int64_t rows, int64_t cols, const float* row_scale, int64_t row_count, const float* col_scale,
+           int64_t col_count, cudaStream_t stream);
+
 // Sets every byte to 0xFF: NaN in bf16 and fp16, so an element an op forgot to write fails the check.
 void poison(void* data, size_t bytes, cudaStream_t stream);
 

@@ -1,0 +1,49 @@
+// The scaled ops: the fp8 forms of the ops (ops.h), with the meaning of PyTorch's
+// torch.ops.symm_mem.fused_all_gather_scaled_matmul and fused_scaled_matmul_reduce_scatter:
+//   out = (A · a_scale) @ (B · b_scale), accumulated in fp32 and rounded once to out's dtype.
+//
+// A and B are fp8: e4m3, or e5m2 for one of them (cuBLASLt has no e5m2 x e5m2 GEMM). B is column-major
+// (options.b_layout = kColMajor: [N, K], K contiguous, the way torch.nn.Linear stores its weight and
+// torch._scaled_mm needs it). K and N are multiples of 16. Outputs are bf16 or fp16.
+//
+// Scales are fp32 tensors on the GPU, either
+//   tensor-wise: one element each (a_scale, and each b_scale). Every rank's a_scale must hold the same
+//     value: the gathered A is scaled by this rank's;
+//   row-wise: a_scale one per row of this rank's A ([rows, 1] or [rows]; for all_gather_scaled_matmul
+//     gathered with A's rows, so gather_dim 0 only), each b_scale one per column of its output ([1, N]
+//     or [N]).
+// Both are tensor-wise or both row-wise.
+//
+// Algorithms: sequential (the collective, then cuBLASLt's fp8 GEMM); auto picks it. Pipelined and
+// fused are refused by name for now. Everything else is as for the unscaled ops: collective, checked
+// across ranks, bad input refused on every rank with the outputs untouched.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <vector>
+
+#include "asynctp/ops.h"
+
+namespace asynctp {
+
+struct ScaledOpOptions : OpOptions {
+  ScaledOpOptions() { b_layout = BLayout::kColMajor; }
+  // cuBLASLt's fast fp8 accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM), as torch._scaled_mm's
+  // use_fast_accum: faster, with fewer bits kept in the running sum.
+  bool use_fast_accum = false;
+};
+
+// As all_gather_matmul (ops.h), with a_scale and one b_scale per B.
+void all_gather_scaled_matmul(Communicator& comm, const TensorRef& a_shard, const std::vector<TensorRef>& bs,
+                              const TensorRef& a_scale, const std::vector<TensorRef>& b_scales, int gather_dim,
+                              const std::vector<TensorRef>& outputs, const TensorRef& gathered_a, cudaStream_t stream,
+                              const ScaledOpOptions& options = {});
+
+// As matmul_reduce_scatter (ops.h), with a_scale (row-wise: one per row of a) and b_scale (row-wise:
+// one per column of the product, [1, N]).
+void scaled_matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const TensorRef& b, const TensorRef& a_scale,
+                                  const TensorRef& b_scale, int scatter_dim, ReduceOp reduce_op,
+                                  const TensorRef& output, cudaStream_t stream, const ScaledOpOptions& options = {});
+
+}  // namespace asynctp

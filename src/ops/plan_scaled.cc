@@ -1,0 +1,137 @@
+// The scaled ops' own rules (asynctp/scaled_ops.h); the shapes they share with the unscaled ops are
+// checked by the same planner (plan.cc, plan_typed.h).
+#include <string>
+
+#include "common/check.h"
+#include "ops/plan.h"
+#include "ops/plan_typed.h"
+
+namespace asynctp::ops {
+namespace {
+
+using detail::cat;
+
+constexpr const char* kScaledDtypes = "the scaled ops take fp8 A and B and give bf16 or fp16 outputs";
+
+bool is_fp8(DType t) { return t == DType::kFP8E4M3 || t == DType::kFP8E5M2; }
+
+void check_scaled_options(const char* op, const ScaledOpOptions& options) {
+  ASYNCTP_CHECK(options.algorithm == Algorithm::kSequential || options.algorithm == Algorithm::kAuto, op,
+                ": options.algorithm is ", algorithm_name(options.algorithm),
+                "; the scaled ops run the sequential algorithm (pipelined and fused are not built for fp8 yet): "
+                "expected sequential or auto");
+  ASYNCTP_CHECK(options.b_layout == BLayout::kColMajor, op,
+                ": options.b_layout is row-major; the scaled ops need B column-major ([N, K], K contiguous), as "
+                "cuBLASLt's fp8 GEMMs do");
+}
+
+void check_fp8_pair(const char* op, const char* a_name, DType a, const char* b_name, DType b) {
+  ASYNCTP_CHECK(is_fp8(a), op, ": ", a_name, " is ", dtype_name(a), "; expected fp8 e4m3 or e5m2 (", kScaledDtypes, ")");
+  ASYNCTP_CHECK(is_fp8(b), op, ": ", b_name, " is ", dtype_name(b), "; expected fp8 e4m3 or e5m2 (", kScaledDtypes, ")");
+  ASYNCTP_CHECK(!(a == DType::kFP8E5M2 && b == DType::kFP8E5M2), op, ": ", a_name, " and ", b_name,
+                " are both fp8 e5m2; cuBLASLt has no e5m2 x e5m2 GEMM: make one of them e4m3");
+}
+
+DType output_dtype(const char* op, const char* name, const TensorRef& out) {
+  ASYNCTP_CHECK(out.dtype == DType::kBF16 || out.dtype == DType::kFP16, op, ": ", name, " is ", dtype_name(out.dtype),
+                "; expected bf16 or fp16 (", kScaledDtypes, ")");
+  return out.dtype;
+}
+
+void check_multiple_of_16(const char* op, const char* what, int64_t value, const std::string& from) {
+  ASYNCTP_CHECK(value % 16 == 0, op, ": ", what, " is ", value, " (", from,
+                "); fp8 GEMMs need it to be a multiple of 16");
+}
+
+// One fp32 scale tensor: dense, aligned, on the GPU (checked with the others); `count` elements, as
+// [count], [count, 1] (column) or [1, count] (row).
+enum class ScaleShape { kColumn, kRow };
+
+void check_scale(const char* op, const std::string& name, const TensorRef& s, int64_t count, ScaleShape shape) {
+  ASYNCTP_CHECK(s.defined() && s.data != nullptr, op, ": ", name, " is missing; expected an fp32 scale tensor");
+  ASYNCTP_CHECK(s.dtype == DType::kFP32, op, ": ", name, " is ", dtype_name(s.dtype), "; expected fp32");
+  ASYNCTP_CHECK(s.ndim >= 0 && s.ndim <= 2, op, ": ", name, " has ", s.ndim, " dims; expected at most 2");
+  ASYNCTP_CHECK(s.is_dense(), op, ": ", name, " is not dense; expected a contiguous tensor");
+  ASYNCTP_CHECK(reinterpret_cast<uintptr_t>(s.data) % 16 == 0, op, ": ", name, " data pointer ", s.data,
+                " is not 16-byte aligned; expected 16-byte alignment");
+  const bool shape_ok = count == 1 ? s.numel() == 1
+                                   : (s.ndim == 1 && s.shape[0] == count) ||
+                                         (s.ndim == 2 && shape == ScaleShape::kColumn && s.shape[0] == count &&
+                                          s.shape[1] == 1) ||
+                                         (s.ndim == 2 && shape == ScaleShape::kRow && s.shape[0] == 1 &&
+                                          s.shape[1] == count);
+  ASYNCTP_CHECK(shape_ok, op, ": ", name, " has shape ", shape_string(s), "; expected ",
+                count == 1 ? std::string("one element (tensor-wise)")
+                           : cat(shape == ScaleShape::kColumn ? cat("[", count, ", 1]") : cat("[1, ", count, "]"),
+                                 " or [", count, "] (row-wise)"));
+}
+
+bool tensor_wise(const TensorRef& s) { return s.defined() && s.numel() == 1; }
+
+}  // namespace
+
+AllGatherMatmulPlan plan_all_gather_scaled_matmul(int world_size, const TensorRef& a,
+                                                  const std::vector<TensorRef>& bs, const TensorRef& a_scale,
+                                                  const std::vector<TensorRef>& b_scales, int gather_dim,
+                                                  const std::vector<TensorRef>& outputs, const TensorRef& gathered_a,
+                                                  const ScaledOpOptions& options) {
+  const char* op = "all_gather_scaled_matmul";
+  ASYNCTP_CHECK(world_size >= 1, op, ": world size must be >= 1, got ", world_size);
+  check_options(op, options);
+  check_scaled_options(op, options);
+  ASYNCTP_CHECK(!bs.empty(), op, ": bs is empty; expected one or more B");
+  ASYNCTP_CHECK(!outputs.empty(), op, ": outputs is empty; expected one output per B");
+  check_fp8_pair(op, "a_shard", a.dtype, "bs[0]", bs[0].dtype);
+  const DType out = output_dtype(op, "outputs[0]", outputs[0]);
+  AllGatherMatmulPlan p = plan_typed_all_gather_matmul(op, world_size, a, bs, gather_dim, outputs, gathered_a, options,
+                                                       Dtypes{a.dtype, bs[0].dtype, out, kScaledDtypes});
+  check_multiple_of_16(op, "K", p.K, p.gather_last ? "a_shard's last dim x world size" : "a_shard's last dim");
+  for (size_t i = 0; i < bs.size(); ++i) check_multiple_of_16(op, "N", p.N[i], cat("bs[", i, "]'s N"));
+
+  ASYNCTP_CHECK(b_scales.size() == bs.size(), op, ": got ", bs.size(), " B(s) but ", b_scales.size(),
+                " b_scale(s); expected one b_scale per B");
+  // Row-wise where either scale is a vector (a one-row A's row-wise scale has one element).
+  const bool rowwise = (a_scale.defined() && !tensor_wise(a_scale)) || (b_scales[0].defined() && !tensor_wise(b_scales[0]));
+  ASYNCTP_CHECK(!(rowwise && p.gather_last), op,
+                ": a_scale is row-wise and gather_dim is the last dim; row-wise scales are gathered with A's rows, "
+                "so they need gather_dim 0 (use a tensor-wise a_scale to gather along K)");
+  check_scale(op, "a_scale", a_scale, rowwise ? p.m_local : 1, ScaleShape::kColumn);
+  for (size_t i = 0; i < b_scales.size(); ++i) {
+    const std::string name = cat("b_scales[", i, "]");
+    ASYNCTP_CHECK(!b_scales[i].defined() || p.N[i] == 1 || tensor_wise(b_scales[i]) != rowwise, op, ": a_scale is ",
+                  rowwise ? "row-wise" : "tensor-wise", " but ", name, " is ", rowwise ? "tensor-wise" : "row-wise",
+                  "; expected both tensor-wise or both row-wise");
+    check_scale(op, name, b_scales[i], rowwise ? p.N[i] : 1, ScaleShape::kRow);
+  }
+  p.scaling = algo::Scaling{true, bs[0].dtype, out, rowwise, options.use_fast_accum};
+  return p;
+}
+
+MatmulReduceScatterPlan plan_scaled_matmul_reduce_scatter(int world_size, const TensorRef& a, const TensorRef& b,
+                                                          const TensorRef& a_scale, const TensorRef& b_scale,
+                                                          int scatter_dim, ReduceOp reduce_op, const TensorRef& output,
+                                                          const ScaledOpOptions& options) {
+  const char* op = "scaled_matmul_reduce_scatter";
+  ASYNCTP_CHECK(world_size >= 1, op, ": world size must be >= 1, got ", world_size);
+  check_options(op, options);
+  check_scaled_options(op, options);
+  ASYNCTP_CHECK(reduce_op == ReduceOp::kSum || reduce_op == ReduceOp::kAvg, op, ": reduce_op is ",
+                static_cast<int>(reduce_op), "; expected sum (0) or avg (1)");
+  check_fp8_pair(op, "a", a.dtype, "b", b.dtype);
+  const DType out = output_dtype(op, "output", output);
+  MatmulReduceScatterPlan p = plan_typed_matmul_reduce_scatter(op, world_size, a, b, scatter_dim, reduce_op, output,
+                                                               options, Dtypes{a.dtype, b.dtype, out, kScaledDtypes});
+  check_multiple_of_16(op, "K", p.k_local, "a's last dim");
+  check_multiple_of_16(op, "N", p.scatter_last ? p.out_cols : p.N,
+                       p.scatter_last ? "N / world size, each rank's columns" : "b's N");
+  const bool rowwise = (a_scale.defined() && !tensor_wise(a_scale)) || (b_scale.defined() && !tensor_wise(b_scale));
+  check_scale(op, "a_scale", a_scale, rowwise ? p.M : 1, ScaleShape::kColumn);
+  ASYNCTP_CHECK(!b_scale.defined() || tensor_wise(b_scale) != rowwise, op, ": a_scale is ",
+                rowwise ? "row-wise" : "tensor-wise", " but b_scale is ", rowwise ? "tensor-wise" : "row-wise",
+                "; expected both tensor-wise or both row-wise");
+  check_scale(op, "b_scale", b_scale, rowwise ? p.N : 1, ScaleShape::kRow);
+  p.scaling = algo::Scaling{true, b.dtype, out, rowwise, options.use_fast_accum};
+  return p;
+}
+
+}  // namespace asynctp::ops

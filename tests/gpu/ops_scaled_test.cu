@@ -1,0 +1,226 @@
+// The scaled ops (asynctp/scaled_ops.h) against a reference computed another way: the fp8 inputs read
+// back as fp32 (reference::fill_fp32_as), scaled by hand and multiplied by an fp32 GEMM. Tensor-wise
+// and row-wise scales, every gather and scatter dim, bf16 and fp16 outputs, e5m2 B, fast accumulation,
+// several Bs and the gathered A, at every world size; and the refusals the plan makes, on every rank.
+#include <string>
+#include <vector>
+
+#include "asynctp/scaled_ops.h"
+#include "gpu_test.h"
+#include "ops_problems.h"
+#include "ops_test_cases.h"
+
+namespace asynctp {
+namespace {
+
+using testing::Buf;
+using testing::contains;
+using testing::make_comm;
+using testing::next_case_seed;
+using testing::Stream;
+using reference::GenMatrix;
+
+// Scales that differ from row to row (or column to column) and are exact in fp32: 0.5 to 1.25.
+__global__ void fill_scales(float* s, int64_t n, int64_t first) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    s[i] = 0.5f + static_cast<float>((first + i) % 7) * 0.125f;
+  }
+}
+
+// `n` scales, the global ones from `first` on (row-wise), or one value (tensor-wise: n = 1).
+void scales(float* s, int64_t n, int64_t first, cudaStream_t stream) {
+  fill_scales<<<32, 256, 0, stream>>>(s, n, first);
+  RANK_CUDA(cudaGetLastError());
+}
+
+struct ScaledAgCase {
+  int64_t rows_per_rank, K, N;
+  bool gather_last, rowwise, return_a, fast_accum;
+  int num_b;
+  DType b_dtype, out_dtype;
+};
+
+std::string describe(const ScaledAgCase& c) {
+  return detail::cat("scaled ag rows/rank=", c.rows_per_rank, " K=", c.K, " N=", c.N, c.gather_last ? " gather=last" : " gather=0",
+                     c.rowwise ? " row-wise" : " tensor-wise", c.return_a ? " return_a" : "", c.fast_accum ? " fast" : "",
+                     " bs=", c.num_b, " B ", dtype_name(c.b_dtype), " out ", dtype_name(c.out_dtype));
+}
+
+void run_scaled_ag_case(Communicator& comm, const ScaledAgCase& c, cudaStream_t s, reference::Fp32Gemm& fp32) {
+  const int ws = comm.world_size(), r = comm.rank();
+  const int64_t M = c.gather_last ? c.rows_per_rank : c.rows_per_rank * ws, K = c.K, kl = K / ws;
+  const int64_t m = c.gather_last ? M : c.rows_per_rank;
+  const uint64_t seed = next_case_seed();
+  const GenMatrix gen_a = c.gather_last ? GenMatrix{seed, 0, kl} : GenMatrix{seed, m, 0};
+  const int64_t a_rows = c.gather_last ? M : m, a_cols = c.gather_last ? kl : K;
+  Buf a(a_rows * a_cols), a_full(M * K * 4), a_scale_local(a_rows * 4), a_scale_all(M * 4), gathered(M * K);
+  reference::fill(a.p, DType::kFP8E4M3, a_rows, a_cols, false, gen_a, c.gather_last ? 0 : r * m, c.gather_last ? r * kl : 0, s);
+  reference::fill_fp32_as(a_full.f(), DType::kFP8E4M3, M, K, gen_a, 0, 0, s);
+  // Row-wise: global row i's scale, this rank's rows from r * m; tensor-wise: one value on every rank.
+  scales(a_scale_local.f(), c.rowwise ? a_rows : 1, c.rowwise ? r * m : 3, s);
+  scales(a_scale_all.f(), c.rowwise ? M : 1, c.rowwise ? 0 : 3, s);
+  reference::scale(a_full.f(), M, K, a_scale_all.f(), c.rowwise ? M : 1, nullptr, 1, s);
+
+  std::vector<std::unique_ptr<Buf>> b_bufs, b_scale_bufs, out_bufs, refs;
+  std::vector<TensorRef> bs, b_scales, outs;
+  const size_t out_es = dtype_size(c.out_dtype);
+  for (int i = 0; i < c.num_b; ++i) {
+    const int64_t n = c.N + 16 * i;
+    const GenMatrix gen_b{seed + 7 + i, 0, 0};
+    b_bufs.push_back(std::make_unique<Buf>(K * n));
+    b_scale_bufs.push_back(std::make_unique<Buf>(n * 4));
+    out_bufs.push_back(std::make_unique<Buf>(M * n * out_es));
+    refs.push_back(std::make_unique<Buf>(M * n * 4));
+    reference::fill(b_bufs[i]->p, c.b_dtype, K, n, /*col_major=*/true, gen_b, 0, 0, s);
+    Buf b_full(K * n * 4);
+    reference::fill_fp32_as(b_full.f(), c.b_dtype, K, n, gen_b, 0, 0, s);
+    scales(b_scale_bufs[i]->f(), c.rowwise ? n : 1, c.rowwise ? 2 * i : 5 + i, s);
+    reference::scale(b_full.f(), K, n, nullptr, 1, b_scale_bufs[i]->f(), c.rowwise ? n : 1, s);
+    fp32.run(a_full.f(), b_full.f(), refs[i]->f(), M, n, K, s);
+    RANK_CUDA(cudaStreamSynchronize(s));
+    bs.push_back(TensorRef::dense(b_bufs[i]->p, c.b_dtype, {n, K}));
+    b_scales.push_back(c.rowwise ? TensorRef::dense(b_scale_bufs[i]->p, DType::kFP32, {1, n})
+                                 : TensorRef::dense(b_scale_bufs[i]->p, DType::kFP32, {1}));
+    outs.push_back(TensorRef::dense(out_bufs[i]->p, c.out_dtype, {M, n}));
+    reference::poison(out_bufs[i]->p, M * n * out_es, s);
+  }
+  const TensorRef ta = TensorRef::dense(a.p, DType::kFP8E4M3, {a_rows, a_cols});
+  const TensorRef ta_scale = c.rowwise ? TensorRef::dense(a_scale_local.p, DType::kFP32, {a_rows, 1})
+                                       : TensorRef::dense(a_scale_local.p, DType::kFP32, {1});
+  const TensorRef tg = c.return_a ? TensorRef::dense(gathered.p, DType::kFP8E4M3, {M, K}) : TensorRef{};
+  ScaledOpOptions o;
+  o.use_fast_accum = c.fast_accum;
+  all_gather_scaled_matmul(comm, ta, bs, ta_scale, b_scales, c.gather_last ? -1 : 0, outs, tg, s, o);
+  for (int i = 0; i < c.num_b; ++i) {
+    const int64_t n = c.N + 16 * i;
+    const auto cmp = reference::compare(outs[i].data, c.out_dtype, M, n, refs[i]->f(), n, 0, 0, 1.0f,
+                                        reference::tolerance(c.out_dtype, 1), s);
+    RANK_CHECK(cmp.ok(), describe(c), ": output ", i, ": ", cmp.bad, " bad elements, max err ", cmp.max_abs_err,
+               " (max |ref| ", cmp.max_abs_ref, ")", cmp.where());
+  }
+  if (c.return_a) {  // fp8 is compared through a byte-for-byte copy of what this rank filled, per shard
+    Buf expect(M * K);
+    reference::fill(expect.p, DType::kFP8E4M3, M, K, false, gen_a, 0, 0, s);
+    std::vector<uint8_t> got(M * K), want(M * K);
+    RANK_CUDA(cudaStreamSynchronize(s));
+    RANK_CUDA(cudaMemcpy(got.data(), gathered.p, M * K, cudaMemcpyDeviceToHost));
+    RANK_CUDA(cudaMemcpy(want.data(), expect.p, M * K, cudaMemcpyDeviceToHost));
+    RANK_CHECK(got == want, describe(c), ": the gathered A differs from every rank's shard");
+  }
+}
+
+struct ScaledRsCase {
+  int64_t M, N, K;
+  bool scatter_last, rowwise;
+  ReduceOp reduce;
+  DType out_dtype;
+};
+
+void run_scaled_rs_case(Communicator& comm, const ScaledRsCase& c, cudaStream_t s, reference::Fp32Gemm& fp32) {
+  const int ws = comm.world_size(), r = comm.rank();
+  const int64_t kl = c.K / ws;
+  const uint64_t seed = next_case_seed();
+  const GenMatrix gen_a{seed, 0, kl}, gen_b{seed + 1, kl, 0};
+  Buf a(c.M * kl), b(kl * c.N), a_full(c.M * c.K * 4), b_full(c.K * c.N * 4), ref(c.M * c.N * 4), sa(c.M * 4), sb(c.N * 4);
+  reference::fill(a.p, DType::kFP8E4M3, c.M, kl, false, gen_a, 0, r * kl, s);
+  reference::fill(b.p, DType::kFP8E4M3, kl, c.N, /*col_major=*/true, gen_b, r * kl, 0, s);
+  reference::fill_fp32_as(a_full.f(), DType::kFP8E4M3, c.M, c.K, gen_a, 0, 0, s);
+  reference::fill_fp32_as(b_full.f(), DType::kFP8E4M3, c.K, c.N, gen_b, 0, 0, s);
+  // The same scales on every rank, so the sum over ranks is the scaled product of the whole A and B.
+  scales(sa.f(), c.rowwise ? c.M : 1, c.rowwise ? 0 : 2, s);
+  scales(sb.f(), c.rowwise ? c.N : 1, c.rowwise ? 3 : 4, s);
+  reference::scale(a_full.f(), c.M, c.K, sa.f(), c.rowwise ? c.M : 1, nullptr, 1, s);
+  reference::scale(b_full.f(), c.K, c.N, nullptr, 1, sb.f(), c.rowwise ? c.N : 1, s);
+  fp32.run(a_full.f(), b_full.f(), ref.f(), c.M, c.N, c.K, s);
+  const int64_t out_rows = c.scatter_last ? c.M : c.M / ws, out_cols = c.scatter_last ? c.N / ws : c.N;
+  const size_t es = dtype_size(c.out_dtype);
+  Buf out(out_rows * out_cols * es);
+  reference::poison(out.p, out_rows * out_cols * es, s);
+  RANK_CUDA(cudaStreamSynchronize(s));
+  const TensorRef ta_scale = c.rowwise ? TensorRef::dense(sa.p, DType::kFP32, {c.M, 1}) : TensorRef::dense(sa.p, DType::kFP32, {1});
+  const TensorRef tb_scale = c.rowwise ? TensorRef::dense(sb.p, DType::kFP32, {1, c.N}) : TensorRef::dense(sb.p, DType::kFP32, {1});
+  scaled_matmul_reduce_scatter(comm, TensorRef::dense(a.p, DType::kFP8E4M3, {c.M, kl}),
+                               TensorRef::dense(b.p, DType::kFP8E4M3, {c.N, kl}), ta_scale, tb_scale,
+                               c.scatter_last ? -1 : 0, c.reduce, TensorRef::dense(out.p, c.out_dtype, {out_rows, out_cols}), s);
+  const float scale = c.reduce == ReduceOp::kAvg ? 1.0f / ws : 1.0f;
+  const auto cmp = reference::compare(out.p, c.out_dtype, out_rows, out_cols, ref.f(), c.N, c.scatter_last ? 0 : r * out_rows,
+                                      c.scatter_last ? r * out_cols : 0, scale, reference::tolerance(c.out_dtype, ws), s);
+  RANK_CHECK(cmp.ok(), "scaled rs M=", c.M, " N=", c.N, " K=", c.K, c.scatter_last ? " scatter=last" : " scatter=0",
+             c.rowwise ? " row-wise" : " tensor-wise", c.reduce == ReduceOp::kAvg ? " avg " : " sum ", dtype_name(c.out_dtype),
+             ": ", cmp.bad, " bad elements, max err ", cmp.max_abs_err, cmp.where());
+}
+
+int every_scaled_case(RankContext& ctx) {
+  auto comm = make_comm(ctx);
+  Stream st;
+  reference::Fp32Gemm fp32;
+  const int ws = ctx.world_size;
+  int n = 0;
+  // K = 48 per rank gathers to 96-192 (multiples of 16); 33 rows per rank and N = 80 are odd for the tiles.
+  for (const bool rowwise : {false, true}) {
+    for (const DType out : {DType::kBF16, DType::kFP16}) {
+      run_scaled_ag_case(*comm, ScaledAgCase{33, 128, 80, false, rowwise, false, false, 1, DType::kFP8E4M3, out}, st.s, fp32);
+      run_scaled_ag_case(*comm, ScaledAgCase{256, 512, 384, false, rowwise, true, rowwise, 2, DType::kFP8E4M3, out}, st.s, fp32);
+      n += 2;
+    }
+    run_scaled_ag_case(*comm, ScaledAgCase{64, 256, 128, false, rowwise, false, false, 1, DType::kFP8E5M2, DType::kBF16}, st.s, fp32);
+    ++n;
+  }
+  run_scaled_ag_case(*comm, ScaledAgCase{96, 48 * ws, 160, true, false, true, false, 2, DType::kFP8E4M3, DType::kBF16}, st.s, fp32);
+  ++n;
+  for (const bool rowwise : {false, true})
+    for (const bool last : {false, true})
+      for (const ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+        run_scaled_rs_case(*comm, ScaledRsCase{64 * ws, 32 * ws, 48 * ws, last, rowwise, op, last ? DType::kFP16 : DType::kBF16},
+                           st.s, fp32);
+        ++n;
+      }
+  std::printf("rank %d: %d scaled cases right\n", ctx.rank, n);
+  return 0;
+}
+
+TEST(ScaledOps, EveryCaseMatchesTheDequantisedReference_1Rank) {
+  REQUIRE_GPUS(1);
+  RUN_RANKS(1, every_scaled_case);
+}
+
+TEST(ScaledOps, EveryCaseMatchesTheDequantisedReference_MultiRank) { RUN_EVERY_WORLD_SIZE(every_scaled_case); }
+
+// A call the plan refuses on one rank only (row-major B there) fails on every rank, naming that rank,
+// with the outputs untouched.
+int refused_on_one_rank(RankContext& ctx) {
+  auto comm = make_comm(ctx);
+  Stream st;
+  const int64_t out_elems = 64 * ctx.world_size * 256;
+  Buf a(64 * 128), b(256 * 128), sa(16), sb(16), out(out_elems * 2);
+  RANK_CUDA(cudaMemsetAsync(a.p, 0, 64 * 128, st.s));
+  RANK_CUDA(cudaMemsetAsync(b.p, 0, 256 * 128, st.s));
+  scales(sa.f(), 1, 0, st.s);
+  scales(sb.f(), 1, 0, st.s);
+  reference::poison(out.p, out_elems * 2, st.s);
+  RANK_CUDA(cudaStreamSynchronize(st.s));
+  ScaledOpOptions o;
+  if (ctx.rank == 0) o.b_layout = BLayout::kRowMajor;
+  std::string error = "<none>";
+  try {
+    const TensorRef tb = ctx.rank == 0 ? TensorRef::dense(b.p, DType::kFP8E4M3, {128, 256})
+                                       : TensorRef::dense(b.p, DType::kFP8E4M3, {256, 128});
+    all_gather_scaled_matmul(*comm, TensorRef::dense(a.p, DType::kFP8E4M3, {64, 128}), {tb},
+                             TensorRef::dense(sa.p, DType::kFP32, {1}), {TensorRef::dense(sb.p, DType::kFP32, {1})}, 0,
+                             {TensorRef::dense(out.p, DType::kBF16, {64 * ctx.world_size, 256})}, TensorRef{}, st.s, o);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  RANK_CHECK(contains(error, "column-major"), "expected the row-major B to be refused on every rank, got: ", error);
+  std::vector<uint16_t> host(out_elems);
+  RANK_CUDA(cudaMemcpy(host.data(), out.p, host.size() * 2, cudaMemcpyDeviceToHost));
+  for (const uint16_t v : host) RANK_CHECK(v == 0xFFFF, "the output was written by a refused call");
+  return 0;
+}
+
+TEST(ScaledOps, ARefusalOnOneRankFailsEveryRankWithTheOutputsUntouched) {
+  RUN_EVERY_WORLD_SIZE(refused_on_one_rank);
+}
+
+}  // namespace
+}  // namespace asynctp
