@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "asynctp/error.h"
+#include "refusals.h"
 #include "ops/plan.h"
 
 namespace asynctp::ops {
@@ -15,20 +16,7 @@ void* fake(int i) { return reinterpret_cast<void*>(static_cast<uintptr_t>(0x1000
 
 TensorRef t(int i, std::initializer_list<int64_t> shape, DType d = DType::kBF16) { return TensorRef::dense(fake(i), d, shape); }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
-
-#define EXPECT_REFUSED(call, text)                                   \
-  do {                                                               \
-    const std::string m_ = error_of([&] { (void)(call); });          \
-    EXPECT_NE(m_.find(text), std::string::npos) << "message: " << m_; \
-  } while (0)
+using testing::error_of;
 
 TEST(AllGatherMatmulPlan, GatherDim0) {
   const auto p = plan_all_gather_matmul(2, t(0, {1024, 512}), {t(1, {512, 768}), t(2, {512, 256})}, 0,

@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "asynctp/error.h"
+#include "refusals.h"
 #include "ops/plan.h"
 
 namespace asynctp::ops {
@@ -17,20 +18,7 @@ void* fake(int i) { return reinterpret_cast<void*>(static_cast<uintptr_t>(0x1000
 TensorRef t(int i, std::initializer_list<int64_t> shape, DType d) { return TensorRef::dense(fake(i), d, shape); }
 TensorRef scalar(int i) { return t(i, {1}, kFP32); }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
-
-#define EXPECT_REFUSED(call, text)                                   \
-  do {                                                               \
-    const std::string m_ = error_of([&] { (void)(call); });          \
-    EXPECT_NE(m_.find(text), std::string::npos) << "message: " << m_; \
-  } while (0)
+using testing::error_of;
 
 // a_shard [64, 128] on each of 2 ranks, B [256, 128] column-major.
 AllGatherMatmulPlan ag(const TensorRef& a, const TensorRef& b, const TensorRef& a_scale, const TensorRef& b_scale,
