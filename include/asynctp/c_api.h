@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-#define ASYNCTP_C_API_VERSION 5
+#define ASYNCTP_C_API_VERSION 6
 #define ASYNCTP_C_MAX_DIMS 6
 #define ASYNCTP_C_UNIQUE_ID_BYTES 128
 
@@ -24,7 +24,7 @@ typedef struct asynctp_comm asynctp_comm;   /* an asynctp::Communicator, opaque 
 typedef struct asynctp_group asynctp_group; /* an asynctp::InProcessGroup, opaque */
 typedef struct asynctp_symmetric asynctp_symmetric; /* symmetric memory and its signal pad, opaque */
 
-enum asynctp_dtype { ASYNCTP_BF16 = 0, ASYNCTP_FP16 = 1, ASYNCTP_FP32 = 2 };
+enum asynctp_dtype { ASYNCTP_BF16 = 0, ASYNCTP_FP16 = 1, ASYNCTP_FP32 = 2, ASYNCTP_FP8E4M3 = 3, ASYNCTP_FP8E5M2 = 4 };
 enum asynctp_algorithm { ASYNCTP_SEQUENTIAL = 0, ASYNCTP_PIPELINED = 1, ASYNCTP_FUSED = 2, ASYNCTP_AUTO = 3 };
 enum asynctp_b_layout { ASYNCTP_ROW_MAJOR = 0, ASYNCTP_COL_MAJOR = 1 };
 enum asynctp_reduce_op { ASYNCTP_SUM = 0, ASYNCTP_AVG = 1 };
@@ -98,7 +98,18 @@ int asynctp_matmul_reduce_scatter(asynctp_comm* comm, const asynctp_tensor* a, c
                                   int scatter_dim, int reduce_op, const asynctp_tensor* output, void* stream,
                                   const asynctp_op_options* options);
 
-/* For a binding that refuses a call of `op` ("all_gather_matmul" or "matmul_reduce_scatter") with its
+/* The scaled ops (asynctp/scaled_ops.h): fp8 A and B, fp32 scales (b_scales one per B). options NULL:
+ * the defaults of ScaledOpOptions (B column-major); use_fast_accum 0 or 1. */
+int asynctp_all_gather_scaled_matmul(asynctp_comm* comm, const asynctp_tensor* a_shard, const asynctp_tensor* bs,
+                                     int num_bs, const asynctp_tensor* a_scale, const asynctp_tensor* b_scales,
+                                     int gather_dim, const asynctp_tensor* outputs, const asynctp_tensor* gathered_a,
+                                     void* stream, const asynctp_op_options* options, int use_fast_accum);
+int asynctp_scaled_matmul_reduce_scatter(asynctp_comm* comm, const asynctp_tensor* a, const asynctp_tensor* b,
+                                         const asynctp_tensor* a_scale, const asynctp_tensor* b_scale, int scatter_dim,
+                                         int reduce_op, const asynctp_tensor* output, void* stream,
+                                         const asynctp_op_options* options, int use_fast_accum);
+
+/* For a binding that refuses a call of `op` (the name of one of the four ops above) with its
  * own checks before it reaches the op: shares the refusal with the other ranks through the op's
  * agreement across ranks, so that their calls fail at once ("rank R refused its arguments") instead of
  * waiting out the timeout. Always returns -1, with `why` as the message. check_across_ranks 0 (the

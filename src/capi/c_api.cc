@@ -9,6 +9,7 @@
 
 #include "asynctp/error.h"
 #include "asynctp/ops.h"
+#include "asynctp/scaled_ops.h"
 #include "asynctp/tensor.h"
 #include "asynctp/version.h"
 #include "capi/handles.h"
@@ -24,9 +25,11 @@ asynctp::TensorRef to_ref(const asynctp_tensor& t, const char* function, const s
     case ASYNCTP_BF16: r.dtype = asynctp::DType::kBF16; break;
     case ASYNCTP_FP16: r.dtype = asynctp::DType::kFP16; break;
     case ASYNCTP_FP32: r.dtype = asynctp::DType::kFP32; break;
+    case ASYNCTP_FP8E4M3: r.dtype = asynctp::DType::kFP8E4M3; break;
+    case ASYNCTP_FP8E5M2: r.dtype = asynctp::DType::kFP8E5M2; break;
     default:
-      raise(cat(function, ": ", argument, ".dtype is ", t.dtype, "; expected ASYNCTP_BF16 (0), ASYNCTP_FP16 (1) or ",
-                "ASYNCTP_FP32 (2)"));
+      raise(cat(function, ": ", argument, ".dtype is ", t.dtype, "; expected ASYNCTP_BF16 (0), ASYNCTP_FP16 (1), ",
+                "ASYNCTP_FP32 (2), ASYNCTP_FP8E4M3 (3) or ASYNCTP_FP8E5M2 (4)"));
   }
   if (t.ndim < 0 || t.ndim > ASYNCTP_C_MAX_DIMS) {
     raise(cat(function, ": ", argument, ".ndim is ", t.ndim, "; expected 0 to ", ASYNCTP_C_MAX_DIMS));
@@ -63,6 +66,24 @@ asynctp::OpOptions to_options(const asynctp_op_options* o, const char* function)
   options.check_across_ranks = o->check_across_ranks != 0;
   options.chunks_per_rank = o->chunks_per_rank;
   return options;
+}
+
+asynctp::ScaledOpOptions to_scaled_options(const asynctp_op_options* o, int use_fast_accum, const char* function) {
+  asynctp::ScaledOpOptions options;
+  if (o != nullptr) static_cast<asynctp::OpOptions&>(options) = to_options(o, function);
+  if (use_fast_accum != 0 && use_fast_accum != 1) {
+    raise(cat(function, ": use_fast_accum is ", use_fast_accum, "; expected 0 or 1"));
+  }
+  options.use_fast_accum = use_fast_accum == 1;
+  return options;
+}
+
+asynctp::ReduceOp to_reduce_op(int reduce_op, const char* function) {
+  switch (reduce_op) {
+    case ASYNCTP_SUM: return asynctp::ReduceOp::kSum;
+    case ASYNCTP_AVG: return asynctp::ReduceOp::kAvg;
+    default: raise(cat(function, ": reduce_op is ", reduce_op, "; expected ASYNCTP_SUM (0) or ASYNCTP_AVG (1)"));
+  }
 }
 
 // Where this binding refuses an op's arguments before the op runs, the refusal goes through the op's
@@ -148,11 +169,7 @@ int asynctp_matmul_reduce_scatter(asynctp_comm* comm, const asynctp_tensor* a, c
     };
     const Args args = converted_or_refused(c, "matmul_reduce_scatter", s, options, [&] {
       Args r;
-      switch (reduce_op) {
-        case ASYNCTP_SUM: r.op = asynctp::ReduceOp::kSum; break;
-        case ASYNCTP_AVG: r.op = asynctp::ReduceOp::kAvg; break;
-        default: raise(cat(fn, ": reduce_op is ", reduce_op, "; expected ASYNCTP_SUM (0) or ASYNCTP_AVG (1)"));
-      }
+      r.op = to_reduce_op(reduce_op, fn);
       r.a = to_ref(require(a, fn, "a"), fn, "a");
       r.b = to_ref(require(b, fn, "b"), fn, "b");
       r.output = to_ref(require(output, fn, "output"), fn, "output");
@@ -163,15 +180,88 @@ int asynctp_matmul_reduce_scatter(asynctp_comm* comm, const asynctp_tensor* a, c
   });
 }
 
+int asynctp_all_gather_scaled_matmul(asynctp_comm* comm, const asynctp_tensor* a_shard, const asynctp_tensor* bs,
+                                     int num_bs, const asynctp_tensor* a_scale, const asynctp_tensor* b_scales,
+                                     int gather_dim, const asynctp_tensor* outputs, const asynctp_tensor* gathered_a,
+                                     void* stream, const asynctp_op_options* options, int use_fast_accum) {
+  return guarded([&] {
+    const char* fn = "asynctp_all_gather_scaled_matmul";
+    const CommUse use(comm, fn);
+    asynctp::Communicator& c = use.comm();
+    const auto s = static_cast<cudaStream_t>(stream);
+    struct Args {
+      asynctp::TensorRef a, a_scale, g;
+      std::vector<asynctp::TensorRef> b_refs, b_scale_refs, out_refs;
+      asynctp::ScaledOpOptions options;
+    };
+    const Args args = converted_or_refused(c, "all_gather_scaled_matmul", s, options, [&] {
+      Args r;
+      r.a = to_ref(require(a_shard, fn, "a_shard"), fn, "a_shard");
+      r.a_scale = to_ref(require(a_scale, fn, "a_scale"), fn, "a_scale");
+      if (num_bs < 1) raise(cat(fn, ": num_bs is ", num_bs, "; expected at least 1 (one output per B)"));
+      require(bs, fn, "bs");
+      require(b_scales, fn, "b_scales");
+      require(outputs, fn, "outputs");
+      for (int i = 0; i < num_bs; ++i) {
+        r.b_refs.push_back(to_ref(bs[i], fn, cat("bs[", i, "]")));
+        r.b_scale_refs.push_back(to_ref(b_scales[i], fn, cat("b_scales[", i, "]")));
+        r.out_refs.push_back(to_ref(outputs[i], fn, cat("outputs[", i, "]")));
+      }
+      r.g = gathered_a ? to_ref(*gathered_a, fn, "gathered_a") : asynctp::TensorRef{};
+      r.options = to_scaled_options(options, use_fast_accum, fn);
+      return r;
+    });
+    asynctp::all_gather_scaled_matmul(c, args.a, args.b_refs, args.a_scale, args.b_scale_refs, gather_dim, args.out_refs,
+                                      args.g, s, args.options);
+  });
+}
+
+int asynctp_scaled_matmul_reduce_scatter(asynctp_comm* comm, const asynctp_tensor* a, const asynctp_tensor* b,
+                                         const asynctp_tensor* a_scale, const asynctp_tensor* b_scale, int scatter_dim,
+                                         int reduce_op, const asynctp_tensor* output, void* stream,
+                                         const asynctp_op_options* options, int use_fast_accum) {
+  return guarded([&] {
+    const char* fn = "asynctp_scaled_matmul_reduce_scatter";
+    const CommUse use(comm, fn);
+    asynctp::Communicator& c = use.comm();
+    const auto s = static_cast<cudaStream_t>(stream);
+    struct Args {
+      asynctp::ReduceOp op = asynctp::ReduceOp::kSum;
+      asynctp::TensorRef a, b, a_scale, b_scale, output;
+      asynctp::ScaledOpOptions options;
+    };
+    const Args args = converted_or_refused(c, "scaled_matmul_reduce_scatter", s, options, [&] {
+      Args r;
+      r.op = to_reduce_op(reduce_op, fn);
+      r.a = to_ref(require(a, fn, "a"), fn, "a");
+      r.b = to_ref(require(b, fn, "b"), fn, "b");
+      r.a_scale = to_ref(require(a_scale, fn, "a_scale"), fn, "a_scale");
+      r.b_scale = to_ref(require(b_scale, fn, "b_scale"), fn, "b_scale");
+      r.output = to_ref(require(output, fn, "output"), fn, "output");
+      r.options = to_scaled_options(options, use_fast_accum, fn);
+      return r;
+    });
+    asynctp::scaled_matmul_reduce_scatter(c, args.a, args.b, args.a_scale, args.b_scale, scatter_dim, args.op,
+                                          args.output, s, args.options);
+  });
+}
+
 int asynctp_refuse_call(asynctp_comm* comm, const char* op, const char* why, void* stream, int check_across_ranks) {
   return guarded([&] {
     const char* fn = "asynctp_refuse_call";
     const CommUse use(comm, fn);
     const std::string name = op == nullptr ? "" : op;
-    if (name != "all_gather_matmul" && name != "matmul_reduce_scatter") {
-      raise(cat(fn, ": op is '", name, "'; expected all_gather_matmul or matmul_reduce_scatter"));
+    static const char* const kOps[] = {"all_gather_matmul", "matmul_reduce_scatter", "all_gather_scaled_matmul",
+                                       "scaled_matmul_reduce_scatter"};
+    const char* known = nullptr;
+    for (const char* o : kOps) {
+      if (name == o) known = o;
     }
-    asynctp::ops::refuse_call(use.comm(), name == "all_gather_matmul" ? "all_gather_matmul" : "matmul_reduce_scatter",
+    if (known == nullptr) {
+      raise(cat(fn, ": op is '", name, "'; expected all_gather_matmul, matmul_reduce_scatter, ",
+                "all_gather_scaled_matmul or scaled_matmul_reduce_scatter"));
+    }
+    asynctp::ops::refuse_call(use.comm(), known,
                               why == nullptr || *why == '\0' ? cat(name, ": refused by the caller") : std::string(why),
                               static_cast<cudaStream_t>(stream), check_across_ranks != 0);
   });

@@ -9,7 +9,7 @@
 
 namespace asynctp::ops {
 
-// Shares this rank's refusal of a call of `op` ("all_gather_matmul" or "matmul_reduce_scatter") with
+// Shares this rank's refusal of a call of `op` (a public op's name: all_gather_matmul, ...) with
 // the other ranks through the agreement the op itself runs, so that they fail at once with "rank R
 // refused its arguments" instead of waiting out the timeout; then throws asynctp::Error(`why`) here.
 // Where `check_across_ranks` is false, or `stream` is being captured (the op skips the agreement
