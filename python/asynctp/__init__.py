@@ -13,7 +13,8 @@ import importlib
 
 from ._lib import Error, library_path, version
 
-_TORCH_API = ("all_gather_matmul", "matmul_reduce_scatter", "communicator", "shutdown", "Communicator", "symmetric")
+_TORCH_API = ("all_gather_matmul", "matmul_reduce_scatter", "all_gather_scaled_matmul", "scaled_matmul_reduce_scatter",
+              "communicator", "shutdown", "Communicator", "symmetric")
 
 __all__ = ["Error", "library_path", "version", *_TORCH_API]
 
@@ -23,10 +24,10 @@ def __getattr__(name):
     if name not in _TORCH_API:
         raise AttributeError(f"module 'asynctp' has no attribute {name!r}")
     try:
-        from . import comm, ops  # noqa: PLC0415 (registers the torch ops on first use)
+        from . import comm, ops, scaled  # noqa: PLC0415 (registers the torch ops on first use)
 
         if name == "symmetric":  # a submodule: imported by name, as `from . import` would ask __getattr__
             return importlib.import_module(".symmetric", __name__)
     except ImportError as e:
         raise ImportError(f"asynctp.{name} needs PyTorch ({e})") from e
-    return getattr(ops, name, None) or getattr(comm, name)
+    return getattr(ops, name, None) or getattr(scaled, name, None) or getattr(comm, name)

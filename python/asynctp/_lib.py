@@ -11,7 +11,7 @@ MAX_DIMS = 6
 UNIQUE_ID_BYTES = 128
 
 # Enum values of c_api.h.
-DTYPE_BF16, DTYPE_FP16, DTYPE_FP32 = 0, 1, 2
+DTYPE_BF16, DTYPE_FP16, DTYPE_FP32, DTYPE_FP8E4M3, DTYPE_FP8E5M2 = 0, 1, 2, 3, 4
 ALGORITHMS = {"sequential": 0, "pipelined": 1, "fused": 2, "auto": 3}
 ROW_MAJOR, COL_MAJOR = 0, 1
 REDUCE_OPS = {"sum": 0, "avg": 1}

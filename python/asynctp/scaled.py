@@ -1,0 +1,84 @@
+"""The scaled (fp8) ops: asynctp.all_gather_scaled_matmul and asynctp.scaled_matmul_reduce_scatter.
+
+out = (A * a_scale) @ (B * b_scale), with A and B in torch.float8_e4m3fn (one of them may be
+torch.float8_e5m2), fp32 scales tensor-wise (one element) or row-wise (a_scale [rows, 1], b_scale
+[1, N]), outputs in out_dtype (bf16 or fp16); the meaning of torch._scaled_mm and of PyTorch's
+fused_all_gather_scaled_matmul / fused_scaled_matmul_reduce_scatter. They run the sequential
+algorithm (asynctp/scaled_ops.h) on the current CUDA stream; they are plain functions, without
+autograd or torch.compile support yet."""
+
+import ctypes
+
+import torch
+
+from . import _lib
+from ._calls import _stream
+from ._lib import Error
+from ._shapes import _AllGatherShapes, _ReduceScatterShapes
+from .comm import communicator, group_name
+
+_DTYPES = {torch.float8_e4m3fn: _lib.DTYPE_FP8E4M3, torch.float8_e5m2: _lib.DTYPE_FP8E5M2,
+           torch.float32: _lib.DTYPE_FP32, torch.bfloat16: _lib.DTYPE_BF16, torch.float16: _lib.DTYPE_FP16}
+
+
+def _ref(t, op, name):
+    code = _DTYPES.get(t.dtype)
+    if code is None:
+        raise Error(f"{op}: {name} is {t.dtype}; expected float8_e4m3fn or float8_e5m2 (A, B), float32 (scales), "
+                    "bfloat16 or float16 (outputs)")
+    return _lib.Tensor.of(t.data_ptr(), code, t.shape, t.stride())
+
+
+def _col_major(b):
+    """B [K, N] as the library takes it for fp8: [N, K] contiguous (no copy for W.t() of a contiguous W)."""
+    return b.t() if b.t().is_contiguous() else b.t().contiguous()
+
+
+def _options(algorithm):
+    code = _lib.ALGORITHMS.get(algorithm)
+    if code is None:
+        raise Error(f"scaled op: algorithm is {algorithm!r}; expected one of " + ", ".join(_lib.ALGORITHMS))
+    return _lib.options(code, _lib.COL_MAJOR, 0)
+
+
+def all_gather_scaled_matmul(a_shard, bs, a_scale, b_scales, gather_dim=0, group=None, return_a=True, *,
+                             out_dtype=torch.bfloat16, use_fast_accum=False, algorithm="auto"):
+    """All-gathers the fp8 `a_shard` along `gather_dim` and multiplies it, scaled, by each B.
+
+    Returns (the gathered A or None, [(A * a_scale) @ (B_i * b_scales[i]) for each B]). Row-wise
+    a_scale ([rows of a_shard, 1]) is gathered with A's rows, so it needs gather_dim 0."""
+    op = "all_gather_scaled_matmul"
+    comm = communicator(group_name(group))
+    shapes = _AllGatherShapes(a_shard, gather_dim, comm.world_size)
+    b_ops = [_col_major(b) for b in bs]
+    outs = [torch.empty((shapes.rows, b.shape[1]), dtype=out_dtype, device=a_shard.device) for b in bs]
+    a_full = shapes.a2.new_empty(shapes.rows, shapes.k) if return_a else None
+    n = len(bs)
+    b_refs = (_lib.Tensor * n)(*[_ref(b, op, f"bs[{i}]") for i, b in enumerate(b_ops)])
+    s_refs = (_lib.Tensor * n)(*[_ref(s.contiguous(), op, f"b_scales[{i}]") for i, s in enumerate(b_scales)])
+    out_refs = (_lib.Tensor * n)(*[_ref(o, op, f"outputs[{i}]") for i, o in enumerate(outs)])
+    gathered = ctypes.byref(_ref(a_full, op, "gathered_a")) if a_full is not None else None
+    a_ref, a_scale_ref = _ref(shapes.a2, op, "a_shard"), _ref(a_scale.contiguous(), op, "a_scale")
+    options = _options(algorithm)
+    _lib.call(op, comm.handle, ctypes.byref(a_ref), b_refs, n, ctypes.byref(a_scale_ref), s_refs,
+              1 if shapes.along_k else 0, out_refs, gathered, _stream(a_shard), ctypes.byref(options),
+              1 if use_fast_accum else 0)
+    return (shapes.unflatten(a_full) if a_full is not None else None), [shapes.unflatten(o) for o in outs]
+
+
+def scaled_matmul_reduce_scatter(a, b, a_scale, b_scale, reduce_op="sum", scatter_dim=0, group=None, *,
+                                 out_dtype=torch.bfloat16, use_fast_accum=False, algorithm="auto"):
+    """(a * a_scale) @ (b * b_scale), summed (or averaged) across ranks, this rank's slice along scatter_dim."""
+    op = "scaled_matmul_reduce_scatter"
+    comm = communicator(group_name(group))
+    if reduce_op not in _lib.REDUCE_OPS:
+        raise Error(f"{op}: reduce_op is {reduce_op!r}; expected 'sum' or 'avg'")
+    shapes = _ReduceScatterShapes(a, b, scatter_dim, comm.world_size)
+    out = torch.empty(shapes.out_shape, dtype=out_dtype, device=a.device)
+    refs = [_ref(shapes.a2, op, "a"), _ref(_col_major(b), op, "b"), _ref(a_scale.contiguous(), op, "a_scale"),
+            _ref(b_scale.contiguous(), op, "b_scale"), _ref(out, op, "output")]
+    options = _options(algorithm)
+    _lib.call(op, comm.handle, *[ctypes.byref(r) for r in refs[:4]], 1 if shapes.along_n else 0,
+              _lib.REDUCE_OPS[reduce_op], ctypes.byref(refs[4]), _stream(a), ctypes.byref(options),
+              1 if use_fast_accum else 0)
+    return shapes.unflatten(out)

@@ -1,0 +1,67 @@
+"""The scaled (fp8) ops on real GPUs, one process per rank, against a reference computed by torch from
+the whole fp8 inputs read back as fp32 and scaled by hand. Skipped, saying why, without PyTorch or
+without enough GPUs."""
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed: the scaled ops are not tested here")
+
+import asynctp  # noqa: E402
+from multiprocess import run_ranks  # noqa: E402
+
+FP8 = torch.float8_e4m3fn
+
+
+def _fp8(seed, *shape):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=g) * 2).to(FP8)
+
+
+def _scales(seed, *shape):
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(*shape, generator=g) + 0.5
+
+
+def _assert_close(got, ref, what):
+    tol = (1.5e-2 if got.dtype == torch.bfloat16 else 4e-3) * ref.abs().max().item()
+    err = (got.float().cpu() - ref).abs().max().item()
+    assert got.shape == ref.shape, f"{what}: shape {tuple(got.shape)}, expected {tuple(ref.shape)}"
+    assert err <= tol, f"{what}: max abs error {err:.4g} > {tol:.4g}"
+
+
+def _cases(rank, world):
+    dev = torch.device("cuda", rank)
+    m, k, n = 64, 128, 96
+    shards = [_fp8(10 + r, m, k) for r in range(world)]
+    w = _fp8(20, n, k)  # an nn.Linear weight [N, K]: B = w.t(), column-major as fp8 needs
+    for rowwise in (False, True):
+        a_scales = [_scales(30 + r, m, 1) if rowwise else _scales(30, 1) for r in range(world)]
+        b_scale = _scales(40, 1, n) if rowwise else _scales(41, 1)
+        for out_dtype in (torch.bfloat16, torch.float16):
+            what = f"all_gather_scaled_matmul {'row-wise' if rowwise else 'tensor-wise'} {out_dtype}"
+            a_full, (out,) = asynctp.all_gather_scaled_matmul(
+                shards[rank].to(dev), [w.to(dev).t()], a_scales[rank].to(dev), [b_scale.to(dev)], 0, out_dtype=out_dtype)
+            a_ref = torch.cat([s.float() * sc for s, sc in zip(shards, a_scales)])
+            _assert_close(out, a_ref @ (w.float().t() * b_scale), what)
+            assert torch.equal(a_full.cpu().view(torch.uint8), torch.cat(shards).view(torch.uint8)), what + ": gathered A"
+    # Reduce-scatter: rank r holds A's columns and B's rows [r*k, (r+1)*k); the same scales on every rank.
+    a_parts = [_fp8(50 + r, world * m, k) for r in range(world)]
+    w_parts = [_fp8(60 + r, n * world, k) for r in range(world)]
+    for rowwise in (False, True):
+        sa = _scales(70, world * m, 1) if rowwise else _scales(71, 1)
+        sb = _scales(72, 1, n * world) if rowwise else _scales(73, 1)
+        for scatter_dim in (0, -1):
+            what = f"scaled_matmul_reduce_scatter {'row-wise' if rowwise else 'tensor-wise'} scatter_dim {scatter_dim}"
+            out = asynctp.scaled_matmul_reduce_scatter(a_parts[rank].to(dev), w_parts[rank].to(dev).t(), sa.to(dev),
+                                                       sb.to(dev), "sum", scatter_dim)
+            full = sum((a.float() * sa) @ (wp.float().t() * sb) for a, wp in zip(a_parts, w_parts))
+            ref = full.chunk(world, dim=scatter_dim)[rank]
+            _assert_close(out, ref, what)
+
+
+def test_scaled_ops_on_one_rank():
+    run_ranks(1, _cases)
+
+
+def test_scaled_ops_on_two_ranks():
+    run_ranks(2, _cases)
