@@ -1,11 +1,12 @@
-"""The scaled (fp8) ops: asynctp.all_gather_scaled_matmul and asynctp.scaled_matmul_reduce_scatter.
+"""The scaled (fp8) ops: asynctp.all_gather_scaled_matmul and asynctp.scaled_matmul_reduce_scatter, also
+registered as torch.ops.asynctp.all_gather_scaled_matmul and torch.ops.asynctp.scaled_matmul_reduce_scatter.
 
 out = (A * a_scale) @ (B * b_scale), with A and B in torch.float8_e4m3fn (one of them may be
 torch.float8_e5m2), fp32 scales tensor-wise (one element) or row-wise (a_scale [rows, 1], b_scale
 [1, N]), outputs in out_dtype (bf16 or fp16); the meaning of torch._scaled_mm and of PyTorch's
 fused_all_gather_scaled_matmul / fused_scaled_matmul_reduce_scatter. They run the sequential
-algorithm (asynctp/scaled_ops.h) on the current CUDA stream; they are plain functions, without
-autograd or torch.compile support yet."""
+algorithm (asynctp/scaled_ops.h) on the current CUDA stream. A fake implementation lets torch.compile
+trace them; they have no autograd formula (fp8 training computes its gradients with ops of its own)."""
 
 import ctypes
 
@@ -16,6 +17,7 @@ from ._calls import _stream
 from ._lib import Error
 from ._shapes import _AllGatherShapes, _ReduceScatterShapes
 from .comm import communicator, group_name
+from .ops import _direct, _world
 
 _DTYPES = {torch.float8_e4m3fn: _lib.DTYPE_FP8E4M3, torch.float8_e5m2: _lib.DTYPE_FP8E5M2,
            torch.float32: _lib.DTYPE_FP32, torch.bfloat16: _lib.DTYPE_BF16, torch.float16: _lib.DTYPE_FP16}
@@ -41,14 +43,16 @@ def _options(algorithm):
     return _lib.options(code, _lib.COL_MAJOR, 0)
 
 
-def all_gather_scaled_matmul(a_shard, bs, a_scale, b_scales, gather_dim=0, group=None, return_a=True, *,
-                             out_dtype=torch.bfloat16, use_fast_accum=False, algorithm="auto"):
-    """All-gathers the fp8 `a_shard` along `gather_dim` and multiplies it, scaled, by each B.
+_AG_SCHEMA = ("(Tensor a_shard, Tensor[] bs, Tensor a_scale, Tensor[] b_scales, int gather_dim, str group_name, "
+              "bool return_a, ScalarType out_dtype, bool use_fast_accum, str algorithm) -> (Tensor?, Tensor[])")
+_RS_SCHEMA = ("(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, str reduce_op, int scatter_dim, str group_name, "
+              "ScalarType out_dtype, bool use_fast_accum, str algorithm) -> Tensor")
 
-    Returns (the gathered A or None, [(A * a_scale) @ (B_i * b_scales[i]) for each B]). Row-wise
-    a_scale ([rows of a_shard, 1]) is gathered with A's rows, so it needs gather_dim 0."""
+
+def _all_gather_scaled_matmul_cuda(a_shard, bs, a_scale, b_scales, gather_dim, group_name, return_a, out_dtype,
+                                   use_fast_accum, algorithm):
     op = "all_gather_scaled_matmul"
-    comm = communicator(group_name(group))
+    comm = communicator(group_name)
     shapes = _AllGatherShapes(a_shard, gather_dim, comm.world_size)
     b_ops = [_col_major(b) for b in bs]
     outs = [torch.empty((shapes.rows, b.shape[1]), dtype=out_dtype, device=a_shard.device) for b in bs]
@@ -66,11 +70,23 @@ def all_gather_scaled_matmul(a_shard, bs, a_scale, b_scales, gather_dim=0, group
     return (shapes.unflatten(a_full) if a_full is not None else None), [shapes.unflatten(o) for o in outs]
 
 
-def scaled_matmul_reduce_scatter(a, b, a_scale, b_scale, reduce_op="sum", scatter_dim=0, group=None, *,
-                                 out_dtype=torch.bfloat16, use_fast_accum=False, algorithm="auto"):
-    """(a * a_scale) @ (b * b_scale), summed (or averaged) across ranks, this rank's slice along scatter_dim."""
+_all_gather_scaled_matmul = torch.library.custom_op("asynctp::all_gather_scaled_matmul", _all_gather_scaled_matmul_cuda,
+                                                    mutates_args=(), device_types="cuda", schema=_AG_SCHEMA)
+
+
+@_all_gather_scaled_matmul.register_fake
+def _all_gather_scaled_matmul_fake(a_shard, bs, a_scale, b_scales, gather_dim, group_name, return_a, out_dtype,
+                                   use_fast_accum, algorithm):
+    shapes = _AllGatherShapes(a_shard, gather_dim, _world(group_name))
+    a_full, outs = shapes.allocate(bs, return_a)
+    outs = [o.new_empty(o.shape, dtype=out_dtype) for o in outs]
+    return (shapes.unflatten(a_full) if a_full is not None else None), [shapes.unflatten(o) for o in outs]
+
+
+def _scaled_matmul_reduce_scatter_cuda(a, b, a_scale, b_scale, reduce_op, scatter_dim, group_name, out_dtype,
+                                       use_fast_accum, algorithm):
     op = "scaled_matmul_reduce_scatter"
-    comm = communicator(group_name(group))
+    comm = communicator(group_name)
     if reduce_op not in _lib.REDUCE_OPS:
         raise Error(f"{op}: reduce_op is {reduce_op!r}; expected 'sum' or 'avg'")
     shapes = _ReduceScatterShapes(a, b, scatter_dim, comm.world_size)
@@ -82,3 +98,38 @@ def scaled_matmul_reduce_scatter(a, b, a_scale, b_scale, reduce_op="sum", scatte
               _lib.REDUCE_OPS[reduce_op], ctypes.byref(refs[4]), _stream(a), ctypes.byref(options),
               1 if use_fast_accum else 0)
     return shapes.unflatten(out)
+
+
+_scaled_matmul_reduce_scatter = torch.library.custom_op("asynctp::scaled_matmul_reduce_scatter",
+                                                        _scaled_matmul_reduce_scatter_cuda, mutates_args=(),
+                                                        device_types="cuda", schema=_RS_SCHEMA)
+
+
+@_scaled_matmul_reduce_scatter.register_fake
+def _scaled_matmul_reduce_scatter_fake(a, b, a_scale, b_scale, reduce_op, scatter_dim, group_name, out_dtype,
+                                       use_fast_accum, algorithm):
+    shapes = _ReduceScatterShapes(a, b, scatter_dim, _world(group_name))
+    out = shapes.allocate()
+    return shapes.unflatten(out.new_empty(out.shape, dtype=out_dtype))
+
+
+def all_gather_scaled_matmul(a_shard, bs, a_scale, b_scales, gather_dim=0, group=None, return_a=True, *,
+                             out_dtype=torch.bfloat16, use_fast_accum=False, algorithm="auto"):
+    """All-gathers the fp8 `a_shard` along `gather_dim` and multiplies it, scaled, by each B.
+
+    Returns (the gathered A or None, [(A * a_scale) @ (B_i * b_scales[i]) for each B]). Row-wise
+    a_scale ([rows of a_shard, 1]) is gathered with A's rows, so it needs gather_dim 0."""
+    args = (a_shard, list(bs), a_scale, list(b_scales), gather_dim, group_name(group), return_a, out_dtype,
+            use_fast_accum, algorithm)
+    if _direct(a_shard, a_scale, *args[1], *args[3]):
+        return _all_gather_scaled_matmul_cuda(*args)
+    return torch.ops.asynctp.all_gather_scaled_matmul(*args)
+
+
+def scaled_matmul_reduce_scatter(a, b, a_scale, b_scale, reduce_op="sum", scatter_dim=0, group=None, *,
+                                 out_dtype=torch.bfloat16, use_fast_accum=False, algorithm="auto"):
+    """(a * a_scale) @ (b * b_scale), summed (or averaged) across ranks, this rank's slice along scatter_dim."""
+    args = (a, b, a_scale, b_scale, reduce_op, scatter_dim, group_name(group), out_dtype, use_fast_accum, algorithm)
+    if _direct(a, b, a_scale, b_scale):
+        return _scaled_matmul_reduce_scatter_cuda(*args)
+    return torch.ops.asynctp.scaled_matmul_reduce_scatter(*args)

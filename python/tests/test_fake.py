@@ -81,3 +81,27 @@ def test_make_fx_traces_both_ops_with_symbolic_shapes():
     targets = {str(n.target) for n in gm.graph.nodes if n.op == "call_function"}
     assert "asynctp.all_gather_matmul.default" in targets
     assert "asynctp.matmul_reduce_scatter.default" in targets
+
+
+@pytest.mark.parametrize("gather_dim", [0, -1])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16])
+def test_all_gather_scaled_matmul_shapes_and_dtypes(gather_dim, out_dtype):
+    a = meta(32, 64, dtype=torch.float8_e4m3fn)
+    w = meta(48, 64 * (WORLD if gather_dim == -1 else 1), dtype=torch.float8_e4m3fn)
+    a_full, (out,) = asynctp.all_gather_scaled_matmul(a, [w.t()], meta(1, dtype=torch.float32),
+                                                      [meta(1, dtype=torch.float32)], gather_dim, out_dtype=out_dtype)
+    gathered = [32 * WORLD, 64] if gather_dim == 0 else [32, 64 * WORLD]
+    assert list(a_full.shape) == gathered and a_full.dtype == torch.float8_e4m3fn
+    assert list(out.shape) == [gathered[0], 48] and out.dtype == out_dtype
+
+
+@pytest.mark.parametrize("scatter_dim", [0, -1])
+def test_scaled_matmul_reduce_scatter_shapes_and_dtypes(scatter_dim):
+    a = meta(64, 32, dtype=torch.float8_e4m3fn)
+    w = meta(128, 32, dtype=torch.float8_e4m3fn)
+    out = asynctp.scaled_matmul_reduce_scatter(a, w.t(), meta(64, 1, dtype=torch.float32),
+                                               meta(1, 128, dtype=torch.float32), "sum", scatter_dim,
+                                               out_dtype=torch.float16)
+    expected = [64, 128]
+    expected[scatter_dim] //= WORLD
+    assert list(out.shape) == expected and out.dtype == torch.float16
