@@ -9,9 +9,10 @@
 // Scales are fp32 tensors on the GPU, either
 //   tensor-wise: one element each (a_scale, and each b_scale). Every rank's a_scale must hold the same
 //     value: the gathered A is scaled by this rank's;
-//   row-wise: a_scale one per row of this rank's A ([rows, 1] or [rows]; for all_gather_scaled_matmul
-//     gathered with A's rows, so gather_dim 0 only), each b_scale one per column of its output ([1, N]
-//     or [N]).
+//   row-wise: a_scale one per row of A ([rows, 1] or [rows]), each b_scale one per column of its
+//     output ([1, N] or [N]). For all_gather_scaled_matmul along dim 0, a_scale holds either this
+//     rank's rows (gathered with them) or every row of the gathered A (as PyTorch's async-TP pass
+//     passes it, already gathered); along the last dim every rank holds every row.
 // Both are tensor-wise or both row-wise.
 //
 // Algorithms: sequential (the collective, then cuBLASLt's fp8 GEMM); auto picks it. Pipelined and

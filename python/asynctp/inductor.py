@@ -11,7 +11,8 @@ reduce-scatter into ``fused_matmul_reduce_scatter``, for the groups with symmetr
 ``post_grad_custom_post_pass``) that puts ``torch.ops.asynctp.all_gather_matmul`` and
 ``matmul_reduce_scatter`` in their place: the same arguments with the same meaning, so every variant the
 pass emits (gather or scatter along dim 0, a middle dim or the last, transposed B, several Bs) maps one
-to one. The model is not changed.
+to one. Its scaled (fp8) forms become ``all_gather_scaled_matmul`` and ``scaled_matmul_reduce_scatter``
+where asynctp's scaled ops take their options. The model is not changed.
 
 The pass is tied to inductor's internals, which change between PyTorch versions: ``enable_async_tp``
 refuses a version it is not tested with (``TESTED_TORCH``) instead of guessing.
@@ -24,7 +25,7 @@ import torch._inductor.config as inductor_config
 from torch._inductor.custom_graph_pass import CustomGraphPass
 from torch.fx.operator_schemas import normalize_function
 
-from . import ops  # noqa: F401 (registers torch.ops.asynctp)
+from . import ops, scaled  # noqa: F401 (register torch.ops.asynctp)
 from ._lib import Error
 from .comm import group_name as _group_name
 
@@ -33,7 +34,7 @@ TESTED_TORCH = ("2.11",)
 
 # Bumped whenever the rewrite changes, so that inductor's cache of compiled graphs does not serve
 # graphs rewritten by an older one.
-_REWRITE_VERSION = 1
+_REWRITE_VERSION = 2
 
 _log = logging.getLogger("asynctp.inductor")
 _DTYPES = (torch.bfloat16, torch.float16)
@@ -92,6 +93,19 @@ def _fake_result(target, args):
         return target(*vals)
 
 
+def _scaled_unsupported(biases, result_scales, out_dtypes, fast_accum):
+    """Why asynctp's scaled ops cannot take a scaled fused op's options, or None where they can."""
+    if any(b is not None for b in biases):
+        return "it adds a bias; asynctp's scaled ops have none yet"
+    if any(s is not None for s in result_scales):
+        return "it scales an fp8 result; asynctp's scaled ops give bf16 or fp16"
+    if any(d not in _DTYPES for d in out_dtypes) or len(set(out_dtypes)) != 1:
+        return f"its output dtypes are {list(out_dtypes)}; asynctp's scaled ops give one of bf16 or fp16"
+    if len(set(fast_accum)) != 1:
+        return "its Bs differ in use_fast_accum; asynctp's scaled op takes one"
+    return None
+
+
 def _replacement(node, algorithm, chunks_per_rank):
     """(target, args) of the asynctp op that takes `node`'s place, or (None, why) where none does."""
     symm_mem = torch.ops.symm_mem
@@ -104,9 +118,28 @@ def _replacement(node, algorithm, chunks_per_rank):
         kw = _arguments(node)
         args = (kw["A"], kw["B"], kw["reduce_op"], kw["scatter_dim"], kw["group_name"], algorithm, chunks_per_rank)
         target = torch.ops.asynctp.matmul_reduce_scatter.default
-    elif node.target in (symm_mem.fused_all_gather_scaled_matmul.default,
-                         symm_mem.fused_scaled_matmul_reduce_scatter.default):
-        return None, "asynctp has no scaled (fp8) ops yet"
+    elif node.target is symm_mem.fused_all_gather_scaled_matmul.default:
+        kw = _arguments(node)
+        why = _scaled_unsupported(kw["biases"], kw["result_scales"], kw["out_dtypes"], kw["use_fast_accum"])
+        if why:
+            return None, why
+        # torch's op always returns the gathered A.
+        args = (kw["A"], kw["Bs"], kw["A_scale"], kw["B_scales"], kw["gather_dim"], kw["group_name"], True,
+                kw["out_dtypes"][0], kw["use_fast_accum"][0], algorithm)
+        return torch.ops.asynctp.all_gather_scaled_matmul.default, args
+    elif node.target is symm_mem.fused_scaled_matmul_reduce_scatter.default:
+        kw = _arguments(node)
+        why = _scaled_unsupported([kw.get("bias")], [kw.get("result_scale")], [kw.get("out_dtype")],
+                                  [kw.get("use_fast_accum", False)])
+        a = _val(kw["A"])
+        if not why and (kw["orig_scatter_dim"] != kw["scatter_dim_after_maybe_reshape"] or
+                        (a is not None and kw["output_shape"] is not None and len(kw["output_shape"]) != a.dim())):
+            why = "A was reshaped for the scaled GEMM; asynctp's scaled op takes it as the program had it"
+        if why:
+            return None, why
+        args = (kw["A"], kw["B"], kw["A_scale"], kw["B_scale"], kw["reduce_op"], kw["orig_scatter_dim"],
+                kw["group_name"], kw["out_dtype"], kw.get("use_fast_accum", False), algorithm)
+        return torch.ops.asynctp.scaled_matmul_reduce_scatter.default, args
     else:
         return None, None
     dtype = _dtype_of(args[0])

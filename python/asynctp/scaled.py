@@ -117,8 +117,8 @@ def all_gather_scaled_matmul(a_shard, bs, a_scale, b_scales, gather_dim=0, group
                              out_dtype=torch.bfloat16, use_fast_accum=False, algorithm="auto"):
     """All-gathers the fp8 `a_shard` along `gather_dim` and multiplies it, scaled, by each B.
 
-    Returns (the gathered A or None, [(A * a_scale) @ (B_i * b_scales[i]) for each B]). Row-wise
-    a_scale ([rows of a_shard, 1]) is gathered with A's rows, so it needs gather_dim 0."""
+    Returns (the gathered A or None, [(A * a_scale) @ (B_i * b_scales[i]) for each B]). A row-wise
+    a_scale holds a_shard's rows ([rows, 1], gathered with them) or every row of the gathered A."""
     args = (a_shard, list(bs), a_scale, list(b_scales), gather_dim, group_name(group), return_a, out_dtype,
             use_fast_accum, algorithm)
     if _direct(a_shard, a_scale, *args[1], *args[3]):

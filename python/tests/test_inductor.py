@@ -207,3 +207,71 @@ def test_a_pytorch_it_is_not_tested_with_is_refused(monkeypatch):
     with pytest.raises(asynctp.Error, match=r"PyTorch 2.9.1\+cu128 is not a version .* tested with \(expected 2.11\)"):
         inductor.enable_async_tp(group())
     assert not isinstance(torch._inductor.config.post_grad_custom_post_pass, inductor.AsyncTpPass)
+
+
+# --- the scaled (fp8) forms --------------------------------------------------------------------------
+
+FP8 = torch.float8_e4m3fn
+
+
+def ag_scaled_rows(x, w, sa, sb):  # row-wise scales: A's are gathered beside A
+    a = funcol.all_gather_tensor(x, 0, group())
+    return torch._scaled_mm(a, w.t(), funcol.all_gather_tensor(sa, 0, group()), sb, out_dtype=BF16)
+
+
+def ag_scaled_tensorwise(x, w, sa, sb):
+    return torch._scaled_mm(funcol.all_gather_tensor(x, 0, group()), w.t(), sa, sb, out_dtype=torch.float16)
+
+
+def rs_scaled(a, w, sa, sb):
+    return funcol.reduce_scatter_tensor(torch._scaled_mm(a, w.t(), sa, sb, out_dtype=BF16), "sum", 0, group())
+
+
+SCALED_CASES = {
+    "ag scaled row-wise": (ag_scaled_rows, lambda: (rand(16, 64, dtype=FP8), rand(32, 64, dtype=FP8), torch.rand(16, 1),
+                                                    torch.rand(1, 32)), BF16),
+    "ag scaled tensor-wise": (ag_scaled_tensorwise, lambda: (rand(16, 64, dtype=FP8), rand(32, 64, dtype=FP8),
+                                                             torch.tensor(0.5), torch.tensor(2.0)), torch.float16),
+    "rs scaled": (rs_scaled, lambda: (rand(64, 128, dtype=FP8), rand(32, 128, dtype=FP8), torch.tensor(0.5),
+                                      torch.tensor(2.0)), BF16),
+}
+
+
+@pytest.mark.parametrize("name", list(SCALED_CASES))
+def test_every_scaled_fused_op_becomes_asynctps(name):
+    fn, make_args, out_dtype = SCALED_CASES[name]
+    args = make_args()
+    gm = fused_by_torch(fn, args)
+    (torch_node,) = calls(gm, "symm_mem")
+    before = outputs(gm, args)
+    torch_args = inductor._arguments(torch_node)
+
+    assert inductor.rewrite(gm.graph, algorithm="sequential") == 1
+    gm.recompile()
+    assert calls(gm, "symm_mem") == []
+    (node,) = calls(gm, "asynctp")
+    if name.startswith("ag"):
+        assert node.target is torch.ops.asynctp.all_gather_scaled_matmul.default
+        a, bs, a_scale, b_scales, gather_dim, _, return_a, dtype, fast, algorithm = node.args
+        assert (a, bs, a_scale, b_scales) == (torch_args["A"], torch_args["Bs"], torch_args["A_scale"],
+                                              torch_args["B_scales"])
+        assert (gather_dim, return_a) == (torch_args["gather_dim"], True)
+    else:
+        assert node.target is torch.ops.asynctp.scaled_matmul_reduce_scatter.default
+        a, b, a_scale, b_scale, reduce_op, scatter_dim, _, dtype, fast, algorithm = node.args
+        assert (a, b, a_scale, b_scale) == (torch_args["A"], torch_args["B"], torch_args["A_scale"], torch_args["B_scale"])
+        assert (reduce_op, scatter_dim) == ("sum", 0)
+    assert (dtype, fast, algorithm) == (out_dtype, False, "sequential")
+    after = outputs(gm, args)
+    assert [(shape, d) for shape, _, d in after] == [(shape, d) for shape, _, d in before]
+
+
+def test_a_scaled_op_with_an_fp8_result_stays_with_pytorch_and_says_why(caplog):
+    def fp8_out(x, w, sa, sb):
+        return torch._scaled_mm(funcol.all_gather_tensor(x, 0, group()), w.t(), sa, sb, out_dtype=FP8)
+
+    gm = fused_by_torch(fp8_out, (rand(16, 64, dtype=FP8), rand(32, 64, dtype=FP8), torch.tensor(1.0), torch.tensor(1.0)))
+    with caplog.at_level(logging.WARNING, logger="asynctp.inductor"):
+        assert inductor.rewrite(gm.graph) == 0
+    assert len(calls(gm, "symm_mem")) == 1
+    assert "asynctp's scaled ops give one of bf16 or fp16" in caplog.text

@@ -15,6 +15,9 @@ struct Scaling {
   bool scaled = false;
   DType b_dtype = DType::kFP8E4M3, out_dtype = DType::kBF16;
   bool rowwise = false, fast_accum = false;
+  // all_gather_scaled_matmul, row-wise: a_scale holds this rank's rows only and is gathered with them
+  // (else it holds every row's, as where A is gathered along K).
+  bool gather_a_scale = false;
 };
 
 struct AllGatherMatmulPlan {

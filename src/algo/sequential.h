@@ -24,7 +24,8 @@ void sequential_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScat
                                       const AgreeFn& agree);
 
 // The scaled ops (asynctp/scaled_ops.h; plan.scaling is set): the same collectives around cuBLASLt's
-// fp8 GEMM. Row-wise, a_scale is gathered with A's rows (all_gather_scaled_matmul).
+// fp8 GEMM. Row-wise, a_scale is gathered with A's rows where it holds this rank's only
+// (plan.scaling.gather_a_scale).
 void sequential_all_gather_scaled_matmul(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,
                                          const std::vector<TensorRef>& bs, const TensorRef& a_scale,
                                          const std::vector<TensorRef>& b_scales, const std::vector<TensorRef>& outputs,

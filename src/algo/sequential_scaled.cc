@@ -30,16 +30,16 @@ void sequential_all_gather_scaled_matmul(Communicator& comm, const AllGatherMatm
                                          const std::vector<TensorRef>& bs, const TensorRef& a_scale,
                                          const std::vector<TensorRef>& b_scales, const std::vector<TensorRef>& outputs,
                                          const TensorRef& gathered_a, cudaStream_t stream, const AgreeFn& agree) {
-  ASYNCTP_CHECK(plan.scaling.scaled && !(plan.scaling.rowwise && plan.gather_last),
-                "sequential_all_gather_scaled_matmul: the plan is not a scaled all-gather by rows");
+  ASYNCTP_CHECK(plan.scaling.scaled, "sequential_all_gather_scaled_matmul: the plan is not scaled");
   agree();  // the all-gather comes first: nothing local to hide the check behind
   gemm::GemmRunner& runner = Resources::of(comm).gemm;
-  // Row-wise, each rank's scales are gathered beside its rows: [world][m] is A's [M] order.
-  const size_t scale_bytes = plan.scaling.rowwise ? static_cast<size_t>(plan.M) * sizeof(float) : 0;
+  // Row-wise scales of this rank's rows only are gathered beside the rows: [world][m] is A's [M] order.
+  const bool gather_scales = plan.scaling.rowwise && plan.scaling.gather_a_scale;
+  const size_t scale_bytes = gather_scales ? static_cast<size_t>(plan.M) * sizeof(float) : 0;
   char* gathered_scales = nullptr;
   const char* gathered = gather_a(comm, plan, a_shard, gathered_a, align_up(scale_bytes), &gathered_scales, stream);
   const float* a_scales = floats(a_scale);
-  if (plan.scaling.rowwise) {
+  if (gather_scales) {
     impl_of(comm).transport->all_gather(a_scale.data, gathered_scales, static_cast<size_t>(plan.m_local) * sizeof(float),
                                         stream);
     a_scales = reinterpret_cast<const float*>(gathered_scales);

@@ -92,10 +92,11 @@ AllGatherMatmulPlan plan_all_gather_scaled_matmul(int world_size, const TensorRe
                 " b_scale(s); expected one b_scale per B");
   // Row-wise where either scale is a vector (a one-row A's row-wise scale has one element).
   const bool rowwise = (a_scale.defined() && !tensor_wise(a_scale)) || (b_scales[0].defined() && !tensor_wise(b_scales[0]));
-  ASYNCTP_CHECK(!(rowwise && p.gather_last), op,
-                ": a_scale is row-wise and gather_dim is the last dim; row-wise scales are gathered with A's rows, "
-                "so they need gather_dim 0 (use a tensor-wise a_scale to gather along K)");
-  check_scale(op, "a_scale", a_scale, rowwise ? p.m_local : 1, ScaleShape::kColumn);
+  // Row-wise, a_scale holds this rank's rows' scales ([m, 1], gathered with the rows) or every row's
+  // ([M, 1], as PyTorch's async-TP pass passes it: nothing is gathered). Gathered along K, every rank
+  // holds every row already.
+  const bool every_row = p.gather_last || (a_scale.defined() && a_scale.numel() == p.M && p.M != p.m_local);
+  check_scale(op, "a_scale", a_scale, rowwise ? (every_row ? p.M : p.m_local) : 1, ScaleShape::kColumn);
   for (size_t i = 0; i < b_scales.size(); ++i) {
     const std::string name = cat("b_scales[", i, "]");
     ASYNCTP_CHECK(!b_scales[i].defined() || p.N[i] == 1 || tensor_wise(b_scales[i]) != rowwise, op, ": a_scale is ",
@@ -103,7 +104,7 @@ AllGatherMatmulPlan plan_all_gather_scaled_matmul(int world_size, const TensorRe
                   "; expected both tensor-wise or both row-wise");
     check_scale(op, name, b_scales[i], rowwise ? p.N[i] : 1, ScaleShape::kRow);
   }
-  p.scaling = algo::Scaling{true, bs[0].dtype, out, rowwise, options.use_fast_accum};
+  p.scaling = algo::Scaling{true, bs[0].dtype, out, rowwise, options.use_fast_accum, rowwise && !every_row};
   return p;
 }
 

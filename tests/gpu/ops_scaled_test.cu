@@ -38,11 +38,12 @@ struct ScaledAgCase {
   bool gather_last, rowwise, return_a, fast_accum;
   int num_b;
   DType b_dtype, out_dtype;
+  bool every_row = false;  // row-wise: a_scale holds every row of the gathered A, not this rank's only
 };
 
 std::string describe(const ScaledAgCase& c) {
   return detail::cat("scaled ag rows/rank=", c.rows_per_rank, " K=", c.K, " N=", c.N, c.gather_last ? " gather=last" : " gather=0",
-                     c.rowwise ? " row-wise" : " tensor-wise", c.return_a ? " return_a" : "", c.fast_accum ? " fast" : "",
+                     c.rowwise ? (c.every_row ? " row-wise (every row)" : " row-wise") : " tensor-wise", c.return_a ? " return_a" : "", c.fast_accum ? " fast" : "",
                      " bs=", c.num_b, " B ", dtype_name(c.b_dtype), " out ", dtype_name(c.out_dtype));
 }
 
@@ -53,11 +54,14 @@ void run_scaled_ag_case(Communicator& comm, const ScaledAgCase& c, cudaStream_t 
   const uint64_t seed = next_case_seed();
   const GenMatrix gen_a = c.gather_last ? GenMatrix{seed, 0, kl} : GenMatrix{seed, m, 0};
   const int64_t a_rows = c.gather_last ? M : m, a_cols = c.gather_last ? kl : K;
-  Buf a(a_rows * a_cols), a_full(M * K * 4), a_scale_local(a_rows * 4), a_scale_all(M * 4), gathered(M * K);
+  Buf a(a_rows * a_cols), a_full(M * K * 4), a_scale_local(M * 4), a_scale_all(M * 4), gathered(M * K);
   reference::fill(a.p, DType::kFP8E4M3, a_rows, a_cols, false, gen_a, c.gather_last ? 0 : r * m, c.gather_last ? r * kl : 0, s);
   reference::fill_fp32_as(a_full.f(), DType::kFP8E4M3, M, K, gen_a, 0, 0, s);
-  // Row-wise: global row i's scale, this rank's rows from r * m; tensor-wise: one value on every rank.
-  scales(a_scale_local.f(), c.rowwise ? a_rows : 1, c.rowwise ? r * m : 3, s);
+  // Row-wise: global row i's scale, this rank's rows from r * m (or every row, as gathered along K);
+  // tensor-wise: one value on every rank.
+  const bool every_row = c.gather_last || c.every_row;
+  const int64_t scale_rows = c.rowwise ? (every_row ? M : a_rows) : 1;
+  scales(a_scale_local.f(), scale_rows, c.rowwise ? (every_row ? 0 : r * m) : 3, s);
   scales(a_scale_all.f(), c.rowwise ? M : 1, c.rowwise ? 0 : 3, s);
   reference::scale(a_full.f(), M, K, a_scale_all.f(), c.rowwise ? M : 1, nullptr, 1, s);
 
@@ -85,7 +89,7 @@ void run_scaled_ag_case(Communicator& comm, const ScaledAgCase& c, cudaStream_t 
     reference::poison(out_bufs[i]->p, M * n * out_es, s);
   }
   const TensorRef ta = TensorRef::dense(a.p, DType::kFP8E4M3, {a_rows, a_cols});
-  const TensorRef ta_scale = c.rowwise ? TensorRef::dense(a_scale_local.p, DType::kFP32, {a_rows, 1})
+  const TensorRef ta_scale = c.rowwise ? TensorRef::dense(a_scale_local.p, DType::kFP32, {scale_rows, 1})
                                        : TensorRef::dense(a_scale_local.p, DType::kFP32, {1});
   const TensorRef tg = c.return_a ? TensorRef::dense(gathered.p, DType::kFP8E4M3, {M, K}) : TensorRef{};
   ScaledOpOptions o;
@@ -166,7 +170,14 @@ int every_scaled_case(RankContext& ctx) {
     run_scaled_ag_case(*comm, ScaledAgCase{64, 256, 128, false, rowwise, false, false, 1, DType::kFP8E5M2, DType::kBF16}, st.s, fp32);
     ++n;
   }
-  run_scaled_ag_case(*comm, ScaledAgCase{96, 48 * ws, 160, true, false, true, false, 2, DType::kFP8E4M3, DType::kBF16}, st.s, fp32);
+  for (const bool rowwise : {false, true}) {  // gathered along K: a row-wise a_scale holds every row
+    run_scaled_ag_case(*comm, ScaledAgCase{96, 48 * ws, 160, true, rowwise, true, false, 2, DType::kFP8E4M3, DType::kBF16},
+                       st.s, fp32);
+    ++n;
+  }
+  // Row-wise scales of every row of the gathered A, as PyTorch's pass passes them: nothing gathered.
+  run_scaled_ag_case(*comm, ScaledAgCase{64, 128, 96, false, true, false, false, 1, DType::kFP8E4M3, DType::kBF16, true},
+                     st.s, fp32);
   ++n;
   for (const bool rowwise : {false, true})
     for (const bool last : {false, true})

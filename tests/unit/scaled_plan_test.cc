@@ -77,10 +77,21 @@ TEST(ScaledPlan, ScalesOfTheWrongKindShapeOrDtypeAreRefusedByName) {
   EXPECT_REFUSED(ag(a, b, t(3, {64, 1}, kFP32), t(4, {256, 1}, kFP32), out), "b_scales[0] has shape [256, 1]");
   EXPECT_REFUSED(plan_all_gather_scaled_matmul(2, a, {b}, scalar(3), {}, 0, {out}, TensorRef{}, {}),
                  "expected one b_scale per B");
-  // Row-wise scales go with A's rows: gathering along K cannot carry them.
-  EXPECT_REFUSED(ag(t(0, {128, 64}, kE4M3), b, t(3, {128, 1}, kFP32), t(4, {1, 256}, kFP32), out, -1),
-                 "row-wise scales are gathered with A's rows");
   EXPECT_FALSE(ag(t(0, {128, 64}, kE4M3), b, scalar(3), scalar(4), out, -1).scaling.rowwise);
+}
+
+// Row-wise, a_scale holds this rank's rows (gathered with them) or every row of the gathered A (as
+// PyTorch's pass passes it); gathered along K, every rank holds every row.
+TEST(ScaledPlan, RowWiseScalesOfThisRanksRowsOrOfEveryRow) {
+  const TensorRef b = t(1, {256, 128}, kE4M3), out = t(2, {128, 256}, kBF16), sb = t(4, {1, 256}, kFP32);
+  const TensorRef a = t(0, {64, 128}, kE4M3);
+  EXPECT_TRUE(ag(a, b, t(3, {64, 1}, kFP32), sb, out).scaling.gather_a_scale);
+  EXPECT_FALSE(ag(a, b, t(3, {128, 1}, kFP32), sb, out).scaling.gather_a_scale);
+  const auto along_k = ag(t(0, {128, 64}, kE4M3), b, t(3, {128, 1}, kFP32), sb, out, -1);
+  EXPECT_TRUE(along_k.scaling.rowwise);
+  EXPECT_FALSE(along_k.scaling.gather_a_scale);
+  EXPECT_REFUSED(ag(t(0, {128, 64}, kE4M3), b, t(3, {64, 1}, kFP32), sb, out, -1),
+                 "a_scale has shape [64, 1]; expected [128, 1]");
 }
 
 TEST(ScaledPlan, ReduceScatter) {
