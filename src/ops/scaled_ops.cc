@@ -27,6 +27,8 @@ void add_scaling(ops::Signature& s, const algo::Scaling& scaling) {
   s.add("B's dtype", static_cast<int64_t>(scaling.b_dtype));
   s.add("output dtype", static_cast<int64_t>(scaling.out_dtype));
   s.add("row-wise scales", scaling.rowwise ? 1 : 0);
+  // A rank that gathers its a_scale takes part in a collective the others would not.
+  s.add("a_scale gathered with A's rows", scaling.gather_a_scale ? 1 : 0);
   s.add("use_fast_accum", scaling.fast_accum ? 1 : 0);
 }
 
