@@ -229,6 +229,35 @@ int refused_on_one_rank(RankContext& ctx) {
   return 0;
 }
 
+// Ranks whose row-wise a_scale differs in kind (this rank's rows on one, every row on the others)
+// would not all gather it: every rank fails naming the difference, before any collective.
+int row_wise_kinds_differ(RankContext& ctx) {
+  auto comm = make_comm(ctx);
+  Stream st;
+  const int ws = ctx.world_size;
+  Buf a(64 * 128), b(256 * 128), sa(64 * ws * 4), sb(256 * 4), out(64 * ws * 256 * 2);
+  RANK_CUDA(cudaMemsetAsync(a.p, 0, 64 * 128, st.s));
+  RANK_CUDA(cudaMemsetAsync(b.p, 0, 256 * 128, st.s));
+  scales(sa.f(), 64 * ws, 0, st.s);
+  scales(sb.f(), 256, 0, st.s);
+  RANK_CUDA(cudaStreamSynchronize(st.s));
+  const int64_t scale_rows = ctx.rank == 0 ? 64 * ws : 64;
+  std::string error = "<none>";
+  try {
+    all_gather_scaled_matmul(*comm, TensorRef::dense(a.p, DType::kFP8E4M3, {64, 128}),
+                             {TensorRef::dense(b.p, DType::kFP8E4M3, {256, 128})},
+                             TensorRef::dense(sa.p, DType::kFP32, {scale_rows, 1}),
+                             {TensorRef::dense(sb.p, DType::kFP32, {1, 256})}, 0,
+                             {TensorRef::dense(out.p, DType::kBF16, {64 * ws, 256})}, TensorRef{}, st.s);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  RANK_CHECK(contains(error, "ranks disagree on a_scale gathered with A's rows"), "got: ", error);
+  return 0;
+}
+
+TEST(ScaledOps, RanksWhoseRowWiseScalesDifferInKindFailTogether) { RUN_EVERY_WORLD_SIZE(row_wise_kinds_differ); }
+
 TEST(ScaledOps, ARefusalOnOneRankFailsEveryRankWithTheOutputsUntouched) {
   RUN_EVERY_WORLD_SIZE(refused_on_one_rank);
 }
