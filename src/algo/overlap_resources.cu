@@ -69,10 +69,13 @@ OverlapResources::OverlapResources(Communicator& comm) : comm_(comm) {
   ASYNCTP_CUDA_CHECK(cudaMemsetAsync(staged_, 0, staged_bytes(), m.setup_stream));
   int least = 0, greatest = 0;
   ASYNCTP_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  ranks_share_device_ = m.ranks_on_device > 1;
   ASYNCTP_CUDA_CHECK(cudaStreamCreateWithPriority(&signal_, cudaStreamNonBlocking, greatest));
-  peer_streams_.resize(lsa_size_);
+  peer_streams_.resize(ranks_share_device_ ? 1 : lsa_size_);
   for (cudaStream_t& s : peer_streams_) ASYNCTP_CUDA_CHECK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, greatest));
-  for (cudaStream_t& s : gemms_) ASYNCTP_CUDA_CHECK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, least));
+  for (int lane = 0; lane < (ranks_share_device_ ? 1 : kGemmStreams); ++lane) {
+    ASYNCTP_CUDA_CHECK(cudaStreamCreateWithPriority(&gemms_[lane], cudaStreamNonBlocking, least));
+  }
   // Enough for the largest call: a fork, joins, and an event per chunk per peer for each of two kinds.
   events_.resize(8 + 4 * static_cast<size_t>(lsa_size_) * (kMaxChunksPerRank + 1));
   for (cudaEvent_t& e : events_) ASYNCTP_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -88,7 +91,6 @@ OverlapResources::OverlapResources(Communicator& comm) : comm_(comm) {
     ASYNCTP_CUDA_CHECK(cudaMemcpy(done_signal_, &d, sizeof(d), cudaMemcpyHostToDevice));
   }
   Resources::of(comm).gemm.reserve();
-  ranks_share_device_ = m.ranks_on_device > 1;
   eager_calls_ = ranks_share_device_ || detail::knob_flag(detail::Knob::kPipelinedEager);
   // Loads the small kernels now: CUDA loads a kernel at its first launch, and a load can wait for the
   // device to go idle, which a fused kernel spinning on a flag that a peer sets only later would not.
@@ -122,7 +124,9 @@ SymmetricBuffer& OverlapResources::inbox(size_t bytes, cudaStream_t stream) {
 
 OverlapResources::~OverlapResources() {
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
-  for (cudaStream_t s : gemms_) cudaStreamDestroy(s);
+  for (cudaStream_t s : gemms_) {
+    if (s != nullptr) cudaStreamDestroy(s);
+  }
   for (cudaStream_t s : peer_streams_) cudaStreamDestroy(s);
   cudaStreamDestroy(signal_);
   cudaFree(epoch_);

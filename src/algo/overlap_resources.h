@@ -82,10 +82,14 @@ class OverlapResources {
 
   // Streams of this communicator. peer_stream(p) moves data to or from peer p (pipelined pulls, fused
   // pushes). It and the signal stream run at the device's highest priority so that a wait kernel at
-  // their head is placed before a GEMM's thread blocks.
+  // their head is placed before a GEMM's thread blocks. Where ranks share the GPU, every peer has one
+  // stream and every GEMM lane another: the ranks' streams would otherwise outnumber the GPU's
+  // hardware queues, and two ranks' streams on one queue can wait on each other
+  // (docs/design/transport.md). That only orders more work: no pull or push waits for a later one
+  // (the peers' partial GEMMs and staged tiles wait for no pull or push).
   cudaStream_t signal_stream() const { return signal_; }
-  cudaStream_t peer_stream(int peer) const { return peer_streams_[peer]; }
-  cudaStream_t gemm_stream(int lane) const { return gemms_[lane]; }
+  cudaStream_t peer_stream(int peer) const { return peer_streams_[peer_streams_.size() == 1 ? 0 : peer]; }
+  cudaStream_t gemm_stream(int lane) const { return gemms_[ranks_share_device_ ? 0 : lane]; }
   static constexpr int kGemmStreams = 2;
 
   // Work sequences replayed from CUDA graphs (stream_replay.h): the fused reduce-scatter's pushes, and

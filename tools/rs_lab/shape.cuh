@@ -69,9 +69,9 @@ class Shape {
         main_(main), pushes_(pushes),
         a_(size_t(M) * K * 2, main), b_(size_t(K) * N * 2, main), out_(size_t(m_) * N * 2, main),
         plain_out_(size_t(M) * N * 2, main), staging_(staging_bytes(), main), inbox_(staging_bytes(), main),
-        peer_inbox_(size_t(m_) * N * 2, main), counters_(kCounterBytes, main),
-        flags_(2 * kMaxChunksPerRank * sizeof(uint32_t), main), epoch_word_(sizeof(uint32_t), main),
-        pushed_(kMaxChunksPerRank * sizeof(uint32_t), main), done_word_(sizeof(uint32_t), main),
+        peer_inbox_(size_t(m_) * N * 2, main), counters_(kCounterBytes),
+        flags_(2 * kMaxChunksPerRank * sizeof(uint32_t)), epoch_word_(sizeof(uint32_t), main),
+        pushed_(kMaxChunksPerRank * sizeof(uint32_t), main), done_word_(sizeof(uint32_t)),
         done_(sizeof(kernels::fused::DoneSignal), main),
         split_(kernels::fused::tail_split_workspace_bytes(kernels::fused::sm_count()), main),
         stamps_(2 * sizeof(uint64_t), main) {
