@@ -53,7 +53,7 @@ GemmRunner::Key GemmRunner::key_of(const Problem& p) {
              p.scaled ? static_cast<int>(p.out_dtype) : 0, p.scaled && p.rowwise, p.scaled && p.fast_accum};
 }
 
-GemmRunner::Plan& GemmRunner::plan_for(const Problem& p) {
+GemmRunner::Plan& GemmRunner::plan_for(const Problem& p, const float* a_scale, const float* b_scale) {
   const bool col = p.b_layout == BLayout::kColMajor;
   const Key key = key_of(p);
   const int64_t lda = std::get<5>(key), ldb = std::get<6>(key), ldc = std::get<7>(key);
@@ -89,6 +89,12 @@ GemmRunner::Plan& GemmRunner::plan_for(const Problem& p) {
     }
     const int8_t fast = p.fast_accum ? 1 : 0;
     ASYNCTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast));
+    // The heuristic offers no outer-vector (row-wise) algorithm while the scale pointers are unset
+    // (cuBLASLt 13.1 on H100), so the first call's are set here; run_scaled sets each call's own.
+    ASYNCTP_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_scale, sizeof b_scale));
+    ASYNCTP_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scale, sizeof a_scale));
   }
   // Lt's A = our B: [N, K] (no transpose) for row-major B, [K, N] transposed for column-major B.
   const cudaDataType_t b_type = p.scaled ? cuda_type(p.b_dtype) : type;
@@ -140,7 +146,7 @@ void GemmRunner::run_scaled(const Problem& p, const void* a, const float* a_scal
                             void* d, cudaStream_t stream, int lane) {
   ASYNCTP_CHECK(p.scaled, "GemmRunner::run_scaled: the problem is not scaled");
   void* workspace = workspace_for(p, stream, lane);
-  Plan& plan = plan_for(p);
+  Plan& plan = plan_for(p, a_scale, b_scale);
   ASYNCTP_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_scale, sizeof b_scale));
   ASYNCTP_CUBLAS_CHECK(

@@ -73,7 +73,8 @@ class GemmRunner {
   };
   using Key = std::tuple<int64_t, int64_t, int64_t, int, int, int64_t, int64_t, int64_t, bool, bool, int, int, bool, bool>;
   static Key key_of(const Problem& p);
-  Plan& plan_for(const Problem& p);
+  // A scaled problem's first scale pointers are set before the heuristic is asked (cublaslt_gemm.cc).
+  Plan& plan_for(const Problem& p, const float* a_scale = nullptr, const float* b_scale = nullptr);
   // The lane's workspace, made (and the first-launch hook run) where this is the lane's or the plan's first use.
   void* workspace_for(const Problem& p, cudaStream_t stream, int lane);
 
