@@ -227,33 +227,36 @@ void run_every_case(Fault fault) {
   }
 }
 
+// Why the fault tests need a process a rank: a rank ends its own, which would end every thread.
+constexpr const char* kEndsAProcess = "rank 0 ends its process with _exit, and rank 1 may die";
+
 TEST(Faults, APeerThatExitsMidOpEndsTheOthersCallWithAnError) {
-  REQUIRE_GPU_PROCESSES(2);  // rank 0 ends its process with _exit, and rank 1 may die
+  REQUIRE_GPU_PROCESSES(2, kEndsAProcess);
   run_every_case(Fault::kExitsMidOp);
 }
 
 TEST(Faults, APeerThatExitsMidOpEndsTheCallersOwnWaitOnTheStream) {
-  REQUIRE_GPU_PROCESSES(2);  // rank 0 ends its process with _exit, and rank 1 may die
+  REQUIRE_GPU_PROCESSES(2, kEndsAProcess);
   run_every_case(Fault::kExitsMidOpCallerWaits);
 }
 
 TEST(Faults, APeerThatExitsMidReplayEndsTheCallersOwnWaitOnTheStream) {
-  REQUIRE_GPU_PROCESSES(2);  // rank 0 ends its process with _exit, and rank 1 may die
+  REQUIRE_GPU_PROCESSES(2, kEndsAProcess);
   run_every_case(Fault::kExitsMidReplay);
 }
 
 TEST(Faults, APeerKilledMidOpIsNamedByTheLauncher) {
-  REQUIRE_GPU_PROCESSES(2);  // rank 0 ends its process with _exit, and rank 1 may die
+  REQUIRE_GPU_PROCESSES(2, kEndsAProcess);
   run_every_case(Fault::kKilledMidOp);
 }
 
 TEST(Faults, APeerThatNeverCallsIsNamedAndALateOneFailsToo) {
-  REQUIRE_GPU_PROCESSES(2);  // rank 0 ends its process with _exit, and rank 1 may die
+  REQUIRE_GPU_PROCESSES(2, kEndsAProcess);
   run_every_case(Fault::kNeverCalls);
 }
 
 TEST(Faults, APeerThatNeverCallsEndsTheWaitEvenWithoutTheArgumentCheck) {
-  REQUIRE_GPU_PROCESSES(2);  // rank 0 ends its process with _exit, and rank 1 may die
+  REQUIRE_GPU_PROCESSES(2, kEndsAProcess);
   run_every_case(Fault::kNeverCallsUnchecked);
 }
 
@@ -324,7 +327,7 @@ TEST(InProcess, APeerThatNeverCallsIsNamedAndALateOneFailsToo) {
 // makes its communicator, and rank 0's creation ends with an error naming the call once the set-up
 // bound has passed (the timeout, at least 10 s). NCCL is left as it is, so rank 0's process ends.
 TEST(Faults, APeerThatNeverJoinsEndsTheOthersCreationWithAnError) {
-  REQUIRE_GPU_PROCESSES(2);
+  REQUIRE_GPU_PROCESSES(2, "NCCL is left waiting, so rank 0's process ends");
   RUN_RANK_PROCESSES(2, [](RankContext& ctx) {
     if (ctx.rank == 1) {
       ctx.allgather("rank 0 gave up");

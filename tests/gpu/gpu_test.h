@@ -107,15 +107,14 @@ inline cudaGraphExec_t executable_on_every_rank(const RankContext& ctx, cudaGrap
     }                                                                                          \
   } while (0)
 
-// The same for a test whose ranks must be processes of their own (a rank that dies, for instance).
-#define REQUIRE_GPU_PROCESSES(n)                                                               \
+// The same for a test whose ranks must be processes of their own, one a GPU; `why` says why.
+#define REQUIRE_GPU_PROCESSES(n, why)                                                          \
   do {                                                                                         \
     std::string why_;                                                                          \
     const int have_ = ::asynctp::testing::visible_gpus(&why_);                                 \
     if (have_ < (n)) {                                                                         \
       GTEST_SKIP() << "needs " << (n) << " GPU(s), " << have_ << " visible, for " << (n)         \
-                   << " processes (this test kills or ends a rank's process, which the in-process "  \
-                   << "transport's threads cannot do alone)" << (why_.empty() ? std::string() : " (" + why_ + ")"); \
+                   << " processes: " << (why) << (why_.empty() ? std::string() : " (" + why_ + ")"); \
     }                                                                                          \
   } while (0)
 

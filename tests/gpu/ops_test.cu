@@ -42,7 +42,7 @@ int every_combination(RankContext& ctx, Algorithm algorithm) {
 // stay right (and end: a wait at the head of the queue would hold back what it waits for). Processes
 // only, on NCCL: the in-process launcher keeps several queues for ranks that share a GPU.
 TEST(AllAlgorithms, EveryCombinationWithOneDeviceConnection) {
-  REQUIRE_GPU_PROCESSES(2);
+  REQUIRE_GPU_PROCESSES(2, "each reads CUDA_DEVICE_MAX_CONNECTIONS=1 as it starts, and ranks that share a GPU keep several queues");
   // Set for the ranks' processes, forked next, which inherit it; the test's own process gets its value
   // back however the test ends.
   struct OneConnection {

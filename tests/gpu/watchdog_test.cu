@@ -49,7 +49,7 @@ int a_long_call_is_ended(RankContext& ctx) {
 }
 
 TEST(Watchdog, ACallRunningPastTheBoundIsReportedAndEndsTheContext) {
-  REQUIRE_GPU_PROCESSES(1);  // the rank ends its process with _exit
+  REQUIRE_GPU_PROCESSES(1, "the watchdog ends the rank's process");
   RUN_RANKS(1, a_long_call_is_ended);
 }
 

@@ -44,7 +44,7 @@ int ops_on_a_wrapped_communicator(RankContext& ctx) {
 }
 
 TEST(Wrap, EveryAlgorithmRunsOnACommunicatorTheCallerMadeAndKeeps) {
-  REQUIRE_GPU_PROCESSES(1);
+  REQUIRE_GPU_PROCESSES(1, "the caller's communicator is an NCCL one, one a GPU");
   RUN_RANK_PROCESSES(1, ops_on_a_wrapped_communicator);
   std::string why;
   if (visible_gpus(&why) >= 2) RUN_RANK_PROCESSES(2, ops_on_a_wrapped_communicator);
