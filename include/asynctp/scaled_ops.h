@@ -15,8 +15,9 @@
 //     passes it, already gathered); along the last dim every rank holds every row.
 // Both are tensor-wise or both row-wise.
 //
-// Algorithms: sequential (the collective, then cuBLASLt's fp8 GEMM); auto picks it. Pipelined and
-// fused are refused by name for now. Everything else is as for the unscaled ops: collective, checked
+// Algorithms: sequential (the collective, then cuBLASLt's fp8 GEMM), which auto picks, and pipelined
+// (copy-engine chunks, a cuBLASLt fp8 GEMM per chunk; row-wise scales of this rank's rows gathered
+// first, in one collective; the reduce-scatter's partials summed by a kernel). Fused is refused by name. Everything else is as for the unscaled ops: collective, checked
 // across ranks, bad input refused on every rank with the outputs untouched.
 #pragma once
 

@@ -30,6 +30,11 @@ def _assert_close(got, ref, what):
 
 
 def _cases(rank, world):
+    for algorithm in ("sequential", "pipelined"):
+        _algorithm_cases(rank, world, algorithm)
+
+
+def _algorithm_cases(rank, world, algorithm):
     dev = torch.device("cuda", rank)
     m, k, n = 64, 128, 96
     shards = [_fp8(10 + r, m, k) for r in range(world)]
@@ -38,9 +43,10 @@ def _cases(rank, world):
         a_scales = [_scales(30 + r, m, 1) if rowwise else _scales(30, 1) for r in range(world)]
         b_scale = _scales(40, 1, n) if rowwise else _scales(41, 1)
         for out_dtype in (torch.bfloat16, torch.float16):
-            what = f"all_gather_scaled_matmul {'row-wise' if rowwise else 'tensor-wise'} {out_dtype}"
+            what = f"{algorithm} all_gather_scaled_matmul {'row-wise' if rowwise else 'tensor-wise'} {out_dtype}"
             a_full, (out,) = asynctp.all_gather_scaled_matmul(
-                shards[rank].to(dev), [w.to(dev).t()], a_scales[rank].to(dev), [b_scale.to(dev)], 0, out_dtype=out_dtype)
+                shards[rank].to(dev), [w.to(dev).t()], a_scales[rank].to(dev), [b_scale.to(dev)], 0, out_dtype=out_dtype,
+                algorithm=algorithm)
             a_ref = torch.cat([s.float() * sc for s, sc in zip(shards, a_scales)])
             _assert_close(out, a_ref @ (w.float().t() * b_scale), what)
             assert torch.equal(a_full.cpu().view(torch.uint8), torch.cat(shards).view(torch.uint8)), what + ": gathered A"
@@ -51,9 +57,9 @@ def _cases(rank, world):
         sa = _scales(70, world * m, 1) if rowwise else _scales(71, 1)
         sb = _scales(72, 1, n * world) if rowwise else _scales(73, 1)
         for scatter_dim in (0, -1):
-            what = f"scaled_matmul_reduce_scatter {'row-wise' if rowwise else 'tensor-wise'} scatter_dim {scatter_dim}"
+            what = f"{algorithm} scaled_matmul_reduce_scatter {'row-wise' if rowwise else 'tensor-wise'} scatter_dim {scatter_dim}"
             out = asynctp.scaled_matmul_reduce_scatter(a_parts[rank].to(dev), w_parts[rank].to(dev).t(), sa.to(dev),
-                                                       sb.to(dev), "sum", scatter_dim)
+                                                       sb.to(dev), "sum", scatter_dim, algorithm=algorithm)
             full = sum((a.float() * sa) @ (wp.float().t() * sb) for a, wp in zip(a_parts, w_parts))
             ref = full.chunk(world, dim=scatter_dim)[rank]
             _assert_close(out, ref, what)

@@ -5,6 +5,7 @@
 #include "algo/overlap_resources.h"
 #include "algo/pipelined.h"
 #include "algo/resources.h"
+#include "algo/scaled_work.h"
 #include "algo/bytes.h"
 #include "comm/communicator_impl.h"
 #include "common/check.h"
@@ -18,6 +19,8 @@ struct AgWork {
   int64_t me, ws, dtype, b_layout, gather_last, return_a;
   int64_t m, k, k_local, shard_rows, chunks;  // m, k: the gathered A's; a shard is [shard_rows, k_local]
   int64_t symmetric_source;                   // the shard is read in place from the caller's symmetric memory
+  int64_t out_dtype;                          // the outputs' (A's, unless scaled)
+  ScaledWork scaled;                          // the scaled ops' (all zero for the unscaled)
   const char* a;                              // this rank's shard
   char* own_source;                           // where this rank's shard is copied for the peers, unless in place
   char* gathered;                             // the gathered A, [m, k]
@@ -25,13 +28,17 @@ struct AgWork {
 };
 
 // The pointers and sizes of a call, beside AgWork: each rank's source buffer (where peers read its
-// shard), then each B and its output; each B's N.
+// shard), then each B and its output, then (scaled) each B's scale; each B's N.
 struct AgRefs {
-  std::vector<const void*> pointers;  // [0, ws): sources; ws + 2i: bs[i]; ws + 2i + 1: outputs[i]
+  // [0, ws): sources; ws + 2i: bs[i]; ws + 2i + 1: outputs[i]; ws + 2n + i: b_scales[i]
+  std::vector<const void*> pointers;
   std::vector<int64_t> n;
   const char* source(const AgWork& w, int q) const { return bytes(pointers[q]) + w.source_offset; }
   const void* b(const AgWork& w, size_t i) const { return pointers[w.ws + 2 * i]; }
   char* out(const AgWork& w, size_t i) const { return bytes(pointers[w.ws + 2 * i + 1]); }
+  const float* b_scale(const AgWork& w, size_t i) const {
+    return static_cast<const float*>(pointers[w.ws + 2 * n.size() + i]);
+  }
 };
 
 // outputs[i] rows [row0, row0 + rows) = (rows of the gathered A starting at `a_rows`) @ bs[i].
@@ -39,7 +46,7 @@ void gemm_rows(gemm::GemmRunner& runner, const AgWork& w, const AgRefs& refs, co
                int64_t rows, cudaStream_t stream, int lane) {
   if (rows == 0) return;
   const DType dtype = static_cast<DType>(w.dtype);
-  const size_t es = dtype_size(dtype);
+  const size_t out_es = dtype_size(static_cast<DType>(w.out_dtype));
   for (size_t i = 0; i < refs.n.size(); ++i) {
     gemm::Problem p;
     p.M = rows;
@@ -47,7 +54,14 @@ void gemm_rows(gemm::GemmRunner& runner, const AgWork& w, const AgRefs& refs, co
     p.K = w.k;
     p.dtype = dtype;
     p.b_layout = static_cast<BLayout>(w.b_layout);
-    runner.run(p, a_rows, refs.b(w, i), refs.out(w, i) + static_cast<size_t>(row0) * refs.n[i] * es, stream, lane);
+    char* out = refs.out(w, i) + static_cast<size_t>(row0) * refs.n[i] * out_es;
+    if (w.scaled.on) {
+      // Row-wise, a_scale is the gathered A's [M]: these rows' scales start at row0.
+      run_scaled_gemm(runner, w.scaled, p, a_rows, w.scaled.a_scale + (w.scaled.rowwise ? row0 : 0), refs.b(w, i),
+                      refs.b_scale(w, i), out, stream, lane);
+    } else {
+      runner.run(p, a_rows, refs.b(w, i), out, stream, lane);
+    }
   }
 }
 
@@ -141,12 +155,12 @@ void enqueue_ag_call(OverlapResources& pr, gemm::GemmRunner& runner, const AgWor
   if (w.symmetric_source) pr.wait_done(origin);
 }
 
-}  // namespace
-
-void pipelined_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,
-                                 const SymmetricBuffer* a_symmetric, const std::vector<TensorRef>& bs,
-                                 const std::vector<TensorRef>& outputs, const TensorRef& gathered_a,
-                                 cudaStream_t stream, const AgreeFn& agree, int chunks_per_rank) {
+// Both ops' entry: `a_scale` and `b_scales` are set for the scaled op (plan.scaling), null otherwise.
+void run_pipelined_ag(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,
+                      const SymmetricBuffer* a_symmetric, const std::vector<TensorRef>& bs,
+                      const std::vector<TensorRef>& outputs, const TensorRef& gathered_a, cudaStream_t stream,
+                      const AgreeFn& agree, int chunks_per_rank, const TensorRef* a_scale,
+                      const std::vector<TensorRef>* b_scales) {
   agree();
   Communicator::Impl& m = impl_of(comm);
   gemm::GemmRunner& runner = Resources::of(comm).gemm;
@@ -155,10 +169,12 @@ void pipelined_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& 
   AgWork w{};
   w.me = me, w.ws = ws;
   w.dtype = static_cast<int64_t>(plan.dtype), w.b_layout = static_cast<int64_t>(plan.b_layout);
+  w.out_dtype = static_cast<int64_t>(plan.scaling.scaled ? plan.scaling.out_dtype : plan.dtype);
   w.gather_last = plan.gather_last ? 1 : 0, w.return_a = plan.return_a ? 1 : 0;
   w.m = plan.M, w.k = plan.K, w.k_local = plan.k_local;
   w.shard_rows = plan.m_local;  // a shard is [m_local, k_local] either way
   w.a = bytes(a_shard.data);
+  if (a_scale != nullptr) w.scaled = ScaledWork::of(plan.scaling, static_cast<const float*>(a_scale->data));
   const size_t shard_bytes = static_cast<size_t>(w.shard_rows) * w.k_local * es;
   AgRefs refs;
   refs.n = plan.N;
@@ -166,6 +182,9 @@ void pipelined_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& 
     for (size_t i = 0; i < bs.size(); ++i) {
       refs.pointers.push_back(bs[i].data);
       refs.pointers.push_back(outputs[i].data);
+    }
+    if (b_scales != nullptr) {
+      for (const TensorRef& b_scale : *b_scales) refs.pointers.push_back(b_scale.data);
     }
   };
   if (ws == 1) {
@@ -187,8 +206,19 @@ void pipelined_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& 
   for (int q = 0; q < ws; ++q) refs.pointers.push_back(source->peer(q));
   add_bs_and_outputs();
   const size_t row_bytes = static_cast<size_t>(plan.K) * es;
-  w.gathered = plan.return_a ? bytes(gathered_a.data)
-                             : static_cast<char*>(m.scratch_for(static_cast<size_t>(plan.M) * row_bytes, stream));
+  // Scratch: the gathered A unless the caller keeps it, then row-wise scales gathered with A's rows.
+  const bool gather_scales = w.scaled.on && plan.scaling.rowwise && plan.scaling.gather_a_scale;
+  const size_t gathered_bytes = plan.return_a ? 0 : align_up(static_cast<size_t>(plan.M) * row_bytes);
+  const size_t scratch_bytes = gathered_bytes + (gather_scales ? static_cast<size_t>(plan.M) * sizeof(float) : 0);
+  char* scratch = scratch_bytes ? static_cast<char*>(m.scratch_for(scratch_bytes, stream)) : nullptr;
+  w.gathered = plan.return_a ? bytes(gathered_a.data) : scratch;
+  if (gather_scales) {
+    // The scales are a few KiB: one collective before the pipeline, in A's row order ([world][m]).
+    float* scales = reinterpret_cast<float*>(scratch + gathered_bytes);
+    bound_captured_collective(comm, stream);
+    m.transport->all_gather(a_scale->data, scales, static_cast<size_t>(plan.m_local) * sizeof(float), stream);
+    w.scaled.a_scale = scales;
+  }
   // Gathered along M: chunks per peer's shard; along K: chunks of all rows.
   w.chunks = plan.gather_last ? ws * resolve_chunks(chunks_per_rank, true, std::max<int64_t>(1, plan.M / ws))
                               : resolve_chunks(chunks_per_rank, false, w.shard_rows);
@@ -196,6 +226,26 @@ void pipelined_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& 
   // the graph recorded from it.
   pr.enqueue_call(StreamReplay::key_of(ReplayKind::kPipelinedAg, w, refs.pointers, refs.n), stream,
                   [&pr, &runner, w, refs](cudaStream_t origin) { enqueue_ag_call(pr, runner, w, refs, origin); });
+}
+
+}  // namespace
+
+void pipelined_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,
+                                 const SymmetricBuffer* a_symmetric, const std::vector<TensorRef>& bs,
+                                 const std::vector<TensorRef>& outputs, const TensorRef& gathered_a,
+                                 cudaStream_t stream, const AgreeFn& agree, int chunks_per_rank) {
+  run_pipelined_ag(comm, plan, a_shard, a_symmetric, bs, outputs, gathered_a, stream, agree, chunks_per_rank, nullptr,
+                   nullptr);
+}
+
+void pipelined_all_gather_scaled_matmul(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,
+                                        const std::vector<TensorRef>& bs, const TensorRef& a_scale,
+                                        const std::vector<TensorRef>& b_scales, const std::vector<TensorRef>& outputs,
+                                        const TensorRef& gathered_a, cudaStream_t stream, const AgreeFn& agree,
+                                        int chunks_per_rank) {
+  ASYNCTP_CHECK(plan.scaling.scaled, "pipelined_all_gather_scaled_matmul: the plan is not scaled");
+  run_pipelined_ag(comm, plan, a_shard, nullptr, bs, outputs, gathered_a, stream, agree, chunks_per_rank, &a_scale,
+                   &b_scales);
 }
 
 }  // namespace asynctp::algo

@@ -8,6 +8,7 @@
 #include "algo/overlap_resources.h"
 #include "algo/pipelined.h"
 #include "algo/resources.h"
+#include "algo/scaled_work.h"
 #include "algo/bytes.h"
 #include "comm/communicator_impl.h"
 #include "common/check.h"
@@ -37,7 +38,14 @@ struct RsWork {
   char* landed;    // slot q: rank q's partial for this rank
   char* partials;  // this rank's symmetric partials, slot d: its partial for rank d
   uint64_t slot_bytes;
+  int64_t partial_dtype;  // the partials' and the output's (A's, unless scaled)
+  ScaledWork scaled;      // the scaled op's (all zero for the unscaled); a_scale: A's rows
+  const float* b_scale;   // the scaled op's: B's (row-wise, one a column of the product)
 };
+
+size_t partial_row_bytes(const RsWork& w) {
+  return static_cast<size_t>(w.cols) * dtype_size(static_cast<DType>(w.partial_dtype));
+}
 
 // Rows `r` of the partial product destined for rank d, into `dst` (the start of d's partial); where
 // `addend` is given (the start of a partial like it), dst = scale * (A·B + addend).
@@ -46,8 +54,9 @@ void partial_gemm(gemm::GemmRunner& runner, const RsWork& w, int d, RowRange r, 
   if (r.size() == 0) return;
   const DType dtype = static_cast<DType>(w.dtype);
   const size_t es = dtype_size(dtype);
+  const size_t b_es = w.scaled.on ? dtype_size(static_cast<DType>(w.scaled.b_dtype)) : es;
   const bool col = static_cast<BLayout>(w.b_layout) == BLayout::kColMajor;
-  const size_t row_bytes = static_cast<size_t>(w.cols) * es;
+  const size_t row_bytes = partial_row_bytes(w);
   gemm::Problem p;
   p.M = r.size();
   p.K = w.k_local;
@@ -56,16 +65,25 @@ void partial_gemm(gemm::GemmRunner& runner, const RsWork& w, int d, RowRange r, 
   if (addend) p.alpha = p.beta = w.avg ? 1.0f / static_cast<float>(w.ws) : 1.0f;
   const char* a_rows;
   const char* b_cols = w.b;
+  int64_t a_row0 = r.begin, b_col0 = 0;  // of the scales, row-wise
   if (!w.scatter_last) {
     p.N = w.n;
-    a_rows = w.a + static_cast<size_t>(d * w.rows + r.begin) * w.k_local * es;
+    a_row0 = d * w.rows + r.begin;
+    a_rows = w.a + static_cast<size_t>(a_row0) * w.k_local * es;
   } else {
     // Destination d owns columns [d*cols, (d+1)*cols) of the product: those columns of B.
     p.N = w.cols;
     p.ldb = col ? w.k_local : w.n;
     p.ldc = w.cols;
     a_rows = w.a + static_cast<size_t>(r.begin) * w.k_local * es;
-    b_cols += static_cast<size_t>(d) * w.cols * (col ? w.k_local : 1) * es;
+    b_cols += static_cast<size_t>(d) * w.cols * (col ? w.k_local : 1) * b_es;
+    b_col0 = d * w.cols;
+  }
+  if (w.scaled.on) {
+    const bool rw = w.scaled.rowwise != 0;
+    run_scaled_gemm(runner, w.scaled, p, a_rows, w.scaled.a_scale + (rw ? a_row0 : 0), b_cols,
+                    w.b_scale + (rw ? b_col0 : 0), dst + r.begin * row_bytes, s, lane);
+    return;
   }
   runner.run(p, a_rows, b_cols, dst + r.begin * row_bytes, s, lane, addend ? addend + r.begin * row_bytes : nullptr);
 }
@@ -74,7 +92,7 @@ void partial_gemm(gemm::GemmRunner& runner, const RsWork& w, int d, RowRange r, 
 void enqueue_rs_call(OverlapResources& pr, gemm::GemmRunner& runner, const RsWork& w,
                      const std::vector<const void*>& peer_partials, cudaStream_t origin) {
   const int me = static_cast<int>(w.me), ws = static_cast<int>(w.ws), chunks = static_cast<int>(w.chunks);
-  const size_t row_bytes = static_cast<size_t>(w.cols) * dtype_size(static_cast<DType>(w.dtype));
+  const size_t row_bytes = partial_row_bytes(w);
   char* own = w.partials + me * w.slot_bytes;
   pr.begin_call();
   pr.begin_epoch(origin, /*wait_done=*/true);  // the peers have read the last call's partials
@@ -132,14 +150,17 @@ void enqueue_rs_call(OverlapResources& pr, gemm::GemmRunner& runner, const RsWor
   std::vector<const void*> parts;
   for (int q = 0; q < ws; ++q) parts.push_back(q == me ? own : w.landed + q * w.slot_bytes);
   const float scale = w.avg ? 1.0f / static_cast<float>(ws) : 1.0f;
-  kernels::sum_partials(element_of(static_cast<DType>(w.dtype)), parts, w.output, w.rows * w.cols, scale, origin);
+  kernels::sum_partials(element_of(static_cast<DType>(w.partial_dtype)), parts, w.output, w.rows * w.cols, scale, origin);
 }
 
 }  // namespace
 
-void pipelined_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPlan& plan, const TensorRef& a,
-                                     const TensorRef& b, const TensorRef& output, cudaStream_t stream,
-                                     const AgreeFn& agree, int chunks_per_rank, RsSum sum) {
+namespace {
+
+// Both ops' entry: `a_scale` and `b_scale` are set for the scaled op (plan.scaling), null otherwise.
+void run_pipelined_rs(Communicator& comm, const MatmulReduceScatterPlan& plan, const TensorRef& a, const TensorRef& b,
+                      const TensorRef& output, cudaStream_t stream, const AgreeFn& agree, int chunks_per_rank,
+                      RsSum sum, const TensorRef* a_scale, const TensorRef* b_scale) {
   agree();
   Communicator::Impl& m = impl_of(comm);
   gemm::GemmRunner& runner = Resources::of(comm).gemm;
@@ -151,14 +172,20 @@ void pipelined_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatt
   w.n = plan.N, w.k_local = plan.k_local;
   w.rows = plan.out_rows, w.cols = plan.out_cols;
   w.a = bytes(a.data), w.b = bytes(b.data), w.output = bytes(output.data);
+  w.partial_dtype = static_cast<int64_t>(plan.scaling.scaled ? plan.scaling.out_dtype : plan.dtype);
+  if (a_scale != nullptr) {
+    w.scaled = ScaledWork::of(plan.scaling, static_cast<const float*>(a_scale->data));
+    w.b_scale = static_cast<const float*>(b_scale->data);
+  }
   if (ws == 1) {  // nothing to reduce; the average of one is itself
     partial_gemm(runner, w, 0, RowRange{0, w.rows}, w.output, stream, 0, nullptr);
     return;
   }
 
   OverlapResources& pr = OverlapResources::of(comm, stream);
-  const size_t row_bytes = static_cast<size_t>(w.cols) * dtype_size(plan.dtype);
-  w.in_gemm = resolve_rs_sum(ws, w.rows, sum) == RsSum::kInGemm ? 1 : 0;
+  const size_t row_bytes = partial_row_bytes(w);
+  // The scaled op sums with the kernel: its GEMM adds no source C.
+  w.in_gemm = !w.scaled.on && resolve_rs_sum(ws, w.rows, sum) == RsSum::kInGemm ? 1 : 0;
   w.slot_bytes = align_up(static_cast<size_t>(w.rows) * row_bytes);
   SymmetricBuffer& partials = m.workspace_for(comm, ws * w.slot_bytes, stream);
   w.partials = bytes(partials.local());
@@ -174,6 +201,22 @@ void pipelined_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatt
                   [&pr, &runner, w, peer_partials](cudaStream_t origin) {
                     enqueue_rs_call(pr, runner, w, peer_partials, origin);
                   });
+}
+
+}  // namespace
+
+void pipelined_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPlan& plan, const TensorRef& a,
+                                     const TensorRef& b, const TensorRef& output, cudaStream_t stream,
+                                     const AgreeFn& agree, int chunks_per_rank, RsSum sum) {
+  run_pipelined_rs(comm, plan, a, b, output, stream, agree, chunks_per_rank, sum, nullptr, nullptr);
+}
+
+void pipelined_scaled_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPlan& plan,
+                                            const TensorRef& a, const TensorRef& b, const TensorRef& a_scale,
+                                            const TensorRef& b_scale, const TensorRef& output, cudaStream_t stream,
+                                            const AgreeFn& agree, int chunks_per_rank) {
+  ASYNCTP_CHECK(plan.scaling.scaled, "pipelined_scaled_matmul_reduce_scatter: the plan is not scaled");
+  run_pipelined_rs(comm, plan, a, b, output, stream, agree, chunks_per_rank, RsSum::kKernel, &a_scale, &b_scale);
 }
 
 }  // namespace asynctp::algo

@@ -2,6 +2,7 @@
 // scales applied in it (gemm::GemmRunner::run_scaled).
 #include "algo/bytes.h"
 #include "algo/resources.h"
+#include "algo/scaled_work.h"
 #include "algo/sequential.h"
 #include "comm/communicator_impl.h"
 #include "common/check.h"
@@ -13,13 +14,7 @@ gemm::Problem scaled_problem(const Scaling& s, DType a_dtype, int64_t M, int64_t
   gemm::Problem p;
   p.M = M, p.N = N, p.K = K;
   p.dtype = a_dtype;
-  p.b_layout = BLayout::kColMajor;
-  p.scaled = true;
-  p.b_dtype = s.b_dtype;
-  p.out_dtype = s.out_dtype;
-  p.rowwise = s.rowwise;
-  p.fast_accum = s.fast_accum;
-  return p;
+  return scaled(p, ScaledWork::of(s, nullptr));
 }
 
 const float* floats(const TensorRef& t) { return static_cast<const float*>(t.data); }

@@ -87,20 +87,32 @@ void run_matmul_reduce_scatter(Communicator& comm, const algo::MatmulReduceScatt
   });
 }
 
-void run_all_gather_scaled_matmul(Communicator& comm, const algo::AllGatherMatmulPlan& plan, const TensorRef& a_shard,
-                                  const std::vector<TensorRef>& bs, const TensorRef& a_scale,
-                                  const std::vector<TensorRef>& b_scales, const std::vector<TensorRef>& outputs,
-                                  const TensorRef& gathered_a, cudaStream_t stream, const algo::AgreeFn& agree) {
+void run_all_gather_scaled_matmul(Communicator& comm, const algo::AllGatherMatmulPlan& plan, Algorithm chosen,
+                                  int chunks_per_rank, const TensorRef& a_shard, const std::vector<TensorRef>& bs,
+                                  const TensorRef& a_scale, const std::vector<TensorRef>& b_scales,
+                                  const std::vector<TensorRef>& outputs, const TensorRef& gathered_a,
+                                  cudaStream_t stream, const algo::AgreeFn& agree) {
   run_guarded(comm, "all_gather_scaled_matmul", [&] {
+    if (chosen == Algorithm::kPipelined) {
+      algo::pipelined_all_gather_scaled_matmul(comm, plan, a_shard, bs, a_scale, b_scales, outputs, gathered_a, stream,
+                                               agree, chunks_per_rank);
+      return;
+    }
     algo::sequential_all_gather_scaled_matmul(comm, plan, a_shard, bs, a_scale, b_scales, outputs, gathered_a, stream,
                                               agree);
   });
 }
 
-void run_scaled_matmul_reduce_scatter(Communicator& comm, const algo::MatmulReduceScatterPlan& plan, const TensorRef& a,
-                                      const TensorRef& b, const TensorRef& a_scale, const TensorRef& b_scale,
-                                      const TensorRef& output, cudaStream_t stream, const algo::AgreeFn& agree) {
+void run_scaled_matmul_reduce_scatter(Communicator& comm, const algo::MatmulReduceScatterPlan& plan, Algorithm chosen,
+                                      int chunks_per_rank, const TensorRef& a, const TensorRef& b,
+                                      const TensorRef& a_scale, const TensorRef& b_scale, const TensorRef& output,
+                                      cudaStream_t stream, const algo::AgreeFn& agree) {
   run_guarded(comm, "scaled_matmul_reduce_scatter", [&] {
+    if (chosen == Algorithm::kPipelined) {
+      algo::pipelined_scaled_matmul_reduce_scatter(comm, plan, a, b, a_scale, b_scale, output, stream, agree,
+                                                   chunks_per_rank);
+      return;
+    }
     algo::sequential_scaled_matmul_reduce_scatter(comm, plan, a, b, a_scale, b_scale, output, stream, agree);
   });
 }

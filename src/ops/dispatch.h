@@ -37,13 +37,15 @@ void run_matmul_reduce_scatter(Communicator& comm, const algo::MatmulReduceScatt
                                int chunks_per_rank, const TensorRef& a, const TensorRef& b, const TensorRef& output,
                                cudaStream_t stream, const algo::AgreeFn& agree);
 
-// The scaled ops (asynctp/scaled_ops.h): sequential, the one algorithm they have (the plan refuses others).
-void run_all_gather_scaled_matmul(Communicator& comm, const algo::AllGatherMatmulPlan& plan, const TensorRef& a_shard,
+// The scaled ops (asynctp/scaled_ops.h): sequential or pipelined (the plan refuses fused).
+void run_all_gather_scaled_matmul(Communicator& comm, const algo::AllGatherMatmulPlan& plan, Algorithm chosen,
+                                  int chunks_per_rank, const TensorRef& a_shard,
                                   const std::vector<TensorRef>& bs, const TensorRef& a_scale,
                                   const std::vector<TensorRef>& b_scales, const std::vector<TensorRef>& outputs,
                                   const TensorRef& gathered_a, cudaStream_t stream, const algo::AgreeFn& agree);
 
-void run_scaled_matmul_reduce_scatter(Communicator& comm, const algo::MatmulReduceScatterPlan& plan, const TensorRef& a,
+void run_scaled_matmul_reduce_scatter(Communicator& comm, const algo::MatmulReduceScatterPlan& plan, Algorithm chosen,
+                                      int chunks_per_rank, const TensorRef& a,
                                       const TensorRef& b, const TensorRef& a_scale, const TensorRef& b_scale,
                                       const TensorRef& output, cudaStream_t stream, const algo::AgreeFn& agree);
 

@@ -14,11 +14,11 @@
 namespace asynctp {
 namespace {
 
-// auto has one algorithm to choose from.
+// auto takes sequential: the tuning caches hold no fp8 measurements yet.
 ScaledOpOptions chosen(const ScaledOpOptions& requested) {
   ScaledOpOptions options = requested;
   if (options.algorithm == Algorithm::kAuto) options.algorithm = Algorithm::kSequential;
-  options.chunks_per_rank = 0;
+  if (options.algorithm == Algorithm::kSequential) options.chunks_per_rank = 0;
   return options;
 }
 
@@ -46,7 +46,9 @@ void all_gather_scaled_matmul(Communicator& comm, const TensorRef& a_shard, cons
 
   std::string refusal;
   algo::AllGatherMatmulPlan plan;
+  const ScaledOpOptions options = chosen(requested);
   ops::unless_refused(refusal, [&] {
+    ops::check_runs_here(comm, op, options.algorithm);
     plan = ops::plan_all_gather_scaled_matmul(comm.world_size(), a_shard, bs, a_scale, b_scales, gather_dim, outputs,
                                               gathered_a, requested);
     ops::NamedInputs all{{"a_shard", a_shard}, {"a_scale", a_scale}, {"gathered_a", gathered_a}};
@@ -58,12 +60,12 @@ void all_gather_scaled_matmul(Communicator& comm, const TensorRef& a_shard, cons
     ops::check_on_this_gpu(comm, op, all);
     ops::check_not_in_workspace(comm, op, all);
   });
-  const ScaledOpOptions options = chosen(requested);
   ops::Signature signature = ops::signature_of(op, a_shard, bs, gather_dim, options, gathered_a.defined() ? 1 : 0);
   add_scaling(signature, plan.scaling);
   // The NaN scan (ASYNCTP_CHECK_NAN) reads 16-bit inputs; fp8 ones are not scanned.
   const algo::AgreeFn agreed = ops::agree(comm, op, std::move(signature), options, stream, refusal, {});
-  ops::run_all_gather_scaled_matmul(comm, plan, a_shard, bs, a_scale, b_scales, outputs, gathered_a, stream, agreed);
+  ops::run_all_gather_scaled_matmul(comm, plan, options.algorithm, options.chunks_per_rank, a_shard, bs, a_scale, b_scales,
+                                    outputs, gathered_a, stream, agreed);
 }
 
 void scaled_matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const TensorRef& b, const TensorRef& a_scale,
@@ -77,18 +79,20 @@ void scaled_matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const 
 
   std::string refusal;
   algo::MatmulReduceScatterPlan plan;
+  const ScaledOpOptions options = chosen(requested);
   ops::unless_refused(refusal, [&] {
+    ops::check_runs_here(comm, op, options.algorithm);
     plan = ops::plan_scaled_matmul_reduce_scatter(comm.world_size(), a, b, a_scale, b_scale, scatter_dim, reduce_op,
                                                   output, requested);
     const ops::NamedInputs all{{"a", a}, {"b", b}, {"a_scale", a_scale}, {"b_scale", b_scale}, {"output", output}};
     ops::check_on_this_gpu(comm, op, all);
     ops::check_not_in_workspace(comm, op, all);
   });
-  const ScaledOpOptions options = chosen(requested);
   ops::Signature signature = ops::signature_of(op, a, {b}, scatter_dim, options, static_cast<int64_t>(reduce_op));
   add_scaling(signature, plan.scaling);
   const algo::AgreeFn agreed = ops::agree(comm, op, std::move(signature), options, stream, refusal, {});
-  ops::run_scaled_matmul_reduce_scatter(comm, plan, a, b, a_scale, b_scale, output, stream, agreed);
+  ops::run_scaled_matmul_reduce_scatter(comm, plan, options.algorithm, options.chunks_per_rank, a, b, a_scale, b_scale,
+                                        output, stream, agreed);
 }
 
 }  // namespace asynctp

@@ -1,7 +1,8 @@
 // The scaled ops (asynctp/scaled_ops.h) against a reference computed another way: the fp8 inputs read
 // back as fp32 (reference::fill_fp32_as), scaled by hand and multiplied by an fp32 GEMM. Tensor-wise
 // and row-wise scales, every gather and scatter dim, bf16 and fp16 outputs, e5m2 B, fast accumulation,
-// several Bs and the gathered A, at every world size; and the refusals the plan makes, on every rank.
+// several Bs and the gathered A, sequential and pipelined, at every world size; and the refusals the plan
+// makes, on every rank.
 #include <string>
 #include <vector>
 
@@ -47,7 +48,8 @@ std::string describe(const ScaledAgCase& c) {
                      " bs=", c.num_b, " B ", dtype_name(c.b_dtype), " out ", dtype_name(c.out_dtype));
 }
 
-void run_scaled_ag_case(Communicator& comm, const ScaledAgCase& c, cudaStream_t s, reference::Fp32Gemm& fp32) {
+void run_scaled_ag_case(Communicator& comm, const ScaledAgCase& c, const ScaledOpOptions& algorithm, cudaStream_t s,
+                        reference::Fp32Gemm& fp32) {
   const int ws = comm.world_size(), r = comm.rank();
   const int64_t M = c.gather_last ? c.rows_per_rank : c.rows_per_rank * ws, K = c.K, kl = K / ws;
   const int64_t m = c.gather_last ? M : c.rows_per_rank;
@@ -92,14 +94,14 @@ void run_scaled_ag_case(Communicator& comm, const ScaledAgCase& c, cudaStream_t 
   const TensorRef ta_scale = c.rowwise ? TensorRef::dense(a_scale_local.p, DType::kFP32, {scale_rows, 1})
                                        : TensorRef::dense(a_scale_local.p, DType::kFP32, {1});
   const TensorRef tg = c.return_a ? TensorRef::dense(gathered.p, DType::kFP8E4M3, {M, K}) : TensorRef{};
-  ScaledOpOptions o;
+  ScaledOpOptions o = algorithm;
   o.use_fast_accum = c.fast_accum;
   all_gather_scaled_matmul(comm, ta, bs, ta_scale, b_scales, c.gather_last ? -1 : 0, outs, tg, s, o);
   for (int i = 0; i < c.num_b; ++i) {
     const int64_t n = c.N + 16 * i;
     const auto cmp = reference::compare(outs[i].data, c.out_dtype, M, n, refs[i]->f(), n, 0, 0, 1.0f,
                                         reference::tolerance(c.out_dtype, 1), s);
-    RANK_CHECK(cmp.ok(), describe(c), ": output ", i, ": ", cmp.bad, " bad elements, max err ", cmp.max_abs_err,
+    RANK_CHECK(cmp.ok(), algorithm_name(o.algorithm), " ", describe(c), ": output ", i, ": ", cmp.bad, " bad elements, max err ", cmp.max_abs_err,
                " (max |ref| ", cmp.max_abs_ref, ")", cmp.where());
   }
   if (c.return_a) {  // fp8 is compared through a byte-for-byte copy of what this rank filled, per shard
@@ -120,7 +122,8 @@ struct ScaledRsCase {
   DType out_dtype;
 };
 
-void run_scaled_rs_case(Communicator& comm, const ScaledRsCase& c, cudaStream_t s, reference::Fp32Gemm& fp32) {
+void run_scaled_rs_case(Communicator& comm, const ScaledRsCase& c, const ScaledOpOptions& o, cudaStream_t s,
+                        reference::Fp32Gemm& fp32) {
   const int ws = comm.world_size(), r = comm.rank();
   const int64_t kl = c.K / ws;
   const uint64_t seed = next_case_seed();
@@ -145,11 +148,11 @@ void run_scaled_rs_case(Communicator& comm, const ScaledRsCase& c, cudaStream_t 
   const TensorRef tb_scale = c.rowwise ? TensorRef::dense(sb.p, DType::kFP32, {1, c.N}) : TensorRef::dense(sb.p, DType::kFP32, {1});
   scaled_matmul_reduce_scatter(comm, TensorRef::dense(a.p, DType::kFP8E4M3, {c.M, kl}),
                                TensorRef::dense(b.p, DType::kFP8E4M3, {c.N, kl}), ta_scale, tb_scale,
-                               c.scatter_last ? -1 : 0, c.reduce, TensorRef::dense(out.p, c.out_dtype, {out_rows, out_cols}), s);
+                               c.scatter_last ? -1 : 0, c.reduce, TensorRef::dense(out.p, c.out_dtype, {out_rows, out_cols}), s, o);
   const float scale = c.reduce == ReduceOp::kAvg ? 1.0f / ws : 1.0f;
   const auto cmp = reference::compare(out.p, c.out_dtype, out_rows, out_cols, ref.f(), c.N, c.scatter_last ? 0 : r * out_rows,
                                       c.scatter_last ? r * out_cols : 0, scale, reference::tolerance(c.out_dtype, ws), s);
-  RANK_CHECK(cmp.ok(), "scaled rs M=", c.M, " N=", c.N, " K=", c.K, c.scatter_last ? " scatter=last" : " scatter=0",
+  RANK_CHECK(cmp.ok(), algorithm_name(o.algorithm), " scaled rs M=", c.M, " N=", c.N, " K=", c.K, c.scatter_last ? " scatter=last" : " scatter=0",
              c.rowwise ? " row-wise" : " tensor-wise", c.reduce == ReduceOp::kAvg ? " avg " : " sum ", dtype_name(c.out_dtype),
              ": ", cmp.bad, " bad elements, max err ", cmp.max_abs_err, cmp.where());
 }
@@ -160,32 +163,39 @@ int every_scaled_case(RankContext& ctx) {
   reference::Fp32Gemm fp32;
   const int ws = ctx.world_size;
   int n = 0;
-  // K = 48 per rank gathers to 96-192 (multiples of 16); 33 rows per rank and N = 80 are odd for the tiles.
-  for (const bool rowwise : {false, true}) {
-    for (const DType out : {DType::kBF16, DType::kFP16}) {
-      run_scaled_ag_case(*comm, ScaledAgCase{33, 128, 80, false, rowwise, false, false, 1, DType::kFP8E4M3, out}, st.s, fp32);
-      run_scaled_ag_case(*comm, ScaledAgCase{256, 512, 384, false, rowwise, true, rowwise, 2, DType::kFP8E4M3, out}, st.s, fp32);
-      n += 2;
-    }
-    run_scaled_ag_case(*comm, ScaledAgCase{64, 256, 128, false, rowwise, false, false, 1, DType::kFP8E5M2, DType::kBF16}, st.s, fp32);
-    ++n;
-  }
-  for (const bool rowwise : {false, true}) {  // gathered along K: a row-wise a_scale holds every row
-    run_scaled_ag_case(*comm, ScaledAgCase{96, 48 * ws, 160, true, rowwise, true, false, 2, DType::kFP8E4M3, DType::kBF16},
-                       st.s, fp32);
-    ++n;
-  }
-  // Row-wise scales of every row of the gathered A, as PyTorch's pass passes them: nothing gathered.
-  run_scaled_ag_case(*comm, ScaledAgCase{64, 128, 96, false, true, false, false, 1, DType::kFP8E4M3, DType::kBF16, true},
-                     st.s, fp32);
-  ++n;
-  for (const bool rowwise : {false, true})
-    for (const bool last : {false, true})
-      for (const ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
-        run_scaled_rs_case(*comm, ScaledRsCase{64 * ws, 32 * ws, 48 * ws, last, rowwise, op, last ? DType::kFP16 : DType::kBF16},
-                           st.s, fp32);
-        ++n;
+  // Sequential, and pipelined in two chunks per rank (a chunk of 33 rows is cut unevenly).
+  ScaledOpOptions sequential, pipelined;
+  sequential.algorithm = Algorithm::kSequential;
+  pipelined.algorithm = Algorithm::kPipelined;
+  pipelined.chunks_per_rank = 2;
+  for (const ScaledOpOptions& o : {sequential, pipelined}) {
+    // K = 48 per rank gathers to 96-192 (multiples of 16); 33 rows per rank and N = 80 are odd for the tiles.
+    for (const bool rowwise : {false, true}) {
+      for (const DType out : {DType::kBF16, DType::kFP16}) {
+        run_scaled_ag_case(*comm, ScaledAgCase{33, 128, 80, false, rowwise, false, false, 1, DType::kFP8E4M3, out}, o, st.s, fp32);
+        run_scaled_ag_case(*comm, ScaledAgCase{256, 512, 384, false, rowwise, true, rowwise, 2, DType::kFP8E4M3, out}, o, st.s, fp32);
+        n += 2;
       }
+      run_scaled_ag_case(*comm, ScaledAgCase{64, 256, 128, false, rowwise, false, false, 1, DType::kFP8E5M2, DType::kBF16}, o, st.s, fp32);
+      ++n;
+    }
+    for (const bool rowwise : {false, true}) {  // gathered along K: a row-wise a_scale holds every row
+      run_scaled_ag_case(*comm, ScaledAgCase{96, 48 * ws, 160, true, rowwise, true, false, 2, DType::kFP8E4M3, DType::kBF16},
+                         o, st.s, fp32);
+      ++n;
+    }
+    // Row-wise scales of every row of the gathered A, as PyTorch's pass passes them: nothing gathered.
+    run_scaled_ag_case(*comm, ScaledAgCase{64, 128, 96, false, true, false, false, 1, DType::kFP8E4M3, DType::kBF16, true},
+                       o, st.s, fp32);
+    ++n;
+    for (const bool rowwise : {false, true})
+      for (const bool last : {false, true})
+        for (const ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+          run_scaled_rs_case(*comm, ScaledRsCase{64 * ws, 32 * ws, 48 * ws, last, rowwise, op, last ? DType::kFP16 : DType::kBF16},
+                             o, st.s, fp32);
+          ++n;
+        }
+  }
   std::printf("rank %d: %d scaled cases right\n", ctx.rank, n);
   return 0;
 }

@@ -1,6 +1,6 @@
 // The scaled ops' validation rules (asynctp/scaled_ops.h): fp8 inputs, bf16 or fp16 outputs, B
 // column-major, K and N multiples of 16, tensor-wise or row-wise scales of the right shapes, the
-// sequential algorithm. Each refusal names the argument. No GPU needed.
+// sequential and pipelined algorithms. Each refusal names the argument. No GPU needed.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -55,9 +55,11 @@ TEST(ScaledPlan, BadDtypesLayoutsAndAlgorithmsAreRefusedByName) {
   ScaledOpOptions fused;
   fused.algorithm = Algorithm::kFused;
   EXPECT_REFUSED(ag(a, b, scalar(3), scalar(4), out, 0, fused), "options.algorithm is fused");
-  ScaledOpOptions automatic;
+  ScaledOpOptions automatic, pipelined;
   automatic.algorithm = Algorithm::kAuto;
+  pipelined.algorithm = Algorithm::kPipelined;
   EXPECT_REFUSED(ag(a, b, scalar(3), scalar(4), out, 0, automatic).M, "<no error>");
+  EXPECT_REFUSED(ag(a, b, scalar(3), scalar(4), out, 0, pipelined).M, "<no error>");
 }
 
 TEST(ScaledPlan, KAndNMustBeMultiplesOf16) {

@@ -1,0 +1,31 @@
+// Internal: what the scaled (fp8) ops add to an algorithm's GEMMs, for the algorithms that share code
+// with the unscaled ops (sequential_scaled.cc, the pipelined ones).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "algo/problem.h"
+#include "gemm/cublaslt_gemm.h"
+
+namespace asynctp::algo {
+
+// Part of a pipelined call's work and so of its replay key (StreamReplay::key_of): 64-bit fields only.
+// All zero for the unscaled ops.
+struct ScaledWork {
+  int64_t on = 0, b_dtype = 0, out_dtype = 0, rowwise = 0, fast_accum = 0;
+  const float* a_scale = nullptr;  // tensor-wise: one value; row-wise: one a row of the A the GEMMs read
+
+  static ScaledWork of(const Scaling& s, const float* a_scale);
+};
+
+// The problem `p` (shape, A's dtype) made scaled as `w` says.
+gemm::Problem scaled(gemm::Problem p, const ScaledWork& w);
+
+// cuBLASLt's fp8 GEMM of `p` made scaled: d = (a · a_scale) @ (b · b_scale).
+void run_scaled_gemm(gemm::GemmRunner& runner, const ScaledWork& w, const gemm::Problem& p, const void* a,
+                     const float* a_scale, const void* b, const float* b_scale, void* d, cudaStream_t stream,
+                     int lane);
+
+}  // namespace asynctp::algo
