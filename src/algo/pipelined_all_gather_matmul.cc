@@ -65,6 +65,9 @@ void gemm_rows(gemm::GemmRunner& runner, const AgWork& w, const AgRefs& refs, co
   }
 }
 
+// Runner lanes: 0 the caller's stream, then one a GEMM stream.
+constexpr int kGemmLanes = OverlapResources::kGemmStreams + 1;
+
 // GEMMs take turns on the pipeline's GEMM streams, so that one's tail overlaps the next one's start.
 struct GemmTurns {
   OverlapResources& pr;
@@ -175,6 +178,9 @@ void run_pipelined_ag(Communicator& comm, const AllGatherMatmulPlan& plan, const
   w.shard_rows = plan.m_local;  // a shard is [m_local, k_local] either way
   w.a = bytes(a_shard.data);
   if (a_scale != nullptr) w.scaled = ScaledWork::of(plan.scaling, static_cast<const float*>(a_scale->data));
+  // A GEMM's scales: at most every row of A, or a B's columns.
+  const int64_t max_scales = std::max<int64_t>(plan.M, *std::max_element(plan.N.begin(), plan.N.end()));
+  const size_t slot_bytes = ScaledWork::slot_bytes(plan.scaling, max_scales, kGemmLanes);
   const size_t shard_bytes = static_cast<size_t>(w.shard_rows) * w.k_local * es;
   AgRefs refs;
   refs.n = plan.N;
@@ -190,6 +196,7 @@ void run_pipelined_ag(Communicator& comm, const AllGatherMatmulPlan& plan, const
   if (ws == 1) {
     refs.pointers.push_back(nullptr);  // no source: nothing is gathered
     add_bs_and_outputs();
+    if (slot_bytes) w.scaled.use_slots(m.scratch_for(slot_bytes, stream), max_scales);
     gemm_rows(runner, w, refs, w.a, 0, plan.M, stream, 0);
     if (plan.return_a) {
       ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(gathered_a.data, a_shard.data, shard_bytes, cudaMemcpyDeviceToDevice, stream));
@@ -206,15 +213,18 @@ void run_pipelined_ag(Communicator& comm, const AllGatherMatmulPlan& plan, const
   for (int q = 0; q < ws; ++q) refs.pointers.push_back(source->peer(q));
   add_bs_and_outputs();
   const size_t row_bytes = static_cast<size_t>(plan.K) * es;
-  // Scratch: the gathered A unless the caller keeps it, then row-wise scales gathered with A's rows.
+  // Scratch: the gathered A unless the caller keeps it, the GEMMs' scale slots, then row-wise scales
+  // gathered with A's rows.
   const bool gather_scales = w.scaled.on && plan.scaling.rowwise && plan.scaling.gather_a_scale;
   const size_t gathered_bytes = plan.return_a ? 0 : align_up(static_cast<size_t>(plan.M) * row_bytes);
-  const size_t scratch_bytes = gathered_bytes + (gather_scales ? static_cast<size_t>(plan.M) * sizeof(float) : 0);
+  const size_t scratch_bytes =
+      gathered_bytes + slot_bytes + (gather_scales ? static_cast<size_t>(plan.M) * sizeof(float) : 0);
   char* scratch = scratch_bytes ? static_cast<char*>(m.scratch_for(scratch_bytes, stream)) : nullptr;
   w.gathered = plan.return_a ? bytes(gathered_a.data) : scratch;
+  if (slot_bytes) w.scaled.use_slots(scratch + gathered_bytes, max_scales);
   if (gather_scales) {
     // The scales are a few KiB: one collective before the pipeline, in A's row order ([world][m]).
-    float* scales = reinterpret_cast<float*>(scratch + gathered_bytes);
+    float* scales = reinterpret_cast<float*>(scratch + gathered_bytes + slot_bytes);
     bound_captured_collective(comm, stream);
     m.transport->all_gather(a_scale->data, scales, static_cast<size_t>(plan.m_local) * sizeof(float), stream);
     w.scaled.a_scale = scales;

@@ -5,6 +5,8 @@
 //  - in the epilogue of this rank's own GEMM (two ranks): own chunk j = A·B + the landed chunk j, so
 //    no pass over the output is left after the last GEMM;
 //  - by a sum kernel over all ranks' partials, in rank order, once the own partial is done.
+#include <algorithm>
+
 #include "algo/overlap_resources.h"
 #include "algo/pipelined.h"
 #include "algo/resources.h"
@@ -177,7 +179,11 @@ void run_pipelined_rs(Communicator& comm, const MatmulReduceScatterPlan& plan, c
     w.scaled = ScaledWork::of(plan.scaling, static_cast<const float*>(a_scale->data));
     w.b_scale = static_cast<const float*>(b_scale->data);
   }
+  // A GEMM's scales, row-wise: at most A's rows or B's columns; its lanes: the caller's and one more.
+  const int64_t max_scales = std::max(plan.M, plan.N);
+  const size_t slot_bytes = ScaledWork::slot_bytes(plan.scaling, max_scales, 2);
   if (ws == 1) {  // nothing to reduce; the average of one is itself
+    if (slot_bytes) w.scaled.use_slots(m.scratch_for(slot_bytes, stream), max_scales);
     partial_gemm(runner, w, 0, RowRange{0, w.rows}, w.output, stream, 0, nullptr);
     return;
   }
@@ -189,7 +195,8 @@ void run_pipelined_rs(Communicator& comm, const MatmulReduceScatterPlan& plan, c
   w.slot_bytes = align_up(static_cast<size_t>(w.rows) * row_bytes);
   SymmetricBuffer& partials = m.workspace_for(comm, ws * w.slot_bytes, stream);
   w.partials = bytes(partials.local());
-  w.landed = static_cast<char*>(m.scratch_for(ws * w.slot_bytes, stream));
+  w.landed = static_cast<char*>(m.scratch_for(ws * w.slot_bytes + slot_bytes, stream));
+  if (slot_bytes) w.scaled.use_slots(w.landed + ws * w.slot_bytes, max_scales);
   // Summed in the GEMM, the own chunk j waits for the landed chunk j: with one chunk the whole pull
   // would be exposed, so two chunks by default.
   w.chunks = resolve_chunks(chunks_per_rank > 0 ? chunks_per_rank : (w.in_gemm ? 2 : 1), false, w.rows);

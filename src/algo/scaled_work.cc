@@ -1,5 +1,10 @@
 #include "algo/scaled_work.h"
 
+#include <cstdint>
+
+#include "algo/bytes.h"
+#include "common/check.h"
+
 namespace asynctp::algo {
 
 ScaledWork ScaledWork::of(const Scaling& s, const float* a_scale) {
@@ -12,6 +17,16 @@ ScaledWork ScaledWork::of(const Scaling& s, const float* a_scale) {
   w.fast_accum = s.fast_accum ? 1 : 0;
   w.a_scale = a_scale;
   return w;
+}
+
+size_t ScaledWork::slot_bytes(const Scaling& s, int64_t max_scales, int lanes) {
+  return s.scaled && s.rowwise ? static_cast<size_t>(lanes) * 2 * align_up(static_cast<size_t>(max_scales) * sizeof(float))
+                               : 0;
+}
+
+void ScaledWork::use_slots(void* at, int64_t max_scales) {
+  slots = static_cast<float*>(at);
+  slot_floats = static_cast<int64_t>(align_up(static_cast<size_t>(max_scales) * sizeof(float)) / sizeof(float));
 }
 
 gemm::Problem scaled(gemm::Problem p, const ScaledWork& w) {
@@ -27,7 +42,16 @@ gemm::Problem scaled(gemm::Problem p, const ScaledWork& w) {
 void run_scaled_gemm(gemm::GemmRunner& runner, const ScaledWork& w, const gemm::Problem& p, const void* a,
                      const float* a_scale, const void* b, const float* b_scale, void* d, cudaStream_t stream,
                      int lane) {
-  runner.run_scaled(scaled(p, w), a, a_scale, b, b_scale, d, stream, lane);
+  auto aligned = [&](const float* scales, int64_t n, int which) {
+    if (!w.rowwise || reinterpret_cast<uintptr_t>(scales) % 16 == 0) return scales;
+    ASYNCTP_CHECK(w.slots != nullptr && n <= w.slot_floats, "run_scaled_gemm: ", n,
+                  " unaligned scales and no slot for them");
+    float* slot = w.slots + (2 * static_cast<int64_t>(lane) + which) * w.slot_floats;
+    ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(slot, scales, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice,
+                                       stream));
+    return static_cast<const float*>(slot);
+  };
+  runner.run_scaled(scaled(p, w), a, aligned(a_scale, p.M, 0), b, aligned(b_scale, p.N, 1), d, stream, lane);
 }
 
 }  // namespace asynctp::algo
