@@ -7,6 +7,7 @@
 #include <numeric>
 #include <random>
 #include <sstream>
+#include <vector>
 
 #include "algo/fused.h"
 #include "algo/resources.h"
@@ -19,6 +20,27 @@
 
 namespace asynctp::bench {
 namespace {
+
+// fp8's scales, exact in fp32 and the same on every rank: 0.5 to 1.25 by row of the whole A and by
+// column of B (row-wise), or 0.75 and 1.25 (tensor-wise). Made for every dtype; only fp8 reads them.
+struct Fp8Scales {
+  int64_t a_count, b_count;
+  int64_t b_offset;  // B's start in floats, 256-byte aligned as cuBLASLt wants scale vectors
+  DeviceBuffer buf;
+  Fp8Scales(const CaseSetup& s, int64_t M, int64_t N, cudaStream_t stream)
+      : a_count(s.rowwise_scales ? M : 1), b_count(s.rowwise_scales ? N : 1), b_offset((a_count + 63) / 64 * 64),
+        buf(static_cast<size_t>(b_offset + b_count) * sizeof(float), stream) {
+    std::vector<float> host(static_cast<size_t>(b_offset + b_count), 0.0f);
+    for (int64_t i = 0; i < a_count; ++i) host[i] = s.rowwise_scales ? 0.5f + static_cast<float>(i % 7) * 0.125f : 0.75f;
+    for (int64_t j = 0; j < b_count; ++j) {
+      host[b_offset + j] = s.rowwise_scales ? 0.5f + static_cast<float>((j + 3) % 7) * 0.125f : 1.25f;
+    }
+    ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(buf.p, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice, stream));
+    ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(stream));  // `host` goes out of scope
+  }
+  float* a() const { return buf.f(); }
+  float* b() const { return buf.f() + b_offset; }
+};
 
 constexpr size_t kFlushBytes = 512u << 20;  // several times the H100/H200 L2
 
@@ -98,6 +120,7 @@ class Timer {
 CaseSetup setup_of(const Args& args) {
   CaseSetup s;
   s.dtype = args.dtype;
+  s.rowwise_scales = args.rowwise_scales;
   s.gather_last = args.gather_last;
   s.scatter_last = args.scatter_last;
   s.b_layout = args.b_layout;
@@ -171,6 +194,10 @@ CaseResult run_case(RankContext& ctx, Communicator& comm, const CaseSetup& args,
   const int ws = ctx.world_size, r = ctx.rank;
   const int64_t M = shape.M, N = shape.N, K = shape.K;
   const size_t es = dtype_size(args.dtype);
+  // fp8: the scaled ops, whose output is bf16.
+  const bool scaled = args.dtype == DType::kFP8E4M3;
+  const DType out_dtype = scaled ? DType::kBF16 : args.dtype;
+  const size_t out_es = dtype_size(out_dtype);
   const bool col = args.b_layout == BLayout::kColMajor;
   const int dim = ag ? (args.gather_last ? -1 : 0) : (args.scatter_last ? -1 : 0);
   // Every rank's inputs come from seeds, so the reference needs no communication.
@@ -189,21 +216,37 @@ CaseResult run_case(RankContext& ctx, Communicator& comm, const CaseSetup& args,
   if (!ag && !args.scatter_last) out_rows = M / ws, out_row0 = r * out_rows;
   if (!ag && args.scatter_last) out_cols = N / ws, out_col0 = r * out_cols;
 
-  DeviceBuffer a(a_rows * a_cols * es, stream), b(b_rows * N * es, stream), out(out_rows * out_cols * es, stream);
+  DeviceBuffer a(a_rows * a_cols * es, stream), b(b_rows * N * es, stream), out(out_rows * out_cols * out_es, stream);
   reference::fill(a.p, args.dtype, a_rows, a_cols, false, gen_a, a_row0, a_col0, stream);
   reference::fill(b.p, args.dtype, b_rows, N, col, gen_b, b_row0, 0, stream);
   const TensorRef ta = TensorRef::dense(a.p, args.dtype, {a_rows, a_cols});
   const TensorRef tb = col ? TensorRef::dense(b.p, args.dtype, {N, b_rows}) : TensorRef::dense(b.p, args.dtype, {b_rows, N});
-  const TensorRef tout = TensorRef::dense(out.p, args.dtype, {out_rows, out_cols});
+  const TensorRef tout = TensorRef::dense(out.p, out_dtype, {out_rows, out_cols});
 
+  // fp8's scales, the same on every rank: one per row of the whole A and one per column of B, or one each.
+  const Fp8Scales scales(args, M, N, stream);
   DeviceBuffer ref(M * N * sizeof(float), stream);
   {
     DeviceBuffer a_full(M * K * sizeof(float), stream), b_full(K * N * sizeof(float), stream);
-    reference::fill_fp32(a_full.f(), M, K, gen_a, 0, 0, stream);
-    reference::fill_fp32(b_full.f(), K, N, gen_b, 0, 0, stream);
+    if (scaled) {
+      reference::fill_fp32_as(a_full.f(), args.dtype, M, K, gen_a, 0, 0, stream);
+      reference::fill_fp32_as(b_full.f(), args.dtype, K, N, gen_b, 0, 0, stream);
+      reference::scale(a_full.f(), M, K, scales.a(), scales.a_count, nullptr, 1, stream);
+      reference::scale(b_full.f(), K, N, nullptr, 1, scales.b(), scales.b_count, stream);
+    } else {
+      reference::fill_fp32(a_full.f(), M, K, gen_a, 0, 0, stream);
+      reference::fill_fp32(b_full.f(), K, N, gen_b, 0, 0, stream);
+    }
     reference::Fp32Gemm().run(a_full.f(), b_full.f(), ref.f(), M, N, K, stream);
     ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
+  // This rank's a_scale: row-wise along a gathered M its own rows (gathered with them), else every row.
+  const bool own_rows = args.rowwise_scales && ag && !args.gather_last;
+  const TensorRef ta_scale = !args.rowwise_scales ? TensorRef::dense(scales.a(), DType::kFP32, {1})
+                             : own_rows ? TensorRef::dense(scales.a() + r * a_rows, DType::kFP32, {a_rows, 1})
+                                        : TensorRef::dense(scales.a(), DType::kFP32, {M, 1});
+  const TensorRef tb_scale = args.rowwise_scales ? TensorRef::dense(scales.b(), DType::kFP32, {1, N})
+                                                 : TensorRef::dense(scales.b(), DType::kFP32, {1});
 
   // Baselines: the GEMM each GPU does, alone (cuBLAS, and where asked our kernel with every chunk in
   // place), and the collective alone. They are timed with the candidates, in turn.
@@ -211,13 +254,18 @@ CaseResult run_case(RankContext& ctx, Communicator& comm, const CaseSetup& args,
   std::vector<std::function<void()>> timed;
   std::vector<double*> results;
   const int64_t gm = M, gk = ag ? K : kl;
-  DeviceBuffer ga(gm * gk * es, stream), gc(gm * N * es, stream), gb(gk * N * es, stream);
+  DeviceBuffer ga(gm * gk * es, stream), gc(gm * N * out_es, stream), gb(gk * N * es, stream);
   reference::fill(ga.p, args.dtype, gm, gk, false, gen_a, 0, 0, stream);
   reference::fill(gb.p, args.dtype, gk, N, col, reference::GenMatrix{29, 0, 0}, 0, 0, stream);
   gemm::Problem p;
   p.M = gm, p.N = N, p.K = gk, p.dtype = args.dtype, p.b_layout = args.b_layout;
   gemm::GemmRunner& runner = algo::Resources::of(comm).gemm;
-  timed.push_back([&] { runner.run(p, ga.p, gb.p, gc.p, stream); });
+  if (scaled) {
+    p.scaled = true, p.b_dtype = args.dtype, p.out_dtype = out_dtype, p.rowwise = args.rowwise_scales;
+    timed.push_back([&] { runner.run_scaled(p, ga.p, scales.a(), gb.p, scales.b(), gc.p, stream); });
+  } else {
+    timed.push_back([&] { runner.run(p, ga.p, gb.p, gc.p, stream); });
+  }
   results.push_back(&result.gemm_us);
   kernels::fused::FusedGemmArgs g;
   g.dtype = element_of(args.dtype), g.b_layout = layout_of(args.b_layout), g.M = gm, g.N = N, g.K = gk;
@@ -235,7 +283,7 @@ CaseResult run_case(RankContext& ctx, Communicator& comm, const CaseSetup& args,
     timed.push_back([&] { transport.all_gather(a.p, ga.p, static_cast<size_t>(a_rows) * a_cols * es, stream); });
   } else {
     timed.push_back([&] {
-      transport.reduce_scatter(gc.p, out.p, static_cast<size_t>(out_rows) * out_cols, args.dtype, ReduceOp::kSum, stream);
+      transport.reduce_scatter(gc.p, out.p, static_cast<size_t>(out_rows) * out_cols, out_dtype, ReduceOp::kSum, stream);
     });
   }
   results.push_back(&result.comm_us);
@@ -249,18 +297,25 @@ CaseResult run_case(RankContext& ctx, Communicator& comm, const CaseSetup& args,
     if (r == 0 && progress) progress(cand);
     OpOptions options = cand.options;
     options.b_layout = args.b_layout;
-    auto call = [&, options] {
-      if (ag) {
+    ScaledOpOptions scaled_options;
+    scaled_options.algorithm = options.algorithm;
+    scaled_options.chunks_per_rank = options.chunks_per_rank;
+    auto call = [&, options, scaled_options] {
+      if (scaled && ag) {
+        all_gather_scaled_matmul(comm, ta, {tb}, ta_scale, {tb_scale}, dim, {tout}, TensorRef{}, stream, scaled_options);
+      } else if (scaled) {
+        scaled_matmul_reduce_scatter(comm, ta, tb, ta_scale, tb_scale, dim, ReduceOp::kSum, tout, stream, scaled_options);
+      } else if (ag) {
         all_gather_matmul(comm, ta, {tb}, dim, {tout}, TensorRef{}, stream, options);
       } else {
         matmul_reduce_scatter(comm, ta, tb, dim, ReduceOp::kSum, tout, stream, options);
       }
     };
-    reference::poison(out.p, out_rows * out_cols * es, stream);
+    reference::poison(out.p, out_rows * out_cols * out_es, stream);
     try {
       call();
-      const auto cmp = reference::compare(out.p, args.dtype, out_rows, out_cols, ref.f(), N, out_row0, out_col0, 1.0f,
-                                          reference::tolerance(args.dtype, ag ? 1 : ws), stream);
+      const auto cmp = reference::compare(out.p, out_dtype, out_rows, out_cols, ref.f(), N, out_row0, out_col0, 1.0f,
+                                          reference::tolerance(out_dtype, ag ? 1 : ws), stream);
       // Correct only where every rank's slice is.
       bool all_ok = true;
       for (const auto& v : ctx.allgather(std::to_string(cmp.ok()) + " " + std::to_string(cmp.max_abs_err))) {

@@ -22,7 +22,8 @@ struct Candidate {
 };
 
 struct CaseSetup {
-  DType dtype = DType::kBF16;
+  DType dtype = DType::kBF16;  // kFP8E4M3: the scaled ops (bf16 output)
+  bool rowwise_scales = false;
   bool gather_last = false, scatter_last = false;
   BLayout b_layout = BLayout::kRowMajor;
   bool flush_l2 = false;

@@ -29,7 +29,13 @@ const char* const kUsage =
     "                       default: 4096x3584x8192, 2048x3584x8192, 4096x6656x16384,\n"
     "                       16384x8192x8192), 'sweep' (8 shapes, M from 256 to 32768)\n"
     "  --op ag|rs|both      all_gather_matmul, matmul_reduce_scatter or both (default both)\n"
-    "  --dtype bf16|fp16    input and output type (default bf16)\n"
+    "  --dtype bf16|fp16|e4m3\n"
+    "                       input type (default bf16); the output is of the same type, but for e4m3:\n"
+    "                       fp8 A and B, B column-major, bf16 output, the scaled ops (sequential,\n"
+    "                       pipelined or auto; the fused kernel has no fp8 form yet), the GEMM alone\n"
+    "                       cuBLASLt's fp8 GEMM\n"
+    "  --scales tensor|row  e4m3's scales: one per tensor, or one per row of A and one per column of\n"
+    "                       B (default tensor)\n"
     "  --gather-dim 0|last  how A is sharded for ag (default 0: along M)\n"
     "  --scatter-dim 0|last how the output is scattered for rs (default 0: along M)\n"
     "  --b-layout row|col   B as [K, N] row-major or [N, K] (nn.Linear's weight) (default row)\n"
@@ -112,6 +118,7 @@ bool parse_dim(const std::string& option, const std::string& text) {
 Args parse_args(const std::vector<std::string>& argv) {
   Args a;
   a.shapes = seed_shapes();
+  bool scales_given = false, b_layout_given = false;
   for (size_t i = 0; i < argv.size(); ++i) {
     const std::string& f = argv[i];
     if (f == "-h" || f == "--help") {
@@ -146,8 +153,12 @@ Args parse_args(const std::vector<std::string>& argv) {
       a.run_ag = v != "rs";
       a.run_rs = v != "ag";
     } else if (f == "--dtype") {
-      if (v != "bf16" && v != "fp16") bad(f, v, "bf16 or fp16");
-      a.dtype = v == "bf16" ? DType::kBF16 : DType::kFP16;
+      if (v != "bf16" && v != "fp16" && v != "e4m3") bad(f, v, "bf16, fp16 or e4m3");
+      a.dtype = v == "bf16" ? DType::kBF16 : v == "fp16" ? DType::kFP16 : DType::kFP8E4M3;
+    } else if (f == "--scales") {
+      if (v != "tensor" && v != "row") bad(f, v, "tensor or row");
+      a.rowwise_scales = v == "row";
+      scales_given = true;
     } else if (f == "--gather-dim") {
       a.gather_last = parse_dim(f, v);
     } else if (f == "--scatter-dim") {
@@ -155,6 +166,7 @@ Args parse_args(const std::vector<std::string>& argv) {
     } else if (f == "--b-layout") {
       if (v != "row" && v != "col") bad(f, v, "row or col");
       a.b_layout = v == "row" ? BLayout::kRowMajor : BLayout::kColMajor;
+      b_layout_given = true;
     } else if (f == "--algorithms") {
       a.algorithms.clear();
       if (v.empty()) bad(f, v, "a comma-separated list of sequential, pipelined, fused and auto");
@@ -172,6 +184,21 @@ Args parse_args(const std::vector<std::string>& argv) {
     } else {
       throw Error("asynctp-bench: unknown option " + f + " (see --help)");
     }
+  }
+  if (a.dtype == DType::kFP8E4M3) {
+    // The fp8 GEMMs take B column-major only, and the fused kernel has no fp8 form.
+    if (b_layout_given && a.b_layout != BLayout::kColMajor) {
+      throw Error("asynctp-bench: --b-layout row with --dtype e4m3: fp8 B is column-major only (--b-layout col)");
+    }
+    a.b_layout = BLayout::kColMajor;
+    for (Algorithm algorithm : a.algorithms) {
+      if (algorithm == Algorithm::kFused) {
+        throw Error("asynctp-bench: --algorithms fused with --dtype e4m3: the fused kernel has no fp8 form yet "
+                    "(sequential, pipelined or auto)");
+      }
+    }
+  } else if (scales_given) {
+    throw Error("asynctp-bench: --scales is for --dtype e4m3 only");
   }
   return a;
 }

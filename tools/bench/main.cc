@@ -40,8 +40,12 @@ void report(RankContext& ctx, const Args& args, const Shape& s, bool ag, const C
   ASYNCTP_CUDA_CHECK(cudaGetDeviceProperties(&prop, ctx.device));
   const double flops = 2.0 * s.M * s.N * s.K / (ag ? 1 : ws);
   const char* dim_name = dim == 0 ? "0" : "last";
+  const std::string dtype_text =
+      std::string(dtype_name(args.dtype)) +
+      (args.dtype == DType::kFP8E4M3 ? (args.rowwise_scales ? " -> bf16, row-wise scales" : " -> bf16, tensor-wise scales")
+                                     : "");
   std::printf("\n%s %s  (world %d, %s, %s_dim %s, B %s)   GEMM alone %.1f us, %s alone %.1f us\n",
-              ag ? "all_gather_matmul" : "matmul_reduce_scatter", shape_text(s).c_str(), ws, dtype_name(args.dtype),
+              ag ? "all_gather_matmul" : "matmul_reduce_scatter", shape_text(s).c_str(), ws, dtype_text.c_str(),
               ag ? "gather" : "scatter", dim_name, col ? "col-major" : "row-major", res.gemm_us,
               ag ? "all-gather" : "reduce-scatter", res.comm_us);
   if (!std::isnan(res.fused_gemm_us)) {
@@ -69,7 +73,9 @@ void report(RankContext& ctx, const Args& args, const Shape& s, bool ag, const C
     j.add("op", ag ? "ag" : "rs").add("algorithm", algorithm_name(row.candidate.options.algorithm));
     if (row.candidate.options.algorithm == Algorithm::kAuto) j.add("auto_choice", label.substr(5));
     j.add("M", s.M).add("N", s.N).add("K", s.K);
-    j.add("world_size", ws).add("dtype", dtype_name(args.dtype)).add("dim", dim_name);
+    j.add("world_size", ws).add("dtype", dtype_name(args.dtype));
+    if (args.dtype == DType::kFP8E4M3) j.add("scales", args.rowwise_scales ? "row" : "tensor");
+    j.add("dim", dim_name);
     j.add("b_layout", col ? "col" : "row").add("median_us", row.median_us).add("tflops", tflops);
     j.add("max_abs_err", row.max_err).add("correct", row.correct).add("gemm_alone_us", res.gemm_us);
     j.add("comm_alone_us", res.comm_us).add("speedup_vs_sequential", seq_us / row.median_us);
@@ -106,7 +112,10 @@ int run_rank(RankContext& ctx, const Args& args) {
       std::vector<Candidate> candidates;
       for (Algorithm a : args.algorithms) {
         Candidate c;
-        c.label = a == Algorithm::kAuto ? auto_label(*comm, setup, shape, ag) : algorithm_name(a);
+        // The scaled ops' auto takes sequential (asynctp/scaled_ops.h).
+        c.label = a != Algorithm::kAuto               ? algorithm_name(a)
+                  : setup.dtype == DType::kFP8E4M3 ? "auto:sequential"
+                                                    : auto_label(*comm, setup, shape, ag);
         c.options.algorithm = a;
         c.options.chunks_per_rank = a == Algorithm::kAuto ? 0 : args.chunks_per_rank;
         candidates.push_back(c);
