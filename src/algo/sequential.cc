@@ -21,6 +21,14 @@ char* gather_a(Communicator& comm, const AllGatherMatmulPlan& plan, const Tensor
   Communicator::Impl& m = impl_of(comm);
   const size_t es = dtype_size(plan.dtype);
   const size_t gathered_bytes = static_cast<size_t>(plan.M) * plan.K * es;
+  if (m.world_size == 1) {
+    // One rank's shard is the whole A, in either gather dim: nothing to gather.
+    if (extra != nullptr) *extra = extra_bytes ? static_cast<char*>(m.scratch_for(extra_bytes, stream)) : nullptr;
+    if (!plan.return_a) return bytes(a_shard.data);
+    ASYNCTP_CUDA_CHECK(
+        cudaMemcpyAsync(gathered_a.data, a_shard.data, gathered_bytes, cudaMemcpyDeviceToDevice, stream));
+    return bytes(gathered_a.data);
+  }
   // Gather-last lands rank by rank ([world][M][K/world]) and is then interleaved into [M, K].
   const size_t staging_bytes = plan.gather_last ? gathered_bytes : 0;
   const size_t own = align_up(staging_bytes) + (plan.return_a ? 0 : align_up(gathered_bytes));
@@ -67,7 +75,12 @@ void sequential_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScat
   Communicator::Impl& m = impl_of(comm);
   gemm::GemmRunner& runner = Resources::of(comm).gemm;
   const size_t es = dtype_size(plan.dtype);
-  char* partial = static_cast<char*>(m.scratch_for(static_cast<size_t>(plan.M) * plan.N * es, stream));
+  // One rank's partial product is its output (the average of one is itself), laid out alike; the
+  // check comes first then, as the output is written.
+  const bool alone = m.world_size == 1;
+  if (alone) agree();
+  char* partial = alone ? bytes(output.data)
+                        : static_cast<char*>(m.scratch_for(static_cast<size_t>(plan.M) * plan.N * es, stream));
   gemm::Problem p;
   p.M = plan.M;
   p.K = plan.k_local;
@@ -89,6 +102,7 @@ void sequential_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScat
       runner.run(p, a.data, bytes(b.data) + b_offset * es, partial + static_cast<size_t>(r) * plan.M * n * es, stream);
     }
   }
+  if (alone) return;
   agree();  // the partial GEMM above runs on the GPU meanwhile; it wrote only scratch
   bound_captured_collective(comm, stream);
   const size_t out_elems = static_cast<size_t>(plan.out_rows) * plan.out_cols;

@@ -29,7 +29,8 @@ void sequential_all_gather_scaled_matmul(Communicator& comm, const AllGatherMatm
   agree();  // the all-gather comes first: nothing local to hide the check behind
   gemm::GemmRunner& runner = Resources::of(comm).gemm;
   // Row-wise scales of this rank's rows only are gathered beside the rows: [world][m] is A's [M] order.
-  const bool gather_scales = plan.scaling.rowwise && plan.scaling.gather_a_scale;
+  // One rank's are every row's.
+  const bool gather_scales = plan.scaling.rowwise && plan.scaling.gather_a_scale && comm.world_size() > 1;
   const size_t scale_bytes = gather_scales ? static_cast<size_t>(plan.M) * sizeof(float) : 0;
   char* gathered_scales = nullptr;
   const char* gathered = gather_a(comm, plan, a_shard, gathered_a, align_up(scale_bytes), &gathered_scales, stream);
@@ -54,8 +55,12 @@ void sequential_scaled_matmul_reduce_scatter(Communicator& comm, const MatmulRed
   gemm::GemmRunner& runner = Resources::of(comm).gemm;
   const DType out = plan.scaling.out_dtype;
   const size_t es = dtype_size(out);
-  // The partial product in the output's dtype, reduced by the transport in it (as the unscaled op's).
-  char* partial = static_cast<char*>(m.scratch_for(static_cast<size_t>(plan.M) * plan.N * es, stream));
+  // The partial product in the output's dtype, reduced by the transport in it (as the unscaled op's);
+  // one rank's is its output, written after the check.
+  const bool alone = m.world_size == 1;
+  if (alone) agree();
+  char* partial = alone ? bytes(output.data)
+                        : static_cast<char*>(m.scratch_for(static_cast<size_t>(plan.M) * plan.N * es, stream));
   if (!plan.scatter_last) {
     const gemm::Problem p = scaled_problem(plan.scaling, plan.dtype, plan.M, plan.N, plan.k_local);
     runner.run_scaled(p, a.data, floats(a_scale), b.data, floats(b_scale), partial, stream);
@@ -73,6 +78,7 @@ void sequential_scaled_matmul_reduce_scatter(Communicator& comm, const MatmulRed
                         scales, partial + static_cast<size_t>(r) * plan.M * n * es, stream);
     }
   }
+  if (alone) return;
   agree();  // the partial GEMM above runs on the GPU meanwhile; it wrote only scratch
   bound_captured_collective(comm, stream);
   const size_t out_elems = static_cast<size_t>(plan.out_rows) * plan.out_cols;
