@@ -26,6 +26,10 @@
 #                  $PYTEST_TIMEOUT_S seconds (default 560)
 #   ab BASE_DIR N  asynctp-bench --gpus 1 at the seed shapes, BASE_DIR's build and BUILD_DIR's in turn,
 #                  N times each (the fused kernel as a GEMM alone beside cuBLAS)
+#   bench          asynctp-bench on every GPU at the seed shapes, both ops: bf16 with every algorithm and
+#                  auto, then e4m3 with tensor-wise and then row-wise scales (sequential, pipelined,
+#                  auto), then bench/torch_anchor.py (PyTorch's own paths) in the same call
+#                  (bench_<kind>.txt and .json, torch_anchor.txt)
 #   torch          the PyTorch paths with torchrun on every GPU (one rank each, at least 1):
 #                  examples/two_ways_in.py (compile switch and DTensor styles against one GPU),
 #                  bench/binding_overhead.py at that world size and at 1, bench/communicator_cost.py,
@@ -199,6 +203,23 @@ while [ $# -gt 0 ]; do
         [ $rc -eq 0 ] || { status=1; tail -5 "$out/$name.err"; }
         grep -v "^W[0-9]" "$out/$name.txt" | head -20
       done
+      ;;
+    bench)
+      for kind in "bf16 --algorithms sequential,pipelined,fused,auto" \
+                  "e4m3_tensor --dtype e4m3 --algorithms sequential,pipelined,auto" \
+                  "e4m3_row --dtype e4m3 --scales row --algorithms sequential,pipelined,auto"; do
+        read -r name args <<<"$kind"
+        echo "== asynctp-bench --shapes seeds --op both $args"
+        # shellcheck disable=SC2086  # $args is a list of options
+        "$build/tools/asynctp-bench" --shapes seeds --op both $args --json "$out/bench_$name.json" \
+          >"$out/bench_$name.txt" 2>"$out/bench_$name.err" || status=1
+        grep -E "^(all_gather|matmul_reduce)|^  [a-z]" "$out/bench_$name.txt" | head -60
+      done
+      echo "== bench/torch_anchor.py on $gpus GPU(s) (same call)"
+      PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} timeout "${TORCH_TIMEOUT_S:-300}" \
+        torchrun --nproc-per-node "$gpus" bench/torch_anchor.py >"$out/torch_anchor.txt" 2>"$out/torch_anchor.err" \
+        || status=1
+      grep -v "^W" "$out/torch_anchor.txt" | head -40
       ;;
     ab)
       base=${1:?ab needs the base build folder}
