@@ -30,4 +30,6 @@ def __getattr__(name):
             return importlib.import_module(".symmetric", __name__)
     except ImportError as e:
         raise ImportError(f"asynctp.{name} needs PyTorch ({e})") from e
-    return getattr(ops, name, None) or getattr(scaled, name, None) or getattr(comm, name)
+    value = getattr(ops, name, None) or getattr(scaled, name, None) or getattr(comm, name)
+    globals()[name] = value  # found once: a later asynctp.<name> skips this function (host time per call)
+    return value
