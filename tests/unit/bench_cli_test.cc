@@ -45,6 +45,7 @@ TEST(BenchCli, Fp8TakesItsScalesAndAColumnMajorB) {
   EXPECT_TRUE(a.rowwise_scales);
   EXPECT_EQ(a.b_layout, BLayout::kColMajor);  // without --b-layout
   EXPECT_FALSE(parse_args({"--dtype", "e4m3"}).rowwise_scales);
+  EXPECT_TRUE(parse_args({"--dtype", "e4m3", "--fast-accum"}).fast_accum);
 }
 
 TEST(BenchCli, BadValuesNameTheOption) {
@@ -70,6 +71,7 @@ TEST(BenchCli, BadValuesNameTheOption) {
   EXPECT_NE(msg({"--dtype", "e5m2"}).find("--dtype 'e5m2' is not valid; expected bf16, fp16 or e4m3"), std::string::npos);
   EXPECT_NE(msg({"--scales", "block"}).find("--scales 'block' is not valid; expected tensor or row"), std::string::npos);
   EXPECT_NE(msg({"--scales", "row"}).find("--scales is for --dtype e4m3 only"), std::string::npos);
+  EXPECT_NE(msg({"--fast-accum"}).find("--fast-accum is for --dtype e4m3 only"), std::string::npos);
   EXPECT_NE(msg({"--dtype", "e4m3", "--b-layout", "row"}).find("fp8 B is column-major only"), std::string::npos);
   EXPECT_NE(msg({"--dtype", "e4m3", "--algorithms", "sequential,fused"}).find("the fused kernel has no fp8 form"),
             std::string::npos);

@@ -36,6 +36,9 @@ const char* const kUsage =
     "                       cuBLASLt's fp8 GEMM\n"
     "  --scales tensor|row  e4m3's scales: one per tensor, or one per row of A and one per column of\n"
     "                       B (default tensor)\n"
+    "  --fast-accum         e4m3: use_fast_accum, in the ops and in cuBLASLt's GEMM alone; with\n"
+    "                       tensor-wise scales the fused kernel's fp8 form (which accumulates so) is\n"
+    "                       also timed as a GEMM alone\n"
     "  --gather-dim 0|last  how A is sharded for ag (default 0: along M)\n"
     "  --scatter-dim 0|last how the output is scattered for rs (default 0: along M)\n"
     "  --b-layout row|col   B as [K, N] row-major or [N, K] (nn.Linear's weight) (default row)\n"
@@ -129,6 +132,10 @@ Args parse_args(const std::vector<std::string>& argv) {
       a.flush_l2 = true;
       continue;
     }
+    if (f == "--fast-accum") {
+      a.fast_accum = true;
+      continue;
+    }
     if (f.rfind("--", 0) != 0) throw Error("asynctp-bench: unexpected argument '" + f + "' (see --help)");
     if (i + 1 >= argv.size()) throw Error("asynctp-bench: " + f + " needs a value (see --help)");
     const std::string& v = argv[++i];
@@ -197,8 +204,9 @@ Args parse_args(const std::vector<std::string>& argv) {
                     "(sequential, pipelined or auto)");
       }
     }
-  } else if (scales_given) {
-    throw Error("asynctp-bench: --scales is for --dtype e4m3 only");
+  } else if (scales_given || a.fast_accum) {
+    throw Error(std::string("asynctp-bench: ") + (scales_given ? "--scales" : "--fast-accum") +
+                " is for --dtype e4m3 only");
   }
   return a;
 }
