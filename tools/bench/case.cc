@@ -280,7 +280,7 @@ CaseResult run_case(RankContext& ctx, Communicator& comm, const CaseSetup& args,
   // fp8: the fused kernel's fp8 form accumulates fast and takes a tensor-wise alpha from the device.
   const bool fp8_fused = scaled && args.fast_accum && !args.rowwise_scales;
   if (fp8_fused) g.alpha_ptr = scales.product();
-  if ((args.time_fused_gemm || fp8_fused) && *kernels::fused::fused_gemm_unsupported(g) == '\0') {
+  if ((scaled ? fp8_fused : args.time_fused_gemm) && *kernels::fused::fused_gemm_unsupported(g) == '\0') {
     algo::attach_grid(comm, g, stream);
     timed.push_back([&] { kernels::fused::run_fused_gemm(g, stream); });
     results.push_back(&result.fused_gemm_us);
