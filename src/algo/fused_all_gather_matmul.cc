@@ -46,7 +46,8 @@ void finish_tile_trace(Communicator& comm, const char* op, const kernels::fused:
 
 namespace {
 
-// The scaled op's scales (tensor-wise): a_scale, each B's, and each B's alpha (their product) in scratch.
+// The scaled op's scales (tensor-wise): a_scale, each B's, and each B's alpha (their product), made in
+// scratch once the ranks agree.
 struct FusedScales {
   const float* a_scale = nullptr;
   std::vector<const float*> b_scales;
@@ -89,7 +90,7 @@ namespace {
 // Both ops' body: `scales` is set for the scaled op (tensor-wise, fast accumulation), null otherwise.
 void run_fused_ag(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,
                   const std::vector<TensorRef>& bs, const std::vector<TensorRef>& outputs, const TensorRef& gathered_a,
-                  cudaStream_t stream, const AgreeFn& agree, int chunks_per_rank, const FusedScales* scales) {
+                  cudaStream_t stream, const AgreeFn& agree, int chunks_per_rank, FusedScales* scales) {
   ASYNCTP_CHECK(!plan.gather_last, "fused all_gather_matmul: gather along the last dim runs pipelined "
                 "(ops::algorithm_that_runs)");
   kernels::fused::CallTimeline timeline(stream);
@@ -97,6 +98,7 @@ void run_fused_ag(Communicator& comm, const AllGatherMatmulPlan& plan, const Ten
   agree();
   timeline.mark("agreed");
   if (scales != nullptr) {
+    scales->alphas = static_cast<float*>(impl_of(comm).scratch_for(bs.size() * sizeof(float), stream));
     for (size_t i = 0; i < bs.size(); ++i) {
       kernels::scale_product(scales->a_scale, scales->b_scales[i], scales->alphas + i, stream);
     }
@@ -296,7 +298,6 @@ void fused_all_gather_scaled_matmul(Communicator& comm, const AllGatherMatmulPla
   FusedScales scales;
   scales.a_scale = static_cast<const float*>(a_scale.data);
   for (const TensorRef& b_scale : b_scales) scales.b_scales.push_back(static_cast<const float*>(b_scale.data));
-  scales.alphas = static_cast<float*>(impl_of(comm).scratch_for(bs.size() * sizeof(float), stream));
   run_fused_ag(comm, plan, a_shard, bs, outputs, gathered_a, stream, agree, chunks_per_rank, &scales);
 }
 
