@@ -7,9 +7,10 @@
 #                  one GPU, in-process; else the tests' own), $GTEST_FILTER picks tests
 #   transports     every GPU test on NCCL (a suite at a time over every GPU) and then in-process (a
 #                  suite at a time on each GPU), at world sizes $WORLD_SIZES (default 2), each cut at
-#                  $TESTS_TIMEOUT_S; $GTEST_FILTER picks tests; scripts/gpu/compare_outcomes.py then
-#                  names every test whose outcome differs (two or more GPUs); logs and googletest
-#                  reports nccl_<suite>.{log,json}, in-process_<suite>.{log,json}
+#                  $TESTS_TIMEOUT_S; $GTEST_FILTER picks tests, $TRANSPORTS transports (default
+#                  "nccl in-process"); scripts/gpu/compare_outcomes.py then names every test whose
+#                  outcome differs (two or more GPUs); logs and googletest reports
+#                  nccl_<suite>.{log,json}, in-process_<suite>.{log,json}
 #   one-gpu-each   every GPU test in-process on one GPU, at world sizes $WORLD_SIZES (default 2,3,4),
 #                  a test suite per GPU at a time on every GPU of the machine, the longest suites
 #                  first (a suite per log, one_gpu_<suite>.log); $GTEST_FILTER picks tests,
@@ -29,9 +30,9 @@
 #   ab BASE_DIR N  asynctp-bench --gpus 1 at the seed shapes, BASE_DIR's build and BUILD_DIR's in turn,
 #                  N times each (the fused kernel as a GEMM alone beside cuBLAS)
 #   bench          asynctp-bench on every GPU at the seed shapes, both ops: bf16 with every algorithm and
-#                  auto, then e4m3 with tensor-wise and then row-wise scales (sequential, pipelined,
-#                  auto), then bench/torch_anchor.py (PyTorch's own paths) in the same call
-#                  (bench_<kind>.txt and .json, torch_anchor.txt)
+#                  auto, then e4m3 with tensor-wise scales (sequential, pipelined, auto), with them and
+#                  fast accumulation (fused too), and with row-wise scales, then bench/torch_anchor.py
+#                  (PyTorch's own paths) in the same call (bench_<kind>.txt and .json, torch_anchor.txt)
 #   torch          the PyTorch paths with torchrun on every GPU (one rank each, at least 1):
 #                  examples/two_ways_in.py (compile switch and DTensor styles against one GPU),
 #                  bench/binding_overhead.py at that world size and at 1, bench/communicator_cost.py,
@@ -119,7 +120,7 @@ while [ $# -gt 0 ]; do
       ;;
     transports)
       sizes=${WORLD_SIZES:-2}
-      for transport in nccl in-process; do
+      for transport in ${TRANSPORTS:-nccl in-process}; do
         echo "== GPU tests on $transport, world sizes $sizes"
         list_suites "$out/${transport}_queue"
         deadline=$((SECONDS + ${TESTS_TIMEOUT_S:-560}))
@@ -130,8 +131,9 @@ while [ $# -gt 0 ]; do
           run_suites in-process "$out/${transport}_queue" in-process $gpu_list
         fi
       done
-      python3 "$(dirname "${BASH_SOURCE[0]}")/compare_outcomes.py" --nccl "$out"/nccl_*.json \
-        --in-process "$out"/in-process_*.json || status=1
+      [ "${TRANSPORTS:-nccl in-process}" != "nccl in-process" ] \
+        || python3 "$(dirname "${BASH_SOURCE[0]}")/compare_outcomes.py" --nccl "$out"/nccl_*.json \
+          --in-process "$out"/in-process_*.json || status=1
       ;;
     one-gpu-each)
       sizes=${WORLD_SIZES:-2,3,4}
@@ -230,6 +232,7 @@ while [ $# -gt 0 ]; do
     bench)
       for kind in "bf16 --algorithms sequential,pipelined,fused,auto" \
                   "e4m3_tensor --dtype e4m3 --algorithms sequential,pipelined,auto" \
+                  "e4m3_fast --dtype e4m3 --fast-accum --algorithms sequential,pipelined,fused,auto" \
                   "e4m3_row --dtype e4m3 --scales row --algorithms sequential,pipelined,auto"; do
         read -r name args <<<"$kind"
         echo "== asynctp-bench --shapes seeds --op both $args"
