@@ -2,20 +2,28 @@
 """Compares two runs of the GPU tests (googletest's --gtest_output=json files), one per transport:
 the in-process transport must not hide a failure that NCCL shows, nor the other way round.
 
-    scripts/gpu/compare_outcomes.py NCCL.json IN_PROCESS.json
+    scripts/gpu/compare_outcomes.py --nccl NCCL.json... --in-process IN_PROCESS.json...
 
-Prints every test whose outcome differs, and the tests that ran on one transport only (a test that
-needs processes skips in-process, one that needs ranks sharing a GPU skips on NCCL). Exits 1 where a
-test failed on either, or passed on one and failed on the other; else 0."""
+Each side is one or more reports (a run per suite, say). Prints every test whose outcome differs, and
+the tests that ran on one transport only (a test that needs processes skips in-process, one that needs
+ranks sharing a GPU skips on NCCL, a suite cut off by a time limit has no report). Exits 1 where a test
+failed on either, or passed on one and failed on the other; else 0."""
 
+import argparse
 import json
 import sys
 
 
-def outcomes(path):
-    """{suite.test: 'passed' | 'failed' | 'skipped'} of one googletest JSON report."""
-    with open(path) as f:
-        report = json.load(f)
+def outcomes(paths):
+    """{suite.test: 'passed' | 'failed' | 'skipped'} of googletest JSON reports."""
+    found = {}
+    for path in paths:
+        with open(path) as f:
+            found.update(outcomes_of(json.load(f)))
+    return found
+
+
+def outcomes_of(report):
     found = {}
     for suite in report.get("testsuites", []):
         for test in suite.get("testsuite", []):
@@ -53,10 +61,12 @@ def compare(first, second, names=("first", "second")):
 
 
 def main(argv):
-    if len(argv) != 3:
-        print(__doc__, file=sys.stderr)
-        return 2
-    lines, ok = compare(outcomes(argv[1]), outcomes(argv[2]), ("nccl", "in-process"))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nccl", nargs="+", required=True, metavar="JSON", help="the reports of the NCCL run")
+    parser.add_argument("--in-process", nargs="+", required=True, metavar="JSON",
+                        help="the reports of the in-process run")
+    args = parser.parse_args(argv[1:])
+    lines, ok = compare(outcomes(args.nccl), outcomes(args.in_process), ("nccl", "in-process"))
     print("\n".join(lines))
     return 0 if ok else 1
 

@@ -5,9 +5,12 @@
 # Usage: scripts/gpu/stages.sh BUILD_DIR STAGE...
 #   tests          every GPU test; the multi-rank ones at world sizes $WORLD_SIZES (default: 2,3,4 on
 #                  one GPU, in-process; else the tests' own), $GTEST_FILTER picks tests
-#   transports     every GPU test on NCCL and then on the in-process transport, at world sizes
-#                  $WORLD_SIZES (default 2), $GTEST_FILTER picks tests; scripts/gpu/compare_outcomes.py
-#                  then names every test whose outcome differs (two or more GPUs)
+#   transports     every GPU test on NCCL (a suite at a time over every GPU) and then in-process (a
+#                  suite at a time on each GPU), at world sizes $WORLD_SIZES (default 2), each cut at
+#                  $TESTS_TIMEOUT_S; $GTEST_FILTER picks tests, $TRANSPORTS transports (default
+#                  "nccl in-process"); scripts/gpu/compare_outcomes.py then names every test whose
+#                  outcome differs (two or more GPUs); logs and googletest reports
+#                  nccl_<suite>.{log,json}, in-process_<suite>.{log,json}
 #   one-gpu-each   every GPU test in-process on one GPU, at world sizes $WORLD_SIZES (default 2,3,4),
 #                  a test suite per GPU at a time on every GPU of the machine, the longest suites
 #                  first (a suite per log, one_gpu_<suite>.log); $GTEST_FILTER picks tests,
@@ -27,9 +30,9 @@
 #   ab BASE_DIR N  asynctp-bench --gpus 1 at the seed shapes, BASE_DIR's build and BUILD_DIR's in turn,
 #                  N times each (the fused kernel as a GEMM alone beside cuBLAS)
 #   bench          asynctp-bench on every GPU at the seed shapes, both ops: bf16 with every algorithm and
-#                  auto, then e4m3 with tensor-wise and then row-wise scales (sequential, pipelined,
-#                  auto), then bench/torch_anchor.py (PyTorch's own paths) in the same call
-#                  (bench_<kind>.txt and .json, torch_anchor.txt)
+#                  auto, then e4m3 with tensor-wise scales (sequential, pipelined, auto), with them and
+#                  fast accumulation (fused too), and with row-wise scales, then bench/torch_anchor.py
+#                  (PyTorch's own paths) in the same call (bench_<kind>.txt and .json, torch_anchor.txt)
 #   torch          the PyTorch paths with torchrun on every GPU (one rank each, at least 1):
 #                  examples/two_ways_in.py (compile switch and DTensor styles against one GPU),
 #                  bench/binding_overhead.py at that world size and at 1, bench/communicator_cost.py,
@@ -60,6 +63,50 @@ gpu_tests() {
   grep -q "^\[  PASSED  \]" "$log" && ! grep -q "^\[  FAILED  \]" "$log" || status=1
 }
 
+# The visible GPUs' indices, space-separated.
+gpu_list=$(echo "${CUDA_VISIBLE_DEVICES:-$(nvidia-smi --query-gpu=index --format=csv,noheader)}" | tr ',' '\n' | paste -sd' ')
+
+# Writes to $1 a line per test suite, "Suite Suite.TestA:Suite.TestB", the longest suites first (minutes
+# each at world sizes 2-4), so that none starts last alone; $GTEST_FILTER picks tests.
+list_suites() {
+  "$build/tests/asynctp_gpu_tests" --gtest_list_tests ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} \
+    | awk '/^[^ ]+\.( |$)/ { if (s != "") print s, t; s = $1; sub(/\.$/, "", s); t = "" }
+           /^  / { t = t (t == "" ? "" : ":") s "." $1 }
+           END { if (s != "") print s, t }' >"$1.listed"
+  local long="FusedOps PipelinedOps SequentialOps Faults AutoOps Concurrency Inputs"
+  for suite in $long; do grep "^$suite " "$1.listed"; done >"$1"
+  grep -v -E "^(${long// /|}) " "$1.listed" >>"$1"
+}
+
+# Runs the suites of queue file $2 on transport $1 at world sizes $sizes until $deadline, a worker per
+# further argument (the CUDA_VISIBLE_DEVICES it runs with) taking the next suite until none is left; a
+# log and a googletest report per suite, $out/$3_<suite>.{log,json}. Fails where a suite failed, ended
+# before its summary, or was not reached.
+run_suites() {
+  local transport=$1 queue=$2 prefix=$3
+  shift 3
+  for devices in "$@"; do
+    (
+      while [ $SECONDS -lt $deadline ]; do
+        line=$(flock "$queue.lock" sh -c 'head -1 "$1"; sed -i 1d "$1"' _ "$queue")
+        [ -n "$line" ] || break
+        read -r suite filter <<<"$line"
+        CUDA_VISIBLE_DEVICES=$devices ASYNCTP_TEST_TRANSPORT=$transport ASYNCTP_TEST_WORLD_SIZES=$sizes \
+          timeout $((deadline - SECONDS)) "$build/tests/asynctp_gpu_tests" --gtest_filter="$filter" \
+          --gtest_output="json:$out/${prefix}_$suite.json" >"$out/${prefix}_$suite.log" 2>&1
+        echo "$suite on GPU $devices: exit $?"
+      done
+    ) &
+  done
+  wait
+  local logs=("$out/${prefix}"_*.log)
+  [ -s "$queue" ] && { echo "not reached: $(cut -d' ' -f1 "$queue" | tr '\n' ' ')"; status=1; }
+  grep -h -E "^\[  FAILED  \] [A-Z]" "${logs[@]}" | sort -u | head -40
+  ! grep -q -E "^\[  FAILED  \]" "${logs[@]}" || status=1
+  grep -L -E "^\[  PASSED  \]" "${logs[@]}" | sed 's/^/ended before its summary: /'
+  [ -z "$(grep -L -E "^\[  PASSED  \]" "${logs[@]}")" ] || status=1
+}
+
 while [ $# -gt 0 ]; do
   stage=$1
   shift
@@ -72,57 +119,35 @@ while [ $# -gt 0 ]; do
       gpu_tests gpu ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER}
       ;;
     transports)
-      export ASYNCTP_TEST_WORLD_SIZES=${WORLD_SIZES:-2}
-      for transport in nccl in-process; do
-        echo "== GPU tests on $transport, world sizes $ASYNCTP_TEST_WORLD_SIZES"
-        ASYNCTP_TEST_TRANSPORT=$transport gpu_tests "tests_$transport" ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} \
-          --gtest_output="json:$out/tests_$transport.json"
+      sizes=${WORLD_SIZES:-2}
+      for transport in ${TRANSPORTS:-nccl in-process}; do
+        echo "== GPU tests on $transport, world sizes $sizes"
+        list_suites "$out/${transport}_queue"
+        deadline=$((SECONDS + ${TESTS_TIMEOUT_S:-560}))
+        if [ $transport = nccl ]; then
+          run_suites nccl "$out/${transport}_queue" nccl "${gpu_list// /,}"
+        else
+          # shellcheck disable=SC2086  # a worker per GPU
+          run_suites in-process "$out/${transport}_queue" in-process $gpu_list
+        fi
       done
-      python3 "$(dirname "${BASH_SOURCE[0]}")/compare_outcomes.py" "$out/tests_nccl.json" "$out/tests_in-process.json" \
-        || status=1
+      [ "${TRANSPORTS:-nccl in-process}" != "nccl in-process" ] \
+        || python3 "$(dirname "${BASH_SOURCE[0]}")/compare_outcomes.py" --nccl "$out"/nccl_*.json \
+          --in-process "$out"/in-process_*.json || status=1
       ;;
     one-gpu-each)
       sizes=${WORLD_SIZES:-2,3,4}
       echo "== GPU tests in-process on one GPU each, world sizes $sizes"
-      # A line per suite, "Suite Suite.TestA:Suite.TestB"; each worker (a GPU) takes the next line
-      # until none is left.
-      queue=$out/one_gpu_queue
-      "$build/tests/asynctp_gpu_tests" --gtest_list_tests ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} \
-        | awk '/^[^ ]+\.( |$)/ { if (s != "") print s, t; s = $1; sub(/\.$/, "", s); t = "" }
-               /^  / { t = t (t == "" ? "" : ":") s "." $1 }
-               END { if (s != "") print s, t }' >"$queue.listed"
-      # The longest suites first (minutes each at world sizes 2-4), so that none starts last alone.
-      for long in FusedOps PipelinedOps SequentialOps Faults AutoOps Concurrency Inputs; do
-        grep "^$long " "$queue.listed"
-      done >"$queue"
-      grep -v -E "^(FusedOps|PipelinedOps|SequentialOps|Faults|AutoOps|Concurrency|Inputs) " "$queue.listed" >>"$queue"
+      list_suites "$out/one_gpu_queue"
       deadline=$((SECONDS + ${TESTS_TIMEOUT_S:-560}))
-      for gpu in $(echo "${CUDA_VISIBLE_DEVICES:-$(nvidia-smi --query-gpu=index --format=csv,noheader)}" | tr ',' ' '); do
-        (
-          while [ $SECONDS -lt $deadline ]; do
-            line=$(flock "$queue.lock" sh -c 'head -1 "$1"; sed -i 1d "$1"' _ "$queue")
-            [ -n "$line" ] || break
-            read -r suite filter <<<"$line"
-            CUDA_VISIBLE_DEVICES=$gpu ASYNCTP_TEST_TRANSPORT=in-process ASYNCTP_TEST_WORLD_SIZES=$sizes \
-              timeout $((deadline - SECONDS)) "$build/tests/asynctp_gpu_tests" --gtest_filter="$filter" \
-              >"$out/one_gpu_$suite.log" 2>&1
-            echo "$suite on GPU $gpu: exit $?"
-          done
-        ) &
-      done
-      wait
-      [ -s "$queue" ] && { echo "not reached: $(cut -d' ' -f1 "$queue" | tr '\n' ' ')"; status=1; }
-      grep -h -E "^\[  FAILED  \] [A-Z]" "$out"/one_gpu_*.log | sort -u | head -40
-      ! grep -q -E "^\[  FAILED  \]" "$out"/one_gpu_*.log || status=1
-      grep -L -E "^\[  PASSED  \]" "$out"/one_gpu_*.log | sed 's/^/ended before its summary: /'
-      [ -z "$(grep -L -E "^\[  PASSED  \]" "$out"/one_gpu_*.log)" ] || status=1
+      # shellcheck disable=SC2086  # a worker per GPU
+      run_suites in-process "$out/one_gpu_queue" one_gpu $gpu_list
       ;;
     repeat)
       runs=${1:?repeat needs a run count}
       shift
       sizes=${WORLD_SIZES:-2,3,4}
       echo "== ${GTEST_FILTER:?repeat needs GTEST_FILTER} in-process, world sizes $sizes, $runs runs over the GPUs"
-      gpu_list=$(echo "${CUDA_VISIBLE_DEVICES:-$(nvidia-smi --query-gpu=index --format=csv,noheader)}" | tr ',' ' ')
       n_gpus=$(echo $gpu_list | wc -w)
       i=0
       for gpu in $gpu_list; do
@@ -207,6 +232,7 @@ while [ $# -gt 0 ]; do
     bench)
       for kind in "bf16 --algorithms sequential,pipelined,fused,auto" \
                   "e4m3_tensor --dtype e4m3 --algorithms sequential,pipelined,auto" \
+                  "e4m3_fast --dtype e4m3 --fast-accum --algorithms sequential,pipelined,fused,auto" \
                   "e4m3_row --dtype e4m3 --scales row --algorithms sequential,pipelined,auto"; do
         read -r name args <<<"$kind"
         echo "== asynctp-bench --shapes seeds --op both $args"

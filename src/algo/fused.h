@@ -18,6 +18,16 @@ void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan
                              const std::vector<TensorRef>& outputs, const TensorRef& gathered_a, cudaStream_t stream,
                              const AgreeFn& agree, int chunks_per_rank);
 
+// The scaled op's, for what fused_scaled_unsupported returns "" for (tensor-wise e4m3 scales with
+// use_fast_accum, a bf16 output, gathered along M: the fused kernel's fp8 form); the rest runs
+// pipelined (ops dispatch). Each B's alpha, a_scale * b_scales[i], is made on the stream first.
+const char* fused_scaled_unsupported(const AllGatherMatmulPlan& plan);
+void fused_all_gather_scaled_matmul(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,
+                                    const std::vector<TensorRef>& bs, const TensorRef& a_scale,
+                                    const std::vector<TensorRef>& b_scales, const std::vector<TensorRef>& outputs,
+                                    const TensorRef& gathered_a, cudaStream_t stream, const AgreeFn& agree,
+                                    int chunks_per_rank);
+
 // matmul_reduce_scatter (scatter_dim 0, rows per rank a multiple of 256): one persistent GEMM whose
 // tiles of other ranks' rows are staged and pushed by the copy engine chunk by chunk, and whose own
 // tiles add the peers' chunks before the epilogue. Only where fused_rs_unsupported is "" (ops::

@@ -8,11 +8,13 @@
 #include "algo/overlap_resources.h"
 #include "algo/pipelined.h"
 #include "algo/resources.h"
+#include "algo/scaled_work.h"
 #include "comm/communicator_impl.h"
 #include "common/check.h"
 #include "common/element.h"
 #include "common/env.h"
 #include "kernels/fused/fused_gemm.h"
+#include "kernels/scale_product.h"
 
 namespace asynctp::algo {
 
@@ -44,9 +46,19 @@ void finish_tile_trace(Communicator& comm, const char* op, const kernels::fused:
 
 namespace {
 
+// The scaled op's scales (tensor-wise): a_scale, each B's, and each B's alpha (their product), made in
+// scratch once the ranks agree.
+struct FusedScales {
+  const float* a_scale = nullptr;
+  std::vector<const float*> b_scales;
+  float* alphas = nullptr;
+};
+
 kernels::fused::FusedGemmArgs gemm_args(Communicator& comm, const AllGatherMatmulPlan& plan, const void* a,
-                                     const TensorRef& b, const TensorRef& c, size_t i, cudaStream_t stream) {
+                                     const TensorRef& b, const TensorRef& c, size_t i, const FusedScales* scales,
+                                     cudaStream_t stream) {
   kernels::fused::FusedGemmArgs g;
+  if (scales != nullptr) g.alpha_ptr = scales->alphas + i;
   g.dtype = element_of(plan.dtype);
   g.b_layout = layout_of(plan.b_layout);
   g.M = plan.M;
@@ -61,23 +73,36 @@ kernels::fused::FusedGemmArgs gemm_args(Communicator& comm, const AllGatherMatmu
 
 // outputs[i] = a @ bs[i] with cuBLASLt, where the fused kernel cannot take the problem.
 void cublas_gemm(gemm::GemmRunner& runner, const AllGatherMatmulPlan& plan, const void* a, const TensorRef& b,
-                 const TensorRef& c, size_t i, cudaStream_t stream) {
+                 const TensorRef& c, size_t i, const FusedScales* scales, cudaStream_t stream) {
   gemm::Problem p{plan.M, plan.N[i], plan.K, plan.dtype, plan.b_layout};
+  if (scales != nullptr) {
+    run_scaled_gemm(runner, ScaledWork::of(plan.scaling, scales->a_scale), p, a, scales->a_scale, b.data,
+                    scales->b_scales[i], c.data, stream, 0);
+    return;
+  }
   runner.run(p, a, b.data, c.data, stream);
 }
 
 }  // namespace
 
-void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,
-                             const std::vector<TensorRef>& bs,
-                             const std::vector<TensorRef>& outputs, const TensorRef& gathered_a, cudaStream_t stream,
-                             const AgreeFn& agree, int chunks_per_rank) {
+namespace {
+
+// Both ops' body: `scales` is set for the scaled op (tensor-wise, fast accumulation), null otherwise.
+void run_fused_ag(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,
+                  const std::vector<TensorRef>& bs, const std::vector<TensorRef>& outputs, const TensorRef& gathered_a,
+                  cudaStream_t stream, const AgreeFn& agree, int chunks_per_rank, FusedScales* scales) {
   ASYNCTP_CHECK(!plan.gather_last, "fused all_gather_matmul: gather along the last dim runs pipelined "
                 "(ops::algorithm_that_runs)");
   kernels::fused::CallTimeline timeline(stream);
   timeline.mark("entry");
   agree();
   timeline.mark("agreed");
+  if (scales != nullptr) {
+    scales->alphas = static_cast<float*>(impl_of(comm).scratch_for(bs.size() * sizeof(float), stream));
+    for (size_t i = 0; i < bs.size(); ++i) {
+      kernels::scale_product(scales->a_scale, scales->b_scales[i], scales->alphas + i, stream);
+    }
+  }
   Communicator::Impl& m = impl_of(comm);
   const int ws = m.world_size, me = m.rank;
   const size_t es = dtype_size(plan.dtype);
@@ -87,11 +112,11 @@ void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan
 
   if (ws == 1) {
     for (size_t i = 0; i < bs.size(); ++i) {
-      kernels::fused::FusedGemmArgs g = gemm_args(comm, plan, a_shard.data, bs[i], outputs[i], i, stream);
+      kernels::fused::FusedGemmArgs g = gemm_args(comm, plan, a_shard.data, bs[i], outputs[i], i, scales, stream);
       if (*kernels::fused::fused_gemm_unsupported(g) == '\0') {
         kernels::fused::run_fused_gemm(g, stream);
       } else {
-        cublas_gemm(Resources::of(comm).gemm, plan, a_shard.data, bs[i], outputs[i], i, stream);
+        cublas_gemm(Resources::of(comm).gemm, plan, a_shard.data, bs[i], outputs[i], i, scales, stream);
       }
     }
     if (plan.return_a) {
@@ -114,7 +139,7 @@ void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan
   std::vector<kernels::fused::FusedGemmArgs> kernels_args;
   bool all_kernel = true;
   for (size_t i = 0; i < bs.size(); ++i) {
-    kernels_args.push_back(gemm_args(comm, plan, mine, bs[i], outputs[i], i, stream));
+    kernels_args.push_back(gemm_args(comm, plan, mine, bs[i], outputs[i], i, scales, stream));
     all_kernel = all_kernel && *kernels::fused::fused_gemm_unsupported(kernels_args.back()) == '\0';
   }
   // The kernel reads this rank's rows from the caller's tensor (which the plan has checked is 16-byte
@@ -225,7 +250,9 @@ void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan
       for (int j = 0; j < used_chunks; ++j) all.add(pr.arrived_flag(q, j), q);
     }
     pr.wait_ready(stream, all);
-    for (size_t i = 0; i < bs.size(); ++i) cublas_gemm(Resources::of(comm).gemm, plan, mine, bs[i], outputs[i], i, stream);
+    for (size_t i = 0; i < bs.size(); ++i) {
+      cublas_gemm(Resources::of(comm).gemm, plan, mine, bs[i], outputs[i], i, scales, stream);
+    }
   }
   timeline.mark("copies_enqueued");
   fan.join();
@@ -241,6 +268,37 @@ void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan
   }
   timeline.mark("end");
   if (all_kernel) finish_tile_trace(comm, "ag", kernels_args[0], timeline, stream);
+}
+
+}  // namespace
+
+void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,
+                             const std::vector<TensorRef>& bs, const std::vector<TensorRef>& outputs,
+                             const TensorRef& gathered_a, cudaStream_t stream, const AgreeFn& agree,
+                             int chunks_per_rank) {
+  run_fused_ag(comm, plan, a_shard, bs, outputs, gathered_a, stream, agree, chunks_per_rank, nullptr);
+}
+
+const char* fused_scaled_unsupported(const AllGatherMatmulPlan& plan) {
+  if (plan.gather_last) return "gathered along the last dim";
+  if (plan.scaling.rowwise) return "row-wise scales";
+  if (!plan.scaling.fast_accum) return "without use_fast_accum";
+  if (plan.scaling.b_dtype != DType::kFP8E4M3 || plan.dtype != DType::kFP8E4M3) return "an e5m2 input";
+  if (plan.scaling.out_dtype != DType::kBF16) return "an fp16 output";
+  return "";
+}
+
+void fused_all_gather_scaled_matmul(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,
+                                    const std::vector<TensorRef>& bs, const TensorRef& a_scale,
+                                    const std::vector<TensorRef>& b_scales, const std::vector<TensorRef>& outputs,
+                                    const TensorRef& gathered_a, cudaStream_t stream, const AgreeFn& agree,
+                                    int chunks_per_rank) {
+  const char* why = fused_scaled_unsupported(plan);
+  ASYNCTP_CHECK(*why == '\0', "fused all_gather_scaled_matmul: ", why, " runs pipelined (ops dispatch)");
+  FusedScales scales;
+  scales.a_scale = static_cast<const float*>(a_scale.data);
+  for (const TensorRef& b_scale : b_scales) scales.b_scales.push_back(static_cast<const float*>(b_scale.data));
+  run_fused_ag(comm, plan, a_shard, bs, outputs, gathered_a, stream, agree, chunks_per_rank, &scales);
 }
 
 }  // namespace asynctp::algo

@@ -93,7 +93,12 @@ void run_all_gather_scaled_matmul(Communicator& comm, const algo::AllGatherMatmu
                                   const std::vector<TensorRef>& outputs, const TensorRef& gathered_a,
                                   cudaStream_t stream, const algo::AgreeFn& agree) {
   run_guarded(comm, "all_gather_scaled_matmul", [&] {
-    if (chosen == Algorithm::kPipelined) {
+    if (chosen == Algorithm::kFused && *algo::fused_scaled_unsupported(plan) == '\0') {
+      algo::fused_all_gather_scaled_matmul(comm, plan, a_shard, bs, a_scale, b_scales, outputs, gathered_a, stream,
+                                           agree, chunks_per_rank);
+      return;
+    }
+    if (chosen == Algorithm::kPipelined || chosen == Algorithm::kFused) {  // fused's fallback, as unscaled
       algo::pipelined_all_gather_scaled_matmul(comm, plan, a_shard, bs, a_scale, b_scales, outputs, gathered_a, stream,
                                                agree, chunks_per_rank);
       return;
@@ -108,7 +113,7 @@ void run_scaled_matmul_reduce_scatter(Communicator& comm, const algo::MatmulRedu
                                       const TensorRef& a_scale, const TensorRef& b_scale, const TensorRef& output,
                                       cudaStream_t stream, const algo::AgreeFn& agree) {
   run_guarded(comm, "scaled_matmul_reduce_scatter", [&] {
-    if (chosen == Algorithm::kPipelined) {
+    if (chosen == Algorithm::kPipelined || chosen == Algorithm::kFused) {  // no fp8 fused reduce-scatter yet
       algo::pipelined_scaled_matmul_reduce_scatter(comm, plan, a, b, a_scale, b_scale, output, stream, agree,
                                                    chunks_per_rank);
       return;

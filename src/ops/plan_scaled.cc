@@ -16,9 +16,6 @@ constexpr const char* kScaledDtypes = "the scaled ops take fp8 A and B and give 
 bool is_fp8(DType t) { return t == DType::kFP8E4M3 || t == DType::kFP8E5M2; }
 
 void check_scaled_options(const char* op, const ScaledOpOptions& options) {
-  ASYNCTP_CHECK(options.algorithm != Algorithm::kFused, op,
-                ": options.algorithm is fused; the scaled ops run sequential and pipelined (the fused kernel is not "
-                "built for fp8 yet): expected sequential, pipelined or auto");
   ASYNCTP_CHECK(options.b_layout == BLayout::kColMajor, op,
                 ": options.b_layout is row-major; the scaled ops need B column-major ([N, K], K contiguous), as "
                 "cuBLASLt's fp8 GEMMs do");

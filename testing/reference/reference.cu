@@ -223,6 +223,11 @@ double tolerance(DType dtype, int terms) {
   return 2.0 * unit * (terms < 1 ? 1 : terms);
 }
 
+double fast_accum_tolerance(DType dtype, int terms, int64_t k) {
+  const double accumulation = std::sqrt(static_cast<double>(k < 1 ? 1 : k) / 1024.0) / 128.0;
+  return tolerance(dtype, terms) + accumulation * (terms < 1 ? 1 : terms);
+}
+
 struct Fp32Gemm::State {
   cublasLtHandle_t handle = nullptr;
   gemm::GemmRunner runner;

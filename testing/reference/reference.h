@@ -62,6 +62,11 @@ Comparison compare(const void* out, DType dtype, int64_t rows, int64_t cols, con
 // rounded to dtype (1 for a plain GEMM).
 double tolerance(DType dtype, int terms);
 
+// tolerance() for an fp8 GEMM with fast accumulation over `k` products a term: Hopper's fp8 tensor
+// cores then keep the running sum at reduced precision (no promotion to fp32 along K), whose error
+// grows about as sqrt(k); 2^-7 relative at k = 1024 covers what cuBLASLt's own fp8 GEMM shows.
+double fast_accum_tolerance(DType dtype, int terms, int64_t k);
+
 // C[M, N] = A[M, K] @ B[K, N], all fp32 row-major, fp32 arithmetic (no TF32), through cuBLASLt.
 class Fp32Gemm {
  public:

@@ -117,6 +117,65 @@ TEST(FusedKernel, SplitLastRoundMatchesReferenceAndRepeatsBitForBit) {
 }
 
 
+// The fp8 instantiation (e4m3 A and B, B column-major, a bf16 product, alpha read from the device as
+// a tensor-wise a_scale * b_scale), as a plain GEMM: whole tiles, a last round split along K and
+// ragged shapes, against the fp32 GEMM of the fp8 values read back; a second launch gives the same bits.
+TEST(FusedKernel, Fp8MatchesTheDequantisedReference) {
+  REQUIRE_GPUS(1);
+  RUN_RANKS(1, [](RankContext& ctx) {
+    auto comm = make_comm(ctx);
+    cudaStream_t s = nullptr;
+    RANK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    reference::Fp32Gemm fp32;
+    constexpr float kAlpha = 0.75f * 1.25f;  // exact in fp32
+    Buf alpha(sizeof(float));
+    RANK_CUDA(cudaMemcpy(alpha.p, &kAlpha, sizeof kAlpha, cudaMemcpyHostToDevice));
+    struct Shape {
+      int64_t M, N, K;
+    };
+    for (const Shape c : {Shape{256, 256, 4096}, Shape{1000, 528, 1024}, Shape{4096, 3584, 1024}, Shape{520, 272, 528}}) {
+      for (int max_splits : {kernels::fused::kMaxTailSplits, 1}) {
+        std::vector<char> bits[2];
+        for (std::vector<char>& got : bits) {
+          Buf a(c.M * c.K), b(c.K * c.N), out(c.M * c.N * 2), a32(c.M * c.K * 4), b32(c.K * c.N * 4), ref(c.M * c.N * 4);
+          const GenMatrix ga{31, 0, 0}, gb{32, 0, 0};
+          reference::fill(a.p, DType::kFP8E4M3, c.M, c.K, false, ga, 0, 0, s);
+          reference::fill(b.p, DType::kFP8E4M3, c.K, c.N, /*col_major=*/true, gb, 0, 0, s);
+          reference::fill_fp32_as(a32.f(), DType::kFP8E4M3, c.M, c.K, ga, 0, 0, s);
+          reference::fill_fp32_as(b32.f(), DType::kFP8E4M3, c.K, c.N, gb, 0, 0, s);
+          fp32.run(a32.f(), b32.f(), ref.f(), c.M, c.N, c.K, s);
+          reference::poison(out.p, c.M * c.N * 2, s);
+          kernels::fused::FusedGemmArgs g;
+          g.dtype = Element::kFP8E4M3;
+          g.b_layout = Layout::kColMajor;
+          g.M = c.M, g.N = c.N, g.K = c.K;
+          g.a = a.p, g.b = b.p, g.c = out.p;
+          g.alpha_ptr = alpha.f();
+          algo::attach_grid(*comm, g, s);
+          g.max_splits = max_splits;
+          RANK_CHECK(*kernels::fused::fused_gemm_unsupported(g) == '\0', "the kernel refused ", c.M, "x", c.N, "x", c.K);
+          kernels::fused::run_fused_gemm(g, s);
+          const auto cmp = reference::compare(out.p, DType::kBF16, c.M, c.N, ref.f(), c.N, 0, 0, kAlpha,
+                                              reference::tolerance(DType::kBF16, 1), s);
+          RANK_CHECK(cmp.ok(), "fp8 ", c.M, "x", c.N, "x", c.K, " max_splits=", max_splits, ": ", cmp.bad,
+                     " bad elements, max err ", cmp.max_abs_err, cmp.where());
+          RANK_CUDA(cudaStreamSynchronize(s));
+          got = host_copy(out, c.M * c.N * 2);
+        }
+        RANK_CHECK(bits[0] == bits[1], "fp8 ", c.M, "x", c.N, "x", c.K, ": two launches gave different bits");
+      }
+    }
+    // What the fp8 instantiation does not take is refused by name.
+    kernels::fused::FusedGemmArgs row_b;
+    row_b.dtype = Element::kFP8E4M3;
+    row_b.b_layout = Layout::kRowMajor;
+    row_b.M = row_b.N = row_b.K = 256;
+    RANK_CHECK(contains(kernels::fused::fused_gemm_unsupported(row_b), "column-major"), "a row-major fp8 B was taken");
+    cudaStreamDestroy(s);
+    return 0;
+  });
+}
+
 // Every instantiation (dtype, B layout, tile width), as the all-gather's GEMM of two "ranks" on one
 // GPU: rows [0, 512) are local; rows [512, 1024) hold stale values until, well after the launch, a copy
 // engine writes the right ones and then raises their flag. The kernel must still be running when the

@@ -1,8 +1,8 @@
 // The scaled ops (asynctp/scaled_ops.h) against a reference computed another way: the fp8 inputs read
 // back as fp32 (reference::fill_fp32_as), scaled by hand and multiplied by an fp32 GEMM. Tensor-wise
 // and row-wise scales, every gather and scatter dim, bf16 and fp16 outputs, e5m2 B, fast accumulation,
-// several Bs and the gathered A, sequential and pipelined, at every world size; and the refusals the plan
-// makes, on every rank.
+// several Bs and the gathered A, sequential, pipelined and fused, at every world size; and the refusals
+// the plan makes, on every rank.
 #include <string>
 #include <vector>
 
@@ -163,12 +163,20 @@ int every_scaled_case(RankContext& ctx) {
   reference::Fp32Gemm fp32;
   const int ws = ctx.world_size;
   int n = 0;
-  // Sequential, and pipelined in two chunks per rank (a chunk of 33 rows is cut unevenly).
-  ScaledOpOptions sequential, pipelined;
+  // Sequential, pipelined in two chunks per rank (a chunk of 33 rows is cut unevenly), and fused: the
+  // fused kernel's fp8 form where the scales are tensor-wise with fast accumulation, else pipelined.
+  ScaledOpOptions sequential, pipelined, fused;
   sequential.algorithm = Algorithm::kSequential;
   pipelined.algorithm = Algorithm::kPipelined;
   pipelined.chunks_per_rank = 2;
-  for (const ScaledOpOptions& o : {sequential, pipelined}) {
+  fused.algorithm = Algorithm::kFused;
+  for (const ScaledOpOptions& o : {sequential, pipelined, fused}) {
+    // Tensor-wise with fast accumulation: the fused kernel's; 33 rows a rank put tiles across ranks.
+    run_scaled_ag_case(*comm, ScaledAgCase{33, 128, 80, false, false, false, true, 1, DType::kFP8E4M3, DType::kBF16},
+                       o, st.s, fp32);
+    run_scaled_ag_case(*comm, ScaledAgCase{256, 512, 384, false, false, true, true, 2, DType::kFP8E4M3, DType::kBF16},
+                       o, st.s, fp32);
+    n += 2;
     // K = 48 per rank gathers to 96-192 (multiples of 16); 33 rows per rank and N = 80 are odd for the tiles.
     for (const bool rowwise : {false, true}) {
       for (const DType out : {DType::kBF16, DType::kFP16}) {

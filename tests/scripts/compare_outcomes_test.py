@@ -30,14 +30,20 @@ class CompareOutcomes(unittest.TestCase):
     def tearDown(self):
         self.dir.cleanup()
 
+    def write(self, name, content):
+        path = os.path.join(self.dir.name, name)
+        with open(path, "w") as f:
+            json.dump(content, f)
+        return path
+
     def run_on(self, nccl, in_process):
-        paths = []
-        for name, content in (("nccl.json", nccl), ("in_process.json", in_process)):
-            path = os.path.join(self.dir.name, name)
-            with open(path, "w") as f:
-                json.dump(content, f)
-            paths.append(path)
-        done = subprocess.run([sys.executable, SCRIPT, *paths], capture_output=True, text=True)
+        """Each side a report or a list of reports (one per suite)."""
+        sides = []
+        for side, reports in (("nccl", nccl), ("in_process", in_process)):
+            reports = reports if isinstance(reports, list) else [reports]
+            sides.append([self.write(f"{side}_{i}.json", r) for i, r in enumerate(reports)])
+        done = subprocess.run([sys.executable, SCRIPT, "--nccl", *sides[0], "--in-process", *sides[1]],
+                              capture_output=True, text=True)
         return done.returncode, done.stdout.splitlines()
 
     def test_the_same_passes_on_both_is_no_failure(self):
@@ -64,6 +70,17 @@ class CompareOutcomes(unittest.TestCase):
         rc, lines = self.run_on(report(Share_A="skipped"), report(Share_A="failed"))
         self.assertEqual(rc, 1)
         self.assertIn("ran on in-process only (failed): Share.A", lines)
+
+    def test_reports_of_one_side_are_read_together(self):
+        rc, lines = self.run_on(report(Ops_A="passed", Faults_B="passed"),
+                                [report(Ops_A="passed"), report(Faults_B="failed")])
+        self.assertEqual(rc, 1)
+        self.assertIn("differs: Faults.B: nccl passed, in-process failed", lines)
+
+    def test_a_suite_with_no_report_on_one_side_is_listed_not_failed(self):
+        rc, lines = self.run_on([report(Ops_A="passed")], [report(Ops_A="passed"), report(Late_B="passed")])
+        self.assertEqual(rc, 0, lines)
+        self.assertIn("ran on in-process only (passed): Late.B", lines)
 
 
 if __name__ == "__main__":

@@ -40,11 +40,12 @@ TEST(BenchCli, EveryOption) {
 }
 
 TEST(BenchCli, Fp8TakesItsScalesAndAColumnMajorB) {
-  const Args a = parse_args({"--dtype", "e4m3", "--scales", "row", "--algorithms", "sequential,pipelined,auto"});
+  const Args a = parse_args({"--dtype", "e4m3", "--scales", "row", "--algorithms", "sequential,pipelined,fused,auto"});
   EXPECT_EQ(a.dtype, DType::kFP8E4M3);
   EXPECT_TRUE(a.rowwise_scales);
   EXPECT_EQ(a.b_layout, BLayout::kColMajor);  // without --b-layout
   EXPECT_FALSE(parse_args({"--dtype", "e4m3"}).rowwise_scales);
+  EXPECT_TRUE(parse_args({"--dtype", "e4m3", "--fast-accum"}).fast_accum);
 }
 
 TEST(BenchCli, BadValuesNameTheOption) {
@@ -70,9 +71,8 @@ TEST(BenchCli, BadValuesNameTheOption) {
   EXPECT_NE(msg({"--dtype", "e5m2"}).find("--dtype 'e5m2' is not valid; expected bf16, fp16 or e4m3"), std::string::npos);
   EXPECT_NE(msg({"--scales", "block"}).find("--scales 'block' is not valid; expected tensor or row"), std::string::npos);
   EXPECT_NE(msg({"--scales", "row"}).find("--scales is for --dtype e4m3 only"), std::string::npos);
+  EXPECT_NE(msg({"--fast-accum"}).find("--fast-accum is for --dtype e4m3 only"), std::string::npos);
   EXPECT_NE(msg({"--dtype", "e4m3", "--b-layout", "row"}).find("fp8 B is column-major only"), std::string::npos);
-  EXPECT_NE(msg({"--dtype", "e4m3", "--algorithms", "sequential,fused"}).find("the fused kernel has no fp8 form"),
-            std::string::npos);
   // Numbers past what the option's int holds are refused, not cut to 32 bits (4294967298 was 2 GPUs,
   // 4294967296 iterations 0, 4294967297 chunks 1).
   EXPECT_NE(msg({"--gpus", "4294967298"}).find("--gpus '4294967298' is not valid; expected an integer from 1 to"),

@@ -26,20 +26,23 @@ namespace {
 struct Fp8Scales {
   int64_t a_count, b_count;
   int64_t b_offset;  // B's start in floats, 256-byte aligned as cuBLASLt wants scale vectors
+  int64_t product_offset;  // tensor-wise: a_scale * b_scale, the fused kernel's alpha
   DeviceBuffer buf;
   Fp8Scales(const CaseSetup& s, int64_t M, int64_t N, cudaStream_t stream)
       : a_count(s.rowwise_scales ? M : 1), b_count(s.rowwise_scales ? N : 1), b_offset((a_count + 63) / 64 * 64),
-        buf(static_cast<size_t>(b_offset + b_count) * sizeof(float), stream) {
-    std::vector<float> host(static_cast<size_t>(b_offset + b_count), 0.0f);
+        product_offset(b_offset + b_count), buf(static_cast<size_t>(product_offset + 1) * sizeof(float), stream) {
+    std::vector<float> host(static_cast<size_t>(product_offset + 1), 0.0f);
     for (int64_t i = 0; i < a_count; ++i) host[i] = s.rowwise_scales ? 0.5f + static_cast<float>(i % 7) * 0.125f : 0.75f;
     for (int64_t j = 0; j < b_count; ++j) {
       host[b_offset + j] = s.rowwise_scales ? 0.5f + static_cast<float>((j + 3) % 7) * 0.125f : 1.25f;
     }
+    host[product_offset] = host[0] * host[b_offset];
     ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(buf.p, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice, stream));
     ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(stream));  // `host` goes out of scope
   }
   float* a() const { return buf.f(); }
   float* b() const { return buf.f() + b_offset; }
+  float* product() const { return buf.f() + product_offset; }
 };
 
 constexpr size_t kFlushBytes = 512u << 20;  // several times the H100/H200 L2
@@ -121,6 +124,7 @@ CaseSetup setup_of(const Args& args) {
   CaseSetup s;
   s.dtype = args.dtype;
   s.rowwise_scales = args.rowwise_scales;
+  s.fast_accum = args.fast_accum;
   s.gather_last = args.gather_last;
   s.scatter_last = args.scatter_last;
   s.b_layout = args.b_layout;
@@ -262,6 +266,7 @@ CaseResult run_case(RankContext& ctx, Communicator& comm, const CaseSetup& args,
   gemm::GemmRunner& runner = algo::Resources::of(comm).gemm;
   if (scaled) {
     p.scaled = true, p.b_dtype = args.dtype, p.out_dtype = out_dtype, p.rowwise = args.rowwise_scales;
+    p.fast_accum = args.fast_accum;
     timed.push_back([&] { runner.run_scaled(p, ga.p, scales.a(), gb.p, scales.b(), gc.p, stream); });
   } else {
     timed.push_back([&] { runner.run(p, ga.p, gb.p, gc.p, stream); });
@@ -272,7 +277,10 @@ CaseResult run_case(RankContext& ctx, Communicator& comm, const CaseSetup& args,
   g.a = ga.p, g.b = gb.p, g.c = gc.p;
   // rs: the partial GEMM with the reduce-scatter's tile width, no staging or reduction.
   if (!ag) g.tile_n = static_cast<int>(kernels::fused::kRsTileN);
-  if (args.time_fused_gemm && *kernels::fused::fused_gemm_unsupported(g) == '\0') {
+  // fp8: the fused kernel's fp8 form accumulates fast and takes a tensor-wise alpha from the device.
+  const bool fp8_fused = scaled && args.fast_accum && !args.rowwise_scales;
+  if (fp8_fused) g.alpha_ptr = scales.product();
+  if ((scaled ? fp8_fused : args.time_fused_gemm) && *kernels::fused::fused_gemm_unsupported(g) == '\0') {
     algo::attach_grid(comm, g, stream);
     timed.push_back([&] { kernels::fused::run_fused_gemm(g, stream); });
     results.push_back(&result.fused_gemm_us);
@@ -300,6 +308,7 @@ CaseResult run_case(RankContext& ctx, Communicator& comm, const CaseSetup& args,
     ScaledOpOptions scaled_options;
     scaled_options.algorithm = options.algorithm;
     scaled_options.chunks_per_rank = options.chunks_per_rank;
+    scaled_options.use_fast_accum = args.fast_accum;
     auto call = [&, options, scaled_options] {
       if (scaled && ag) {
         all_gather_scaled_matmul(comm, ta, {tb}, ta_scale, {tb_scale}, dim, {tout}, TensorRef{}, stream, scaled_options);
@@ -312,10 +321,15 @@ CaseResult run_case(RankContext& ctx, Communicator& comm, const CaseSetup& args,
       }
     };
     reference::poison(out.p, out_rows * out_cols * out_es, stream);
+    // rs sums ws partial GEMMs of K / ws products each, rounded to the output type.
+    const int terms = ag ? 1 : ws;
+    const double tolerance = scaled && args.fast_accum
+                                 ? reference::fast_accum_tolerance(out_dtype, terms, ag ? K : kl)
+                                 : reference::tolerance(out_dtype, terms);
     try {
       call();
       const auto cmp = reference::compare(out.p, out_dtype, out_rows, out_cols, ref.f(), N, out_row0, out_col0, 1.0f,
-                                          reference::tolerance(out_dtype, ag ? 1 : ws), stream);
+                                          tolerance, stream);
       // Correct only where every rank's slice is.
       bool all_ok = true;
       for (const auto& v : ctx.allgather(std::to_string(cmp.ok()) + " " + std::to_string(cmp.max_abs_err))) {

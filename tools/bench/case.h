@@ -23,7 +23,7 @@ struct Candidate {
 
 struct CaseSetup {
   DType dtype = DType::kBF16;  // kFP8E4M3: the scaled ops (bf16 output)
-  bool rowwise_scales = false;
+  bool rowwise_scales = false, fast_accum = false;
   bool gather_last = false, scatter_last = false;
   BLayout b_layout = BLayout::kRowMajor;
   bool flush_l2 = false;

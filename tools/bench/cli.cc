@@ -31,11 +31,13 @@ const char* const kUsage =
     "  --op ag|rs|both      all_gather_matmul, matmul_reduce_scatter or both (default both)\n"
     "  --dtype bf16|fp16|e4m3\n"
     "                       input type (default bf16); the output is of the same type, but for e4m3:\n"
-    "                       fp8 A and B, B column-major, bf16 output, the scaled ops (sequential,\n"
-    "                       pipelined or auto; the fused kernel has no fp8 form yet), the GEMM alone\n"
+    "                       fp8 A and B, B column-major, bf16 output, the scaled ops, the GEMM alone\n"
     "                       cuBLASLt's fp8 GEMM\n"
     "  --scales tensor|row  e4m3's scales: one per tensor, or one per row of A and one per column of\n"
     "                       B (default tensor)\n"
+    "  --fast-accum         e4m3: use_fast_accum, in the ops and in cuBLASLt's GEMM alone. Fused runs\n"
+    "                       the fused kernel's fp8 form only for ag with tensor-wise scales and this\n"
+    "                       (else pipelined), and the kernel is then also timed as a GEMM alone\n"
     "  --gather-dim 0|last  how A is sharded for ag (default 0: along M)\n"
     "  --scatter-dim 0|last how the output is scattered for rs (default 0: along M)\n"
     "  --b-layout row|col   B as [K, N] row-major or [N, K] (nn.Linear's weight) (default row)\n"
@@ -129,6 +131,10 @@ Args parse_args(const std::vector<std::string>& argv) {
       a.flush_l2 = true;
       continue;
     }
+    if (f == "--fast-accum") {
+      a.fast_accum = true;
+      continue;
+    }
     if (f.rfind("--", 0) != 0) throw Error("asynctp-bench: unexpected argument '" + f + "' (see --help)");
     if (i + 1 >= argv.size()) throw Error("asynctp-bench: " + f + " needs a value (see --help)");
     const std::string& v = argv[++i];
@@ -186,19 +192,14 @@ Args parse_args(const std::vector<std::string>& argv) {
     }
   }
   if (a.dtype == DType::kFP8E4M3) {
-    // The fp8 GEMMs take B column-major only, and the fused kernel has no fp8 form.
+    // The fp8 GEMMs take B column-major only.
     if (b_layout_given && a.b_layout != BLayout::kColMajor) {
       throw Error("asynctp-bench: --b-layout row with --dtype e4m3: fp8 B is column-major only (--b-layout col)");
     }
     a.b_layout = BLayout::kColMajor;
-    for (Algorithm algorithm : a.algorithms) {
-      if (algorithm == Algorithm::kFused) {
-        throw Error("asynctp-bench: --algorithms fused with --dtype e4m3: the fused kernel has no fp8 form yet "
-                    "(sequential, pipelined or auto)");
-      }
-    }
-  } else if (scales_given) {
-    throw Error("asynctp-bench: --scales is for --dtype e4m3 only");
+  } else if (scales_given || a.fast_accum) {
+    throw Error(std::string("asynctp-bench: ") + (scales_given ? "--scales" : "--fast-accum") +
+                " is for --dtype e4m3 only");
   }
   return a;
 }

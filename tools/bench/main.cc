@@ -43,7 +43,8 @@ void report(RankContext& ctx, const Args& args, const Shape& s, bool ag, const C
   const std::string dtype_text =
       std::string(dtype_name(args.dtype)) +
       (args.dtype == DType::kFP8E4M3 ? (args.rowwise_scales ? " -> bf16, row-wise scales" : " -> bf16, tensor-wise scales")
-                                     : "");
+                                     : "") +
+      (args.fast_accum ? ", fast accumulation" : "");
   std::printf("\n%s %s  (world %d, %s, %s_dim %s, B %s)   GEMM alone %.1f us, %s alone %.1f us\n",
               ag ? "all_gather_matmul" : "matmul_reduce_scatter", shape_text(s).c_str(), ws, dtype_text.c_str(),
               ag ? "gather" : "scatter", dim_name, col ? "col-major" : "row-major", res.gemm_us,
@@ -74,7 +75,9 @@ void report(RankContext& ctx, const Args& args, const Shape& s, bool ag, const C
     if (row.candidate.options.algorithm == Algorithm::kAuto) j.add("auto_choice", label.substr(5));
     j.add("M", s.M).add("N", s.N).add("K", s.K);
     j.add("world_size", ws).add("dtype", dtype_name(args.dtype));
-    if (args.dtype == DType::kFP8E4M3) j.add("scales", args.rowwise_scales ? "row" : "tensor");
+    if (args.dtype == DType::kFP8E4M3) {
+      j.add("scales", args.rowwise_scales ? "row" : "tensor").add("fast_accum", args.fast_accum);
+    }
     j.add("dim", dim_name);
     j.add("b_layout", col ? "col" : "row").add("median_us", row.median_us).add("tflops", tflops);
     j.add("max_abs_err", row.max_err).add("correct", row.correct).add("gemm_alone_us", res.gemm_us);

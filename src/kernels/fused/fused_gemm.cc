@@ -73,7 +73,9 @@ void launch_typed(const FusedGemmArgs& a, int tile_n, cudaStream_t stream) {
 template <bool kLoad>
 void launch_dispatch(const FusedGemmArgs& a, int tile_n, cudaStream_t stream) {
   const bool row_b = a.b_layout == Layout::kRowMajor;
-  if (a.dtype == Element::kBF16) {
+  if (a.dtype == Element::kFP8E4M3) {  // one instantiation (fused_gemm_unsupported keeps the others out)
+    launch_one<kLoad, Element::kFP8E4M3, Layout::kColMajor, 256>(a, stream);
+  } else if (a.dtype == Element::kBF16) {
     row_b ? launch_typed<kLoad, Element::kBF16, Layout::kRowMajor>(a, tile_n, stream)
           : launch_typed<kLoad, Element::kBF16, Layout::kColMajor>(a, tile_n, stream);
   } else {
@@ -117,7 +119,14 @@ int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits) {
 }
 
 const char* fused_gemm_unsupported(const FusedGemmArgs& a) {
-  if (a.dtype != Element::kBF16 && a.dtype != Element::kFP16) return "the fused kernel takes bf16 or fp16";
+  if (a.dtype == Element::kFP8E4M3) {
+    if (a.b_layout != Layout::kColMajor) return "the fused kernel takes fp8 B column-major only";
+    if (a.rs.rank >= 0) return "the fused kernel has no fp8 reduce-scatter";
+    if (a.tile_n != 0 && a.tile_n != 256) return "the fused kernel's fp8 tiles are 256 wide";
+    if (a.N % 16 != 0 || a.K % 16 != 0) return "the fused kernel needs fp8 N and K to be multiples of 16";
+  } else if (a.dtype != Element::kBF16 && a.dtype != Element::kFP16) {
+    return "the fused kernel takes bf16, fp16 or fp8 e4m3";
+  }
   if (a.N % 8 != 0 || a.K % 8 != 0) return "the fused kernel needs N and K to be multiples of 8 (16-byte rows for TMA)";
   constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
   if (a.M > kMax || a.N > kMax || a.K > kMax) return "the fused kernel indexes M, N and K with 32-bit integers";
@@ -149,6 +158,10 @@ void load_fused_gemm_kernels() {
       }
     }
   }
+  FusedGemmArgs fp8;
+  fp8.dtype = Element::kFP8E4M3;
+  fp8.b_layout = Layout::kColMajor;
+  launch_dispatch</*kLoad=*/true>(fp8, 256, nullptr);
 }
 
 void run_fused_gemm(const FusedGemmArgs& args, cudaStream_t stream) {
@@ -164,7 +177,10 @@ void run_fused_gemm(const FusedGemmArgs& args, cudaStream_t stream) {
                 kRsTileN);
   ASYNCTP_CHECK(!a.rs.reduce_in_epilogue || (a.rs.rank >= 0 && a.rs.world == 2),
                 "fused reduce-scatter: the reduction in the epilogue takes two ranks, not ", a.rs.world);
-  const int tile_n = a.tile_n != 0 ? a.tile_n : a.rs.rank >= 0 ? static_cast<int>(kRsTileN) : tile_n_for(a);
+  const int tile_n = a.tile_n != 0                      ? a.tile_n
+                     : a.rs.rank >= 0                    ? static_cast<int>(kRsTileN)
+                     : a.dtype == Element::kFP8E4M3 ? 256
+                                                          : tile_n_for(a);
   launch_dispatch</*kLoad=*/false>(a, tile_n, stream);
 }
 

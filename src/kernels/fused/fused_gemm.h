@@ -19,7 +19,7 @@
 namespace asynctp::kernels::fused {
 
 struct FusedGemmArgs {
-  Element dtype = Element::kBF16;      // A, B and C
+  Element dtype = Element::kBF16;      // A and B, and C but where A and B are fp8 (C bf16 then)
   Layout b_layout = Layout::kRowMajor;  // B: [K, N] row-major or [N, K] column-major
   int64_t M = 0, N = 0, K = 0;
   const void* a = nullptr;        // A [M, K], row-major: rows appear as their chunk flags are set
@@ -30,6 +30,8 @@ struct FusedGemmArgs {
   int64_t c_row0 = 0;             // reduce-scatter: the first of this rank's rows; else 0
   float alpha = 1.0f;
   uint32_t unused0 = 0;  // no padding anywhere here: a kept launch is found by comparing bytes (same_launch)
+  // Where set, alpha is read from this device float as the kernel starts (fp8: a_scale * b_scale).
+  const float* alpha_ptr = nullptr;
   ChunkFlags chunks;              // chunks.flags null: every row of `a` is in place (a plain GEMM)
   int band_m = 0;                 // tile order (async_input_scheduler.cuh); 0 picks the default
   int tile_n = 0;                 // 192 or 256; 0 picks it (pick_tile_n; a reduce-scatter's is kRsTileN)

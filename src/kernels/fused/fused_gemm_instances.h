@@ -34,6 +34,7 @@ ASYNCTP_AG_GEMM_DECLARE(kBF16, kRowMajor, 192)
 ASYNCTP_AG_GEMM_DECLARE(kBF16, kColMajor, 192)
 ASYNCTP_AG_GEMM_DECLARE(kFP16, kRowMajor, 192)
 ASYNCTP_AG_GEMM_DECLARE(kFP16, kColMajor, 192)
+ASYNCTP_AG_GEMM_DECLARE(kFP8E4M3, kColMajor, 256)  // fp8: B column-major, a bf16 product
 #undef ASYNCTP_AG_GEMM_DECLARE
 
 // ReduceScatterTiles::reduce_in_epilogue (tiles kRsTileN wide).

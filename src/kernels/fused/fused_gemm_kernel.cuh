@@ -43,7 +43,12 @@
 namespace asynctp::kernels::fused {
 
 template <Element kElement>
-using CutlassElement = std::conditional_t<kElement == Element::kBF16, cutlass::bfloat16_t, cutlass::half_t>;
+using CutlassElement = std::conditional_t<
+    kElement == Element::kBF16, cutlass::bfloat16_t,
+    std::conditional_t<kElement == Element::kFP16, cutlass::half_t, cutlass::float_e4m3_t>>;
+// The product's element: the inputs', but bf16 for fp8 inputs.
+template <class Element>
+using ProductElement = std::conditional_t<sizeof(Element) == 1, cutlass::bfloat16_t, Element>;
 // asynctp's kRowMajor B is [K, N] with N contiguous: CUTLASS's RowMajor B. kColMajor ([N, K]) is its ColumnMajor.
 template <Layout kLayoutB>
 using CutlassLayoutB =
@@ -53,7 +58,9 @@ template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue = fal
 struct FusedGemmKernel {
   using TileShape = cute::Shape<cute::_128, cute::Int<kTileN>, cute::Int<static_cast<int>(kTileK)>>;
   using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
-  static constexpr int kAlign = 16 / sizeof(Element);  // elements per 16 bytes: what TMA needs
+  using ElementD = ProductElement<Element>;
+  static constexpr int kAlign = 16 / sizeof(Element);    // elements per 16 bytes: what TMA needs
+  static constexpr int kAlignD = 16 / sizeof(ElementD);
   static_assert(cute::size<0>(TileShape{}) == kTileRows, "kTileRows (tile_shape.h) must match the tile's M");
   static_assert(!kReduceInEpilogue || kTileN == kRsTileN, "a reduce-scatter's tiles are kRsTileN wide");
 
@@ -64,23 +71,29 @@ struct FusedGemmKernel {
   using BuiltEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float,
-      ElementC, cutlass::layout::RowMajor, kAlign,
-      Element, cutlass::layout::RowMajor, kAlign,
+      ElementC, cutlass::layout::RowMajor, kAlignD,
+      ElementD, cutlass::layout::RowMajor, kAlignD,
       cutlass::epilogue::TmaWarpSpecializedCooperative>::CollectiveOp;
-  using Epilogue = std::conditional_t<kReduceInEpilogue, ReduceScatterEpilogue<BuiltEpilogue<Element>, BuiltEpilogue<void>>,
+  using Epilogue = std::conditional_t<kReduceInEpilogue, ReduceScatterEpilogue<BuiltEpilogue<ElementD>, BuiltEpilogue<void>>,
                                       RowWindowEpilogue<BuiltEpilogue<void>>>;
 
+  // fp8 accumulates fast (WGMMA's own accumulation, no promotion to a second set of fp32
+  // registers): with the promotion, 128 x 256 tiles spill 1.8 KB of registers a thread.
+  using MainloopSchedule = std::conditional_t<sizeof(Element) == 1,
+                                              cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum,
+                                              cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
   using BaseMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
       Element, cutlass::layout::RowMajor, kAlign,
       Element, LayoutB, kAlign,
       float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-      cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
+      MainloopSchedule>::CollectiveOp;
   using Mainloop = AsyncInputMainloop<BaseMainloop>;
 
+  // The scheduler's element is what it stages and reduces: the product's.
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
-                                                      AsyncInputSchedule<Element>>;
+                                                      AsyncInputSchedule<ElementD>>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
 
@@ -154,6 +167,7 @@ template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue>
 typename FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>::Gemm::Arguments cutlass_arguments(const FusedGemmArgs& a) {
   using K = FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>;
   using Kernel = typename K::Kernel;
+  using ElementD = typename K::ElementD;
   static_assert(cute::size<0>(typename K::TileShape{}) * cute::size<0>(typename K::ClusterShape{}) == kClusterRows,
                 "kClusterRows (fused_gemm.h) must match the tile and cluster shape");
 
@@ -183,9 +197,9 @@ typename FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>::Gemm::Arg
     auto& own = args.epilogue.own;
     own.thread.alpha = a.alpha;
     own.thread.beta = a.alpha;
-    own.ptr_C = reinterpret_cast<const Element*>(rs.inbox) + (1 - rs.rank) * m * a.N;
+    own.ptr_C = reinterpret_cast<const ElementD*>(rs.inbox) + (1 - rs.rank) * m * a.N;
     own.dC = packed_stride<typename Kernel::StrideC>(m, a.N);
-    own.ptr_D = static_cast<Element*>(a.c);
+    own.ptr_D = static_cast<ElementD*>(a.c);
     own.dD = packed_stride<typename Kernel::StrideD>(m, a.N);
     own.row0 = static_cast<int32_t>(a.c_row0);
     own.rows = static_cast<int32_t>(m);
@@ -194,8 +208,8 @@ typename FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>::Gemm::Arg
     staged.thread.beta = 0.0f;
     staged.ptr_C = nullptr;
     const int64_t peer = 1 - rs.rank;
-    staged.ptr_D = rs.push_inbox != nullptr ? reinterpret_cast<Element*>(rs.push_inbox)
-                                            : reinterpret_cast<Element*>(rs.staging) + peer * m * a.N;
+    staged.ptr_D = rs.push_inbox != nullptr ? reinterpret_cast<ElementD*>(rs.push_inbox)
+                                            : reinterpret_cast<ElementD*>(rs.staging) + peer * m * a.N;
     staged.dD = packed_stride<typename Kernel::StrideD>(m, a.N);
     staged.row0 = static_cast<int32_t>(peer * m);
     staged.rows = static_cast<int32_t>(m);
@@ -204,9 +218,10 @@ typename FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>::Gemm::Arg
     // c holds rows [c_row0, c_row0 + rows) of the product: a reduce-scatter's rank's rows, or all.
     const int64_t rows = a.rs.rank >= 0 ? a.rs.rows_per_rank : a.M - a.c_row0;
     args.epilogue.thread.alpha = a.alpha;
+    args.epilogue.thread.alpha_ptr = a.alpha_ptr;
     args.epilogue.thread.beta = 0.0f;
     args.epilogue.ptr_C = nullptr;
-    args.epilogue.ptr_D = static_cast<Element*>(a.c);
+    args.epilogue.ptr_D = static_cast<ElementD*>(a.c);
     args.epilogue.dD = packed_stride<typename Kernel::StrideD>(rows, a.N);
     args.epilogue.row0 = static_cast<int32_t>(a.c_row0);
     args.epilogue.rows = static_cast<int32_t>(rows);
