@@ -85,7 +85,7 @@ std::string shape_string(const TensorRef& t) { return shape_of(t.shape, t.ndim);
 
 void check_options(const char* op, const OpOptions& options) {
   const Algorithm a = options.algorithm;
-  // The plan does not depend on the algorithm (ops.cc makes kAuto concrete before planning).
+  // The plan does not depend on the algorithm (ops.cc makes kAuto concrete afterwards, from the plan).
   ASYNCTP_CHECK(a == Algorithm::kSequential || a == Algorithm::kPipelined || a == Algorithm::kFused ||
                     a == Algorithm::kAuto, op,
                 ": options.algorithm is ", static_cast<int>(a), "; expected sequential, pipelined, fused or auto");

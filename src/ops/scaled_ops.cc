@@ -14,10 +14,11 @@
 namespace asynctp {
 namespace {
 
-// auto takes sequential: the tuning caches hold no fp8 measurements yet.
-ScaledOpOptions chosen(const ScaledOpOptions& requested) {
+// kAuto made concrete as for the unscaled ops (ops::choose), from the planned call's key.
+template <typename KeyFn>
+ScaledOpOptions chosen(Communicator& comm, const ScaledOpOptions& requested, std::string& refusal, KeyFn key_fn) {
   ScaledOpOptions options = requested;
-  if (options.algorithm == Algorithm::kAuto) options.algorithm = Algorithm::kSequential;
+  static_cast<OpOptions&>(options) = ops::choose(comm, requested, refusal, key_fn);
   if (options.algorithm == Algorithm::kSequential) options.chunks_per_rank = 0;
   return options;
 }
@@ -46,9 +47,7 @@ void all_gather_scaled_matmul(Communicator& comm, const TensorRef& a_shard, cons
 
   std::string refusal;
   algo::AllGatherMatmulPlan plan;
-  const ScaledOpOptions options = chosen(requested);
   ops::unless_refused(refusal, [&] {
-    ops::check_runs_here(comm, op, options.algorithm);
     plan = ops::plan_all_gather_scaled_matmul(comm.world_size(), a_shard, bs, a_scale, b_scales, gather_dim, outputs,
                                               gathered_a, requested);
     ops::NamedInputs all{{"a_shard", a_shard}, {"a_scale", a_scale}, {"gathered_a", gathered_a}};
@@ -60,6 +59,9 @@ void all_gather_scaled_matmul(Communicator& comm, const TensorRef& a_shard, cons
     ops::check_on_this_gpu(comm, op, all);
     ops::check_not_in_workspace(comm, op, all);
   });
+  const ScaledOpOptions options =
+      chosen(comm, requested, refusal, [&] { return tune::key_of(plan, comm.world_size(), impl_of(comm).gpu_name); });
+  ops::unless_refused(refusal, [&] { ops::check_runs_here(comm, op, options.algorithm); });
   ops::Signature signature = ops::signature_of(op, a_shard, bs, gather_dim, options, gathered_a.defined() ? 1 : 0);
   add_scaling(signature, plan.scaling);
   // The NaN scan (ASYNCTP_CHECK_NAN) reads 16-bit inputs; fp8 ones are not scanned.
@@ -79,15 +81,16 @@ void scaled_matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const 
 
   std::string refusal;
   algo::MatmulReduceScatterPlan plan;
-  const ScaledOpOptions options = chosen(requested);
   ops::unless_refused(refusal, [&] {
-    ops::check_runs_here(comm, op, options.algorithm);
     plan = ops::plan_scaled_matmul_reduce_scatter(comm.world_size(), a, b, a_scale, b_scale, scatter_dim, reduce_op,
                                                   output, requested);
     const ops::NamedInputs all{{"a", a}, {"b", b}, {"a_scale", a_scale}, {"b_scale", b_scale}, {"output", output}};
     ops::check_on_this_gpu(comm, op, all);
     ops::check_not_in_workspace(comm, op, all);
   });
+  const ScaledOpOptions options =
+      chosen(comm, requested, refusal, [&] { return tune::key_of(plan, comm.world_size(), impl_of(comm).gpu_name); });
+  ops::unless_refused(refusal, [&] { ops::check_runs_here(comm, op, options.algorithm); });
   ops::Signature signature = ops::signature_of(op, a, {b}, scatter_dim, options, static_cast<int64_t>(reduce_op));
   add_scaling(signature, plan.scaling);
   const algo::AgreeFn agreed = ops::agree(comm, op, std::move(signature), options, stream, refusal, {});

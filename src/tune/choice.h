@@ -15,15 +15,29 @@ namespace asynctp::tune {
 enum class Op { kAllGatherMatmul, kMatmulReduceScatter };
 const char* op_key(Op op);  // "ag" or "rs", as in the cache and in asynctp-bench's JSON
 
+// A number as the choices' explanations print it: fixed, `digits` after the point.
+std::string format_number(double value, int digits = 1);
+
 // What a choice depends on: the cache's key.
 struct ProblemKey {
   Op op = Op::kAllGatherMatmul;
   int64_t M = 0, N = 0, K = 0;  // the global problem; N counts every B of an all_gather_matmul
-  DType dtype = DType::kBF16;
+  DType dtype = DType::kBF16;   // A's: bf16, fp16, or fp8 e4m3 (the scaled ops')
   bool last_dim = false;        // gather_dim / scatter_dim last
   int world_size = 1;
   std::string gpu;              // cudaDeviceProp::name, e.g. "NVIDIA H200"
+  // Not part of the cache's key: false where the fused kernel cannot take the call whatever its
+  // shape (a scaled call's scales, accumulation or types: algo::fused_scaled_unsupported).
+  bool fused_kernel = true;
 };
+
+// The cache's "dtype" texts: dtype_name's for bf16, fp16 and fp8 e4m3. False for any other text.
+bool parse_dtype(const std::string& text, DType& dtype);
+
+// How much faster a GEMM on fp8 e4m3 inputs runs than on 16-bit ones, for the model: cuBLASLt's fp8
+// GEMM took 1.66-1.74x less time than cuBLAS's bf16 one at the seed shapes on one H100
+// (docs/performance.md). The model's rates are fitted on 16-bit shapes.
+inline constexpr double kFp8GemmSpeedup = 1.7;
 
 struct Choice {
   Algorithm algorithm = Algorithm::kSequential;
@@ -61,7 +75,7 @@ Estimate estimate(const ProblemKey& key, const Rates& rates);
 
 // The model's choice: sequential for small problems, and wherever overlapping would not save 5% (which
 // includes a GEMM too small beside the copy to be worth hiding); else fused where its kernel takes the
-// problem (fused_applies), else pipelined.
+// problem (fused_applies) and the inputs are 16-bit, else pipelined.
 Choice model_choice(const ProblemKey& key, const Rates& rates, bool fused_applies);
 
 class TuningCache {

@@ -22,6 +22,7 @@ ProblemKey key_of(const algo::AllGatherMatmulPlan& plan, int world_size, const s
   for (int64_t n : plan.N) key.N += n;  // several Bs: one GEMM's worth of work each, one gather for all
   key.dtype = plan.dtype;
   key.last_dim = plan.gather_last;
+  key.fused_kernel = !plan.scaling.scaled || *algo::fused_scaled_unsupported(plan) == '\0';
   key.world_size = world_size;
   key.gpu = gpu;
   return key;
@@ -35,13 +36,14 @@ ProblemKey key_of(const algo::MatmulReduceScatterPlan& plan, int world_size, con
   key.K = plan.k_local * world_size;
   key.dtype = plan.dtype;
   key.last_dim = plan.scatter_last;
+  key.fused_kernel = !plan.scaling.scaled;  // the fused kernel has no fp8 reduce-scatter
   key.world_size = world_size;
   key.gpu = gpu;
   return key;
 }
 
 bool fused_kernel_applies(const ProblemKey& key) {
-  if (key.last_dim) return false;
+  if (key.last_dim || !key.fused_kernel) return false;
   if (key.op == Op::kAllGatherMatmul) return true;
   // matmul_reduce_scatter: the rows test of fused_rs_unsupported (which also needs the pointers).
   return key.M % key.world_size == 0 && algo::fused_rs_takes_rows(key.M / key.world_size);
@@ -56,10 +58,11 @@ namespace {
 
 constexpr size_t kMaxRememberedChoices = 4096;
 
-// auto's choices made so far on a communicator, by (op, M, N, K, dtype, last dim): {algorithm, chunks
-// per rank}. A call's choice is then a lookup, not a model evaluation.
+// auto's choices made so far on a communicator, by (op, M, N, K, dtype, last dim, whether the fused
+// kernel takes the call): {algorithm, chunks per rank}. A call's choice is then a lookup, not a model
+// evaluation.
 struct RememberedChoices final : comm::Attachment {
-  std::map<std::array<int64_t, 6>, std::pair<int, int>> by_key;
+  std::map<std::array<int64_t, 7>, std::pair<int, int>> by_key;
   void detach(bool /*healthy*/) override {}
 };
 
@@ -70,8 +73,8 @@ OpOptions resolve(Communicator& comm, const ProblemKey& key, const OpOptions& op
   OpOptions resolved = options;
   auto& memo =
       impl_of(comm).attached<RememberedChoices>([] { return std::make_unique<RememberedChoices>(); }).by_key;
-  const std::array<int64_t, 6> k{static_cast<int64_t>(key.op), key.M, key.N, key.K, static_cast<int64_t>(key.dtype),
-                                 key.last_dim ? 1 : 0};
+  const std::array<int64_t, 7> k{static_cast<int64_t>(key.op), key.M, key.N, key.K, static_cast<int64_t>(key.dtype),
+                                 key.last_dim ? 1 : 0, key.fused_kernel ? 1 : 0};
   auto it = memo.find(k);
   if (it == memo.end()) {
     // Bounded for jobs whose shapes keep changing; a forgotten choice is only recomputed.

@@ -1,14 +1,13 @@
 // Algorithm::kAuto: whatever it picks gives the reference's answer; a tuning cache's entries are
 // followed (algorithm and chunks); ranks whose caches disagree fail together instead of running
 // different protocols; a cache file that cannot be read or parsed is an error naming it.
-#include <unistd.h>
-
 #include <chrono>
-#include <fstream>
+#include <cstdio>
 
 #include "comm/communicator_impl.h"
 #include "ops_problems.h"
 #include "tune/resolve.h"
+#include "tuning_cache_file.h"
 
 namespace asynctp {
 namespace {
@@ -19,37 +18,6 @@ OpOptions auto_options() {
   OpOptions o;
   o.algorithm = Algorithm::kAuto;
   return o;
-}
-
-std::unique_ptr<Communicator> comm_with_cache(const RankContext& ctx, const std::string& path) {
-  CommunicatorOptions o;
-  o.device = ctx.device;
-  o.tuning_cache = path;
-  return Communicator::create(ctx, o);
-}
-
-// A cache file of this process's own, with `lines`.
-std::string write_cache(const RankContext& ctx, const std::vector<std::string>& lines) {
-  const std::string path = "/tmp/asynctp_auto_test_" + std::to_string(getpid()) + "_" + std::to_string(ctx.rank) + ".jsonl";
-  std::ofstream out(path);
-  for (const auto& l : lines) out << l << "\n";
-  return path;
-}
-
-// The GPU's name as the communicator will report it (one NCCL id makes one communicator per process,
-// so the test cannot ask a communicator before it makes the one it uses).
-std::string gpu_name(const RankContext& ctx) {
-  cudaDeviceProp prop{};
-  RANK_CUDA(cudaGetDeviceProperties(&prop, ctx.device));
-  return prop.name;
-}
-
-std::string choice_line(const RankContext& ctx, const char* op, int64_t M, int64_t N, int64_t K, const char* algorithm,
-                        int chunks) {
-  return std::string("{\"kind\":\"choice\",\"gpu\":\"") + gpu_name(ctx) + "\",\"world_size\":" +
-         std::to_string(ctx.world_size) + ",\"op\":\"" + op + "\",\"dtype\":\"bf16\",\"dim\":\"0\",\"M\":" +
-         std::to_string(M) + ",\"N\":" + std::to_string(N) + ",\"K\":" + std::to_string(K) + ",\"algorithm\":\"" +
-         algorithm + "\",\"chunks_per_rank\":" + std::to_string(chunks) + ",\"us\":1}";
 }
 
 int every_combination(RankContext& ctx) {

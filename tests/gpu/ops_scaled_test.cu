@@ -1,15 +1,19 @@
 // The scaled ops (asynctp/scaled_ops.h) against a reference computed another way: the fp8 inputs read
 // back as fp32 (reference::fill_fp32_as), scaled by hand and multiplied by an fp32 GEMM. Tensor-wise
 // and row-wise scales, every gather and scatter dim, bf16 and fp16 outputs, e5m2 B, fast accumulation,
-// several Bs and the gathered A, sequential, pipelined and fused, at every world size; and the refusals
-// the plan makes, on every rank.
+// several Bs and the gathered A, sequential, pipelined, fused and auto, at every world size; auto
+// following a tuning cache's fp8 entries; and the refusals the plan makes, on every rank.
+#include <cstdio>
 #include <string>
 #include <vector>
 
 #include "asynctp/scaled_ops.h"
+#include "comm/communicator_impl.h"
 #include "gpu_test.h"
 #include "ops_problems.h"
 #include "ops_test_cases.h"
+#include "tune/resolve.h"
+#include "tuning_cache_file.h"
 
 namespace asynctp {
 namespace {
@@ -165,12 +169,14 @@ int every_scaled_case(RankContext& ctx) {
   int n = 0;
   // Sequential, pipelined in two chunks per rank (a chunk of 33 rows is cut unevenly), and fused: the
   // fused kernel's fp8 form where the scales are tensor-wise with fast accumulation, else pipelined.
-  ScaledOpOptions sequential, pipelined, fused;
+  // auto: the model's choice (sequential at shapes this small).
+  ScaledOpOptions sequential, pipelined, fused, automatic;
   sequential.algorithm = Algorithm::kSequential;
   pipelined.algorithm = Algorithm::kPipelined;
   pipelined.chunks_per_rank = 2;
   fused.algorithm = Algorithm::kFused;
-  for (const ScaledOpOptions& o : {sequential, pipelined, fused}) {
+  automatic.algorithm = Algorithm::kAuto;
+  for (const ScaledOpOptions& o : {sequential, pipelined, fused, automatic}) {
     // Tensor-wise with fast accumulation: the fused kernel's; 33 rows a rank put tiles across ranks.
     run_scaled_ag_case(*comm, ScaledAgCase{33, 128, 80, false, false, false, true, 1, DType::kFP8E4M3, DType::kBF16},
                        o, st.s, fp32);
@@ -214,6 +220,43 @@ TEST(ScaledOps, EveryCaseMatchesTheDequantisedReference_1Rank) {
 }
 
 TEST(ScaledOps, EveryCaseMatchesTheDequantisedReference_MultiRank) { RUN_EVERY_WORLD_SIZE(every_scaled_case); }
+
+// A tuning cache's "fp8 e4m3" entries are auto's choice for fp8 calls of their shapes (a bf16 entry of
+// the same shape is not), and the calls are right.
+int auto_follows_fp8_entries(RankContext& ctx) {
+  const int ws = ctx.world_size;
+  const int64_t ag_m = 256 * ws, ag_n = 384, ag_k = 512, rs_m = 64 * ws, rs_n = 32 * ws, rs_k = 48 * ws;
+  const std::string path =
+      testing::write_cache(ctx, {testing::choice_line(ctx, "ag", ag_m, ag_n, ag_k, "pipelined", 2, "fp8 e4m3"),
+                                 testing::choice_line(ctx, "ag", ag_m, ag_n, ag_k, "fused", 1),
+                                 testing::choice_line(ctx, "rs", rs_m, rs_n, rs_k, "pipelined", 2, "fp8 e4m3")});
+  auto comm = testing::comm_with_cache(ctx, path);
+  tune::ProblemKey key;
+  key.op = tune::Op::kAllGatherMatmul, key.M = ag_m, key.N = ag_n, key.K = ag_k, key.dtype = DType::kFP8E4M3;
+  key.world_size = ws, key.gpu = impl_of(*comm).gpu_name;
+  tune::Choice c = tune::choose_for(*comm, key);
+  RANK_CHECK(c.from_cache && c.algorithm == Algorithm::kPipelined && c.chunks_per_rank == 2, "fp8 ag: ", c.why);
+  key.dtype = DType::kBF16;
+  c = tune::choose_for(*comm, key);
+  RANK_CHECK(c.from_cache && c.algorithm == Algorithm::kFused, "bf16 ag: ", c.why);
+  key.op = tune::Op::kMatmulReduceScatter, key.M = rs_m, key.N = rs_n, key.K = rs_k, key.dtype = DType::kFP8E4M3;
+  c = tune::choose_for(*comm, key);
+  RANK_CHECK(c.from_cache && c.algorithm == Algorithm::kPipelined && c.chunks_per_rank == 2, "fp8 rs: ", c.why);
+  Stream st;
+  reference::Fp32Gemm fp32;
+  ScaledOpOptions automatic;
+  automatic.algorithm = Algorithm::kAuto;
+  for (const bool rowwise : {false, true}) {
+    run_scaled_ag_case(*comm, ScaledAgCase{256, ag_k, ag_n, false, rowwise, false, false, 1, DType::kFP8E4M3, DType::kBF16},
+                       automatic, st.s, fp32);
+    run_scaled_rs_case(*comm, ScaledRsCase{rs_m, rs_n, rs_k, false, rowwise, ReduceOp::kSum, DType::kBF16}, automatic,
+                       st.s, fp32);
+  }
+  std::remove(path.c_str());
+  return 0;
+}
+
+TEST(ScaledOps, AutoFollowsATuningCachesFp8Entries_MultiRank) { RUN_EVERY_WORLD_SIZE(auto_follows_fp8_entries); }
 
 // A call the plan refuses on one rank only (row-major B there) fails on every rank, the others naming
 // that rank, with the outputs untouched.

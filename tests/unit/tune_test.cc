@@ -186,6 +186,39 @@ TEST(Model, OverlapsLargeProblemsWithTheFusedKernelWhereItApplies) {
   EXPECT_NEAR(rs.copy_us, 16384.0 * 8192 * 2 / 2 / (r.copy_gbps * 1e3), 1e-6);
 }
 
+// fp8: A's bytes and the GEMM's time shrink (tune::kFp8GemmSpeedup); the model then overlaps with
+// pipelined, the fused kernel's fp8 form being no faster at most seed shapes (docs/performance.md).
+TEST(Model, Fp8CountsOneByteElementsAndAFasterGemmAndOverlapsPipelined) {
+  const Rates r;
+  ProblemKey ag = key(Op::kAllGatherMatmul, 4096, 3584, 8192);
+  const Estimate bf16 = estimate(ag, r);
+  ag.dtype = DType::kFP8E4M3;
+  const Estimate fp8 = estimate(ag, r);
+  EXPECT_NEAR(fp8.copy_us, bf16.copy_us / 2, 1e-6);
+  EXPECT_NEAR(fp8.gemm_us - r.gemm_fixed_us, (bf16.gemm_us - r.gemm_fixed_us) / kFp8GemmSpeedup, 1e-6);
+  EXPECT_EQ(model_choice(ag, r, true).algorithm, Algorithm::kPipelined);
+  // The reduce-scatter's partial sums are the 16-bit output's.
+  ProblemKey rs = key(Op::kMatmulReduceScatter, 4096, 3584, 8192);
+  const double rs_copy = estimate(rs, r).copy_us;
+  rs.dtype = DType::kFP8E4M3;
+  EXPECT_NEAR(estimate(rs, r).copy_us, rs_copy, 1e-6);
+  // A tuned fp8 shape is found by its dtype, and only by it.
+  TuningCache c;
+  std::string line = choice("ag", 4096, "fused", 1);
+  line.replace(line.find("\"bf16\""), 6, "\"fp8 e4m3\"");
+  c.add_text(line + "\n", "test");
+  ASSERT_NE(c.find(ag), nullptr);
+  EXPECT_EQ(c.find(ag)->algorithm, Algorithm::kFused);
+  EXPECT_EQ(c.find(key(Op::kAllGatherMatmul, 4096, 3584, 8192)), nullptr);
+  line.replace(line.find("\"fp8 e4m3\""), 10, "\"e4m3\"");
+  try {
+    TuningCache().add_text(line + "\n", "cache.jsonl");
+    FAIL() << "an unknown dtype was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("\"fp8 e4m3\""), std::string::npos) << e.what();
+  }
+}
+
 TEST(Model, ChooseTakesTheCacheFirst) {
   TuningCache c;
   c.add_text(choice("ag", 256, "pipelined", 4), "t");  // the model would say sequential
@@ -399,6 +432,37 @@ TEST(ProblemKeys, ComeFromThePlan) {
   EXPECT_EQ(k.N, 16);
   EXPECT_EQ(k.K, 64);
   EXPECT_TRUE(k.last_dim);
+  EXPECT_TRUE(k.fused_kernel);
+}
+
+// A scaled call's key says whether the fused kernel's fp8 form takes it (algo::fused_scaled_unsupported),
+// and where it does not, auto never picks fused for it.
+TEST(ProblemKeys, AScaledCallsKeySaysWhetherTheFusedKernelTakesIt) {
+  algo::AllGatherMatmulPlan ag;
+  ag.M = 4096, ag.K = 8192, ag.k_local = 8192, ag.N = {3584}, ag.dtype = DType::kFP8E4M3;
+  ag.scaling.scaled = true, ag.scaling.fast_accum = true;
+  ProblemKey k = key_of(ag, 2, "g");
+  EXPECT_EQ(k.dtype, DType::kFP8E4M3);
+  EXPECT_TRUE(k.fused_kernel);
+  EXPECT_TRUE(fused_kernel_applies(k));
+  ag.scaling.rowwise = true;
+  k = key_of(ag, 2, "g");
+  EXPECT_FALSE(k.fused_kernel);
+  EXPECT_FALSE(fused_kernel_applies(k));
+  ag.scaling.rowwise = false, ag.scaling.fast_accum = false;
+  EXPECT_FALSE(key_of(ag, 2, "g").fused_kernel);
+  algo::MatmulReduceScatterPlan rs;
+  rs.M = 4096, rs.N = 3584, rs.k_local = 4096, rs.dtype = DType::kFP8E4M3;
+  rs.scaling.scaled = true, rs.scaling.fast_accum = true;
+  k = key_of(rs, 2, "g");
+  EXPECT_FALSE(k.fused_kernel);
+  EXPECT_FALSE(fused_kernel_applies(k));
+  // The choice for such a key overlaps with pipelined where the model overlaps at all.
+  TuningCache empty;
+  k.gpu = "NVIDIA H200";
+  ProblemKey big = k;
+  big.M = 16384, big.N = 8192, big.K = 8192;
+  EXPECT_EQ(choose(big, empty, fused_kernel_applies(big)).algorithm, Algorithm::kPipelined);
 }
 
 // A run stopped while it wrote a line leaves the file without its last newline: a resumed run cuts

@@ -58,7 +58,7 @@ std::map<std::string, Measured> read_measured(const std::string& path) {
     m.key.op = o["op"].text == "rs" ? Op::kMatmulReduceScatter : Op::kAllGatherMatmul;
     m.key.M = static_cast<int64_t>(o["M"].number), m.key.N = static_cast<int64_t>(o["N"].number);
     m.key.K = static_cast<int64_t>(o["K"].number);
-    m.key.dtype = o["dtype"].text == "fp16" ? DType::kFP16 : DType::kBF16;
+    parse_dtype(o["dtype"].text, m.key.dtype);  // validated above
     m.key.last_dim = o["dim"].text == "last";
     m.key.world_size = static_cast<int>(o["world_size"].number);
     m.key.gpu = o["gpu"].text;

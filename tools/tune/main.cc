@@ -181,11 +181,15 @@ int run_rank(RankContext& ctx, const TuneArgs& t) {
     }
   }
   if (ctx.rank == 0) {
-    // The model's rates, per op, from every tuned shape of this GPU model and world size in the file.
+    // The model's rates, per op, from every tuned 16-bit shape of this GPU model and world size in the
+    // file (the model scales them for fp8: tune::kFp8GemmSpeedup).
     for (Op op : {Op::kAllGatherMatmul, Op::kMatmulReduceScatter}) {
       std::vector<Measured> shapes;
       for (const auto& [k, m] : done) {
-        if (m.key.op == op && m.key.world_size == ctx.world_size && m.key.gpu == impl_of(*comm).gpu_name) shapes.push_back(m);
+        if (m.key.op == op && m.key.world_size == ctx.world_size && m.key.gpu == impl_of(*comm).gpu_name &&
+            m.key.dtype != DType::kFP8E4M3) {
+          shapes.push_back(m);
+        }
       }
       if (shapes.size() < 2) continue;
       const Rates r = fit_rates(shapes);
