@@ -63,13 +63,18 @@ struct AsyncInputParams {
   int32_t last_band_row0 = 0;
 };
 
-// Clusters in the grid: one per co-resident slot (hw_info.max_active_clusters, from the occupancy
-// query), no more than there are cluster tiles.
-inline int async_input_clusters(AsyncInputParams const& p, cutlass::KernelHardwareInfo const& hw_info) {
+// Co-resident cluster slots: hw_info.max_active_clusters, from the occupancy query.
+inline int async_input_slots(AsyncInputParams const& p, cutlass::KernelHardwareInfo const& hw_info) {
   const int cluster_size = p.cluster_m * p.cluster_n;
-  int slots = hw_info.max_active_clusters > 0 ? hw_info.max_active_clusters : hw_info.sm_count / cluster_size;
-  if (slots < 1) slots = 1;
-  return p.total < slots ? p.total : slots;
+  const int slots = hw_info.max_active_clusters > 0 ? hw_info.max_active_clusters : hw_info.sm_count / cluster_size;
+  return slots < 1 ? 1 : slots;
+}
+
+// Clusters in the grid: one per slot, no more than there are units of work (cluster tiles, a split
+// tile counting once per split).
+inline int async_input_clusters(AsyncInputParams const& p, cutlass::KernelHardwareInfo const& hw_info) {
+  const int slots = async_input_slots(p, hw_info);
+  return p.units < slots ? p.units : slots;
 }
 
 // The scheduler's Params for a problem of `problem_shape_mnkl` in tiles of TileShape and clusters of
@@ -103,7 +108,9 @@ AsyncInputParams async_input_params(ProblemShapeMNKL problem_shape_mnkl, cutlass
   p.last_band_rows_div = cutlass::FastDivmod(std::max(1, p.clusters_m - p.last_band_row0));
   p.rank_rows_div = cutlass::FastDivmod(std::max(1, p.rs.rows_per_rank));
   p.chunk_rows_div = cutlass::FastDivmod(std::max(1, p.rs.rows_per_chunk));
-  const TailSplit split = plan_tail_split(p.total, async_input_clusters(p, hw_info), p.k_tiles, args.max_splits);
+  // Planned on every slot, not on the clusters the tiles alone would fill: a problem of less than one
+  // round (small M) is then all tail, and its tiles split along K over the idle slots.
+  const TailSplit split = plan_tail_split(p.total, async_input_slots(p, hw_info), p.k_tiles, args.max_splits);
   const int64_t ctas = static_cast<int64_t>(p.cluster_m) * p.cluster_n;
   // Room for the plan's counters and partial sums (a workspace sized for fewer SMs has none).
   const bool fits = split.tail * ctas <= args.workspace_sms && split.tail * ctas * (split.splits - 1) <= args.workspace_sms;

@@ -5,8 +5,8 @@
 // cluster tiles on 66 clusters, 6 full rounds and 20 tiles in the 7th, so 14% of the kernel's time is
 // that round at 30% occupancy). Splitting each of the last round's tiles `splits` ways along K lets
 // `splits` clusters share it; the last split of a tile adds the others' fp32 partial sums, in a fixed
-// order, before the epilogue (async_input_scheduler.cuh). Host code only: the scheduler's set-up and
-// the tile-width estimate both use it.
+// order, before the epilogue (async_input_scheduler.cuh). A problem of less than one round (small M)
+// is all tail. Host code only: the scheduler's set-up and the tile-width estimate both use it.
 #pragma once
 
 #include <algorithm>
