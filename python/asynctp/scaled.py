@@ -4,8 +4,8 @@ registered as torch.ops.asynctp.all_gather_scaled_matmul and torch.ops.asynctp.s
 out = (A * a_scale) @ (B * b_scale), with A and B in torch.float8_e4m3fn (one of them may be
 torch.float8_e5m2), fp32 scales tensor-wise (one element) or row-wise (a_scale [rows, 1], b_scale
 [1, N]), outputs in out_dtype (bf16 or fp16); the meaning of torch._scaled_mm and of PyTorch's
-fused_all_gather_scaled_matmul / fused_scaled_matmul_reduce_scatter. They run the sequential
-or the pipelined algorithm (asynctp/scaled_ops.h) on the current CUDA stream. A fake implementation lets torch.compile
+fused_all_gather_scaled_matmul / fused_scaled_matmul_reduce_scatter. They run on the current CUDA
+stream, with the algorithm asked for (auto by default; asynctp/scaled_ops.h). A fake implementation lets torch.compile
 trace them; they have no autograd formula (fp8 training computes its gradients with ops of its own)."""
 
 import ctypes
