@@ -39,37 +39,50 @@ std::vector<char> host_copy(const Buf& b, size_t bytes) {
   return h;
 }
 
+// fp8 cases' tensor-wise alpha (a_scale * b_scale), read by the kernel from the device: exact in fp32.
+constexpr float kFp8Alpha = 0.75f * 1.25f;
+
 // Fills A and B from `seed`, runs the kernel with at most `max_splits` splits, checks C against the
-// fp32 GEMM of the same inputs, and returns C's bytes.
+// fp32 GEMM of the same inputs, and returns C's bytes. An fp8 case (e4m3 A and B, B column-major) has
+// a bf16 product scaled by kFp8Alpha, checked against the fp32 GEMM of the fp8 values read back.
 std::vector<char> run_checked(Communicator& comm, const KernelCase& c, uint64_t seed, int max_splits,
                               reference::Fp32Gemm& fp32, cudaStream_t s) {
-  const size_t es = dtype_size(c.dtype);
-  Buf a(c.M * c.K * es), b(c.K * c.N * es), out(c.M * c.N * es);
+  const bool fp8 = c.dtype == DType::kFP8E4M3;
+  const DType out_dtype = fp8 ? DType::kBF16 : c.dtype;
+  const size_t es = dtype_size(c.dtype), out_es = dtype_size(out_dtype);
+  Buf a(c.M * c.K * es), b(c.K * c.N * es), out(c.M * c.N * out_es), alpha(sizeof(float));
   Buf a32(c.M * c.K * 4), b32(c.K * c.N * 4), ref(c.M * c.N * 4);
   const GenMatrix ga{seed, 0, 0}, gb{seed + 1, 0, 0};
   reference::fill(a.p, c.dtype, c.M, c.K, false, ga, 0, 0, s);
   reference::fill(b.p, c.dtype, c.K, c.N, c.col_major, gb, 0, 0, s);
-  reference::fill_fp32(a32.f(), c.M, c.K, ga, 0, 0, s);
-  reference::fill_fp32(b32.f(), c.K, c.N, gb, 0, 0, s);
+  if (fp8) {
+    reference::fill_fp32_as(a32.f(), c.dtype, c.M, c.K, ga, 0, 0, s);
+    reference::fill_fp32_as(b32.f(), c.dtype, c.K, c.N, gb, 0, 0, s);
+    RANK_CUDA(cudaMemcpyAsync(alpha.p, &kFp8Alpha, sizeof kFp8Alpha, cudaMemcpyHostToDevice, s));
+  } else {
+    reference::fill_fp32(a32.f(), c.M, c.K, ga, 0, 0, s);
+    reference::fill_fp32(b32.f(), c.K, c.N, gb, 0, 0, s);
+  }
   fp32.run(a32.f(), b32.f(), ref.f(), c.M, c.N, c.K, s);
-  reference::poison(out.p, c.M * c.N * es, s);
+  reference::poison(out.p, c.M * c.N * out_es, s);
 
   kernels::fused::FusedGemmArgs g;
   g.dtype = element_of(c.dtype);
   g.b_layout = c.col_major ? Layout::kColMajor : Layout::kRowMajor;
   g.M = c.M, g.N = c.N, g.K = c.K;
   g.a = a.p, g.b = b.p, g.c = out.p;
+  if (fp8) g.alpha_ptr = alpha.f();
   algo::attach_grid(comm, g, s);
   RANK_CHECK(g.split_workspace != nullptr, "no split workspace outside graph capture");
   g.max_splits = max_splits;
   RANK_CHECK(*kernels::fused::fused_gemm_unsupported(g) == '\0', "the kernel refused ", c.M, "x", c.N, "x", c.K);
   kernels::fused::run_fused_gemm(g, s);
-  const auto cmp = reference::compare(out.p, c.dtype, c.M, c.N, ref.f(), c.N, 0, 0, 1.0f,
-                                      reference::tolerance(c.dtype, 1), s);
+  const auto cmp = reference::compare(out.p, out_dtype, c.M, c.N, ref.f(), c.N, 0, 0, fp8 ? kFp8Alpha : 1.0f,
+                                      reference::tolerance(out_dtype, 1), s);
   RANK_CHECK(cmp.ok(), c.M, "x", c.N, "x", c.K, " ", dtype_name(c.dtype), c.col_major ? " B=col" : " B=row",
              " max_splits=", max_splits, ": ", cmp.bad, " bad elements, max err ", cmp.max_abs_err, cmp.where());
   RANK_CUDA(cudaStreamSynchronize(s));
-  return host_copy(out, c.M * c.N * es);
+  return host_copy(out, c.M * c.N * out_es);
 }
 
 // Whether the kernel's plan splits this case on this GPU (the tile width as run_fused_gemm picks it).
@@ -118,8 +131,8 @@ TEST(FusedKernel, SplitLastRoundMatchesReferenceAndRepeatsBitForBit) {
 
 
 // The fp8 instantiation (e4m3 A and B, B column-major, a bf16 product, alpha read from the device as
-// a tensor-wise a_scale * b_scale), as a plain GEMM: whole tiles, a last round split along K and
-// ragged shapes, against the fp32 GEMM of the fp8 values read back; a second launch gives the same bits.
+// a tensor-wise a_scale * b_scale), as a plain GEMM: whole tiles, split tiles and ragged shapes,
+// against the fp32 GEMM of the fp8 values read back (run_checked); a second launch gives the same bits.
 TEST(FusedKernel, Fp8MatchesTheDequantisedReference) {
   REQUIRE_GPUS(1);
   RUN_RANKS(1, [](RankContext& ctx) {
@@ -127,42 +140,17 @@ TEST(FusedKernel, Fp8MatchesTheDequantisedReference) {
     cudaStream_t s = nullptr;
     RANK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     reference::Fp32Gemm fp32;
-    constexpr float kAlpha = 0.75f * 1.25f;  // exact in fp32
-    Buf alpha(sizeof(float));
-    RANK_CUDA(cudaMemcpy(alpha.p, &kAlpha, sizeof kAlpha, cudaMemcpyHostToDevice));
-    struct Shape {
-      int64_t M, N, K;
+    const std::vector<KernelCase> cases = {
+        {256, 256, 4096, DType::kFP8E4M3, true, true},     // one tile, split along K
+        {1000, 528, 1024, DType::kFP8E4M3, true, true},    // ragged in M and N
+        {4096, 3584, 1024, DType::kFP8E4M3, true, true},   // three whole rounds, then a split tail
+        {520, 272, 528, DType::kFP8E4M3, true, true},      // ragged in K too
     };
-    for (const Shape c : {Shape{256, 256, 4096}, Shape{1000, 528, 1024}, Shape{4096, 3584, 1024}, Shape{520, 272, 528}}) {
+    for (const KernelCase& c : cases) {
       for (int max_splits : {kernels::fused::kMaxTailSplits, 1}) {
-        std::vector<char> bits[2];
-        for (std::vector<char>& got : bits) {
-          Buf a(c.M * c.K), b(c.K * c.N), out(c.M * c.N * 2), a32(c.M * c.K * 4), b32(c.K * c.N * 4), ref(c.M * c.N * 4);
-          const GenMatrix ga{31, 0, 0}, gb{32, 0, 0};
-          reference::fill(a.p, DType::kFP8E4M3, c.M, c.K, false, ga, 0, 0, s);
-          reference::fill(b.p, DType::kFP8E4M3, c.K, c.N, /*col_major=*/true, gb, 0, 0, s);
-          reference::fill_fp32_as(a32.f(), DType::kFP8E4M3, c.M, c.K, ga, 0, 0, s);
-          reference::fill_fp32_as(b32.f(), DType::kFP8E4M3, c.K, c.N, gb, 0, 0, s);
-          fp32.run(a32.f(), b32.f(), ref.f(), c.M, c.N, c.K, s);
-          reference::poison(out.p, c.M * c.N * 2, s);
-          kernels::fused::FusedGemmArgs g;
-          g.dtype = Element::kFP8E4M3;
-          g.b_layout = Layout::kColMajor;
-          g.M = c.M, g.N = c.N, g.K = c.K;
-          g.a = a.p, g.b = b.p, g.c = out.p;
-          g.alpha_ptr = alpha.f();
-          algo::attach_grid(*comm, g, s);
-          g.max_splits = max_splits;
-          RANK_CHECK(*kernels::fused::fused_gemm_unsupported(g) == '\0', "the kernel refused ", c.M, "x", c.N, "x", c.K);
-          kernels::fused::run_fused_gemm(g, s);
-          const auto cmp = reference::compare(out.p, DType::kBF16, c.M, c.N, ref.f(), c.N, 0, 0, kAlpha,
-                                              reference::tolerance(DType::kBF16, 1), s);
-          RANK_CHECK(cmp.ok(), "fp8 ", c.M, "x", c.N, "x", c.K, " max_splits=", max_splits, ": ", cmp.bad,
-                     " bad elements, max err ", cmp.max_abs_err, cmp.where());
-          RANK_CUDA(cudaStreamSynchronize(s));
-          got = host_copy(out, c.M * c.N * 2);
-        }
-        RANK_CHECK(bits[0] == bits[1], "fp8 ", c.M, "x", c.N, "x", c.K, ": two launches gave different bits");
+        const auto first = run_checked(*comm, c, 31, max_splits, fp32, s);
+        const auto second = run_checked(*comm, c, 31, max_splits, fp32, s);
+        RANK_CHECK(first == second, "fp8 ", c.M, "x", c.N, "x", c.K, ": two launches gave different bits");
       }
     }
     // What the fp8 instantiation does not take is refused by name.
