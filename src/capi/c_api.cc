@@ -13,13 +13,14 @@
 #include "asynctp/tensor.h"
 #include "asynctp/version.h"
 #include "capi/handles.h"
+#include "common/arg_name.h"
 #include "ops/refuse.h"
 
 using namespace asynctp::capi;  // NOLINT: the extern "C" functions below are not in a namespace
 
 namespace {
 
-asynctp::TensorRef to_ref(const asynctp_tensor& t, const char* function, const std::string& argument) {
+asynctp::TensorRef to_ref(const asynctp_tensor& t, const char* function, asynctp::detail::ArgName argument) {
   asynctp::TensorRef r;
   switch (t.dtype) {
     case ASYNCTP_BF16: r.dtype = asynctp::DType::kBF16; break;
@@ -143,8 +144,8 @@ int asynctp_all_gather_matmul(asynctp_comm* comm, const asynctp_tensor* a_shard,
       require(bs, fn, "bs");
       require(outputs, fn, "outputs");
       for (int i = 0; i < num_bs; ++i) {
-        r.b_refs.push_back(to_ref(bs[i], fn, cat("bs[", i, "]")));
-        r.out_refs.push_back(to_ref(outputs[i], fn, cat("outputs[", i, "]")));
+        r.b_refs.push_back(to_ref(bs[i], fn, asynctp::detail::ArgName("bs", i)));
+        r.out_refs.push_back(to_ref(outputs[i], fn, asynctp::detail::ArgName("outputs", i)));
       }
       r.g = gathered_a ? to_ref(*gathered_a, fn, "gathered_a") : asynctp::TensorRef{};
       r.options = to_options(options, fn);
@@ -203,9 +204,9 @@ int asynctp_all_gather_scaled_matmul(asynctp_comm* comm, const asynctp_tensor* a
       require(b_scales, fn, "b_scales");
       require(outputs, fn, "outputs");
       for (int i = 0; i < num_bs; ++i) {
-        r.b_refs.push_back(to_ref(bs[i], fn, cat("bs[", i, "]")));
-        r.b_scale_refs.push_back(to_ref(b_scales[i], fn, cat("b_scales[", i, "]")));
-        r.out_refs.push_back(to_ref(outputs[i], fn, cat("outputs[", i, "]")));
+        r.b_refs.push_back(to_ref(bs[i], fn, asynctp::detail::ArgName("bs", i)));
+        r.b_scale_refs.push_back(to_ref(b_scales[i], fn, asynctp::detail::ArgName("b_scales", i)));
+        r.out_refs.push_back(to_ref(outputs[i], fn, asynctp::detail::ArgName("outputs", i)));
       }
       r.g = gathered_a ? to_ref(*gathered_a, fn, "gathered_a") : asynctp::TensorRef{};
       r.options = to_scaled_options(options, use_fast_accum, fn);

@@ -13,11 +13,12 @@
 
 #include "asynctp/communicator.h"
 #include "asynctp/tensor.h"
+#include "common/arg_name.h"
 
 namespace asynctp::ops {
 
 // An op's inputs by the names its errors give them ("a_shard", "bs[0]", ...).
-using NamedInputs = std::vector<std::pair<std::string, TensorRef>>;
+using NamedInputs = std::vector<std::pair<detail::ArgName, TensorRef>>;
 
 // "" where every element of every input (dense, bf16 or fp16) is finite; otherwise a sentence naming
 // `op`, the first input holding a NaN or Inf, this rank, how many elements of it are not finite, and

@@ -17,7 +17,8 @@ algo::AgreeFn agree(Communicator& comm, const char* op, Signature signature, con
     if (options.check_across_ranks) agree_across_ranks(comm, op, signature, refusal, stream);
     throw Error(refusal);
   }
-  if (!options.check_across_ranks) return [] {};
+  // One rank has no peer to compare with.
+  if (!options.check_across_ranks || impl_of(comm).world_size == 1) return [] {};
   // Threads of one process agree first: a GEMM's first launch there is a host exchange of every rank
   // (Communicator::Impl::quiesce), which a peer already waiting in the agreement would never reach.
   if (impl_of(comm).transport->ranks_in_one_process()) {

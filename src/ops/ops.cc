@@ -54,14 +54,14 @@ void all_gather_matmul(Communicator& comm, const TensorRef& a_shard, const std::
   kernels::fused::CallTimeline::note_op_entry();
   note_capture(comm, ordered);
   NamedInputs inputs{{"a_shard", a_shard}};
-  for (size_t i = 0; i < bs.size(); ++i) inputs.emplace_back(detail::cat("bs[", i, "]"), bs[i]);
+  for (size_t i = 0; i < bs.size(); ++i) inputs.emplace_back(detail::ArgName("bs", static_cast<long long>(i)), bs[i]);
 
   std::string refusal;
   ops::AllGatherMatmulPlan plan;
   unless_refused(refusal, [&] {
     plan = ops::plan_all_gather_matmul(comm.world_size(), a_shard, bs, gather_dim, outputs, gathered_a, requested);
     NamedInputs all = inputs;
-    for (size_t i = 0; i < outputs.size(); ++i) all.emplace_back(detail::cat("outputs[", i, "]"), outputs[i]);
+    for (size_t i = 0; i < outputs.size(); ++i) all.emplace_back(detail::ArgName("outputs", static_cast<long long>(i)), outputs[i]);
     all.emplace_back("gathered_a", gathered_a);
     check_on_this_gpu(comm, op, all);
     check_not_in_workspace(comm, op, all);

@@ -52,9 +52,9 @@ void all_gather_scaled_matmul(Communicator& comm, const TensorRef& a_shard, cons
                                               gathered_a, requested);
     ops::NamedInputs all{{"a_shard", a_shard}, {"a_scale", a_scale}, {"gathered_a", gathered_a}};
     for (size_t i = 0; i < bs.size(); ++i) {
-      all.emplace_back(detail::cat("bs[", i, "]"), bs[i]);
-      all.emplace_back(detail::cat("b_scales[", i, "]"), b_scales[i]);
-      all.emplace_back(detail::cat("outputs[", i, "]"), outputs[i]);
+      all.emplace_back(detail::ArgName("bs", static_cast<long long>(i)), bs[i]);
+      all.emplace_back(detail::ArgName("b_scales", static_cast<long long>(i)), b_scales[i]);
+      all.emplace_back(detail::ArgName("outputs", static_cast<long long>(i)), outputs[i]);
     }
     ops::check_on_this_gpu(comm, op, all);
     ops::check_not_in_workspace(comm, op, all);
