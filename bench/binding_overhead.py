@@ -1,12 +1,15 @@
 """Where the Python binding's time goes, per call of all_gather_matmul (4096x3584x8192, bf16): the C
-interface called directly with prepared arguments, the public function (which skips the dispatcher
-where it may), and torch.ops.asynctp (always through the dispatcher); beside them PyTorch's own
-torch.ops.symm_mem.fused_all_gather_matmul. Host: wall time of the call alone; GPU: event-timed call
-started on idle GPUs after a barrier, as bench/compare_torch.py times. At one rank the host time has
-no wait for a peer in it.
+interface called directly with prepared arguments (with and without the ranks' check of each other's
+arguments), the public function, and torch.ops.asynctp; beside them PyTorch's own
+torch.ops.symm_mem.fused_all_gather_matmul. The torch ops are those registered in C++ by
+libasynctp_torch.so where it is there, else in Python; ASYNCTP_TORCH_EXTENSION=0 picks Python (the
+table's title says which ran). Host: wall time of the call alone; GPU: event-timed call started on idle
+GPUs after a barrier, as bench/compare_torch.py times. At one rank the host time has no wait for a
+peer in it.
 
     torchrun --nproc-per-node 2 bench/binding_overhead.py
     torchrun --nproc-per-node 1 bench/binding_overhead.py
+    ASYNCTP_TORCH_EXTENSION=0 torchrun --nproc-per-node 1 bench/binding_overhead.py
 """
 
 import ctypes
@@ -18,9 +21,13 @@ import torch.distributed as dist
 import torch.distributed._symmetric_memory as symm_mem
 
 import asynctp
-from asynctp import _calls, _lib
+from asynctp import _calls, _lib, ops
 from asynctp.comm import communicator
 from compare_torch import gpu_us, median_after_barrier  # bench/ is the script's folder
+
+
+# Host time moves by tens of µs with what else the host runs: its median over many calls is steadier.
+HOST_CALLS = 200
 
 
 def host_us(fn):
@@ -45,29 +52,35 @@ def main():
     rows = []
     for alg in ("sequential", "fused"):
         opt = _lib.options(_lib.ALGORITHMS[alg], _lib.ROW_MAJOR, 0)
+        unchecked = _lib.options(_lib.ALGORITHMS[alg], _lib.ROW_MAJOR, 0, check_across_ranks=False)
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
         paths = {
             "C interface": lambda: _lib.call("all_gather_matmul", comm.handle, ctypes.byref(a_ref), b_refs, 1, 0,
                                              out_refs, None, stream, ctypes.byref(opt)),
+            "C interface, check_across_ranks=0": lambda: _lib.call(
+                "all_gather_matmul", comm.handle, ctypes.byref(a_ref), b_refs, 1, 0, out_refs, None, stream,
+                ctypes.byref(unchecked)),
             "asynctp.all_gather_matmul": lambda: asynctp.all_gather_matmul(a, [b], 0, name, return_a=False,
                                                                            algorithm=alg),
             "torch.ops.asynctp.all_gather_matmul": lambda: torch.ops.asynctp.all_gather_matmul(a, [b], 0, name, False,
                                                                                                alg, 0),
         }
         for path, fn in paths.items():
-            rows.append((alg, path, median_after_barrier(fn, host_us, 20, warmup=3),
+            rows.append((alg, path, median_after_barrier(fn, host_us, HOST_CALLS, warmup=3),
                          median_after_barrier(fn, gpu_us, 20, warmup=3)))
     try:
         symm_mem.enable_symm_mem_for_group(name)
         torch_fused = lambda: torch.ops.symm_mem.fused_all_gather_matmul(a, [b], 0, name)  # noqa: E731
         rows.append(("PyTorch's fused", "torch.ops.symm_mem.fused_all_gather_matmul",
-                     median_after_barrier(torch_fused, host_us, 20, warmup=3),
+                     median_after_barrier(torch_fused, host_us, HOST_CALLS, warmup=3),
                      median_after_barrier(torch_fused, gpu_us, 20, warmup=3)))
     except Exception as e:  # the table still shows asynctp's rows, and why PyTorch's is missing
         rows.append(("PyTorch's fused", f"torch.ops.symm_mem.fused_all_gather_matmul: {type(e).__name__}: {e}",
                      float("nan"), float("nan")))
     if dist.get_rank() == 0:
-        print(f"{world} ranks, {torch.cuda.get_device_name()}, all_gather_matmul {M}x{N}x{K} bf16, medians (rank 0)")
+        registered = "C++ (libasynctp_torch.so)" if ops.EXTENSION else "Python"
+        print(f"{world} ranks, {torch.cuda.get_device_name()}, all_gather_matmul {M}x{N}x{K} bf16, torch ops "
+              f"registered in {registered}, medians of {HOST_CALLS} (host) and 20 (GPU) calls (rank 0)")
         print("| algorithm | called through | host µs | GPU µs |\n|---|---|---:|---:|")
         for alg, path, host, gpu in rows:
             print(f"| {alg} | {path} | {host:.1f} | {gpu:.1f} |")

@@ -5,8 +5,9 @@
     y_shard = asynctp.matmul_reduce_scatter(h, w_down.t(), "sum", 0)
 
 The ops are also registered as torch.ops.asynctp.all_gather_matmul and
-torch.ops.asynctp.matmul_reduce_scatter. The C++ library stays free of PyTorch: this package calls its C
-interface (libasynctp_c.so) through ctypes. docs/reference/python_api.md has the details.
+torch.ops.asynctp.matmul_reduce_scatter: in C++ by libasynctp_torch.so where it was built, else in
+Python. The C++ library stays free of PyTorch: this package loads its C interface (libasynctp_c.so)
+with ctypes. docs/reference/python_api.md has the details.
 """
 
 import importlib

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
-from . import _lib
+from . import _extension, _lib
 
 _comms = {}  # group name -> Communicator
 # How many communicators each group has had: ranks make and destroy them together, so the count names
@@ -189,4 +189,5 @@ def shutdown(group=None):
         for name in names:
             comm = _comms.pop(name, None)
             if comm is not None:
+                _extension.forget(name)  # the C++ ops ask for the group's communicator again
                 comm.destroy()

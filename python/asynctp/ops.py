@@ -3,14 +3,19 @@ torch.ops.asynctp.matmul_reduce_scatter.
 
 Arguments and results mean what they mean for torch.ops.symm_mem.fused_all_gather_matmul and
 fused_matmul_reduce_scatter. Each op runs on the current CUDA stream; a fake implementation (shapes
-and strides only, computed by the same code as the real one) lets torch.compile trace it, and an
-autograd formula makes it differentiable: the backward of each op is the other op (docs/reference/python_api.md)."""
+and strides only) lets torch.compile trace it, and an autograd formula makes it differentiable: the
+backward of each op is the other op (docs/reference/python_api.md).
+
+The ops are registered in C++ by libasynctp_torch.so where it was built (asynctp._extension), with
+the fake implementations below; else in Python, by the implementations below."""
 
 import torch
 import torch.distributed._functional_collectives as funcol
 import torch.distributed.distributed_c10d as c10d
 
+from . import _extension
 from ._calls import _AgCall, _RsCall, _kept, _layout_key
+from ._lib import Error
 from ._shapes import _AllGatherShapes, _ReduceScatterShapes
 from .comm import communicator, group_name
 
@@ -36,11 +41,6 @@ def _all_gather_matmul_cuda(a_shard, bs, gather_dim, group_name, return_a, algor
     return call(comm, a_shard, bs)
 
 
-_all_gather_matmul = torch.library.custom_op("asynctp::all_gather_matmul", _all_gather_matmul_cuda, mutates_args=(),
-                                             device_types="cuda", schema=_AG_SCHEMA)
-
-
-@_all_gather_matmul.register_fake
 def _all_gather_matmul_fake(a_shard, bs, gather_dim, group_name, return_a, algorithm, chunks_per_rank):
     shapes = _AllGatherShapes(a_shard, gather_dim, _world(group_name))
     a_full, outs = shapes.allocate(bs, return_a)
@@ -57,11 +57,6 @@ def _matmul_reduce_scatter_cuda(a, b, reduce_op, scatter_dim, group_name, algori
     return call(comm, a, b)
 
 
-_matmul_reduce_scatter = torch.library.custom_op("asynctp::matmul_reduce_scatter", _matmul_reduce_scatter_cuda,
-                                                 mutates_args=(), device_types="cuda", schema=_RS_SCHEMA)
-
-
-@_matmul_reduce_scatter.register_fake
 def _matmul_reduce_scatter_fake(a, b, reduce_op, scatter_dim, group_name, algorithm, chunks_per_rank):
     shapes = _ReduceScatterShapes(a, b, scatter_dim, _world(group_name))
     return shapes.unflatten(shapes.allocate())
@@ -122,8 +117,28 @@ def _rs_backward(ctx, grad_out):
     return grad_a, grad_b, None, None, None, None, None
 
 
-_all_gather_matmul.register_autograd(_ag_backward, setup_context=_ag_setup)
-_matmul_reduce_scatter.register_autograd(_rs_backward, setup_context=_rs_setup)
+# --- registration ----------------------------------------------------------------------------------
+
+EXTENSION = _extension.load()  # the ops registered in C++ (their CUDA and autograd kernels)
+if EXTENSION:
+    torch.library.register_fake("asynctp::all_gather_matmul")(_all_gather_matmul_fake)
+    torch.library.register_fake("asynctp::matmul_reduce_scatter")(_matmul_reduce_scatter_fake)
+else:
+    _all_gather_matmul = torch.library.custom_op("asynctp::all_gather_matmul", _all_gather_matmul_cuda,
+                                                 mutates_args=(), device_types="cuda", schema=_AG_SCHEMA)
+    _all_gather_matmul.register_fake(_all_gather_matmul_fake)
+    _all_gather_matmul.register_autograd(_ag_backward, setup_context=_ag_setup)
+    _matmul_reduce_scatter = torch.library.custom_op("asynctp::matmul_reduce_scatter", _matmul_reduce_scatter_cuda,
+                                                     mutates_args=(), device_types="cuda", schema=_RS_SCHEMA)
+    _matmul_reduce_scatter.register_fake(_matmul_reduce_scatter_fake)
+    _matmul_reduce_scatter.register_autograd(_rs_backward, setup_context=_rs_setup)
+_ag_op = torch.ops.asynctp.all_gather_matmul.default
+_rs_op = torch.ops.asynctp.matmul_reduce_scatter.default
+# The C++ ops' entry points themselves, without OpOverload.__call__'s Python frame (host time per call);
+# torch.compile traces the OpOverload instead.
+_ag_entry = getattr(_ag_op, "_op", _ag_op)
+_rs_entry = getattr(_rs_op, "_op", _rs_op)
+_is_compiling = torch.compiler.is_compiling
 
 
 # --- the public functions --------------------------------------------------------------------------
@@ -150,6 +165,13 @@ def _direct(*tensors):
     return True
 
 
+def _as_error(e):
+    """The C++ ops' errors reach Python as RuntimeError (PyTorch's translation of c10::Error); the
+    public functions raise them as asynctp.Error, as the Python ops do. Subclasses (out of memory, for
+    one) stay what they are."""
+    return Error(str(e)) if type(e) is RuntimeError else e
+
+
 def all_gather_matmul(a_shard, bs, gather_dim=0, group=None, return_a=True, *, algorithm="auto", chunks_per_rank=0):
     """All-gathers `a_shard` along `gather_dim` over `group` and multiplies the result by each B.
 
@@ -158,9 +180,14 @@ def all_gather_matmul(a_shard, bs, gather_dim=0, group=None, return_a=True, *, a
     ProcessGroup, its name, or None for the default group. algorithm: "auto" (default), "sequential",
     "pipelined" or "fused"; chunks_per_rank: asynctp::OpOptions::chunks_per_rank (0: the default)."""
     args = (a_shard, list(bs), gather_dim, group_name(group), return_a, algorithm, chunks_per_rank)
+    if EXTENSION:
+        try:
+            return _ag_op(*args) if _is_compiling() else _ag_entry(*args)
+        except RuntimeError as e:
+            raise _as_error(e) from None
     if _direct(a_shard, *args[1]):
         return _all_gather_matmul_cuda(*args)
-    return torch.ops.asynctp.all_gather_matmul(*args)
+    return _ag_op(*args)
 
 
 def matmul_reduce_scatter(a, b, reduce_op="sum", scatter_dim=0, group=None, *, algorithm="auto", chunks_per_rank=0):
@@ -169,6 +196,11 @@ def matmul_reduce_scatter(a, b, reduce_op="sum", scatter_dim=0, group=None, *, a
     Same arguments and result as torch.ops.symm_mem.fused_matmul_reduce_scatter(a, b, reduce_op,
     scatter_dim, group_name)."""
     args = (a, b, reduce_op, scatter_dim, group_name(group), algorithm, chunks_per_rank)
+    if EXTENSION:
+        try:
+            return _rs_op(*args) if _is_compiling() else _rs_entry(*args)
+        except RuntimeError as e:
+            raise _as_error(e) from None
     if _direct(a, b):
         return _matmul_reduce_scatter_cuda(*args)
-    return torch.ops.asynctp.matmul_reduce_scatter(*args)
+    return _rs_op(*args)

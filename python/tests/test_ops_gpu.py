@@ -1,6 +1,9 @@
 """The torch ops on real GPUs, one process per rank, against fp32 references computed by torch from the
 whole inputs (every rank generates every rank's shard from the same seeds, so no communication is
-involved in the reference). Skipped, saying why, without PyTorch or without enough GPUs."""
+involved in the reference). Skipped, saying why, without PyTorch or without enough GPUs.
+
+Each test runs the ops both ways they may be registered (asynctp._extension): in C++ by
+libasynctp_torch.so, and in Python (ASYNCTP_TORCH_EXTENSION=0)."""
 
 import time
 
@@ -39,7 +42,28 @@ def _meta_like(t):
     return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
 
 
-def _all_gather_cases(rank, world):
+@pytest.fixture(params=["C++", "Python"])
+def ops_path(request, monkeypatch):
+    """Which registration the ranks' processes use; they check that it is the one in effect."""
+    if request.param == "Python":
+        monkeypatch.setenv("ASYNCTP_TORCH_EXTENSION", "0")
+    else:
+        from asynctp import _extension
+
+        if not _extension.path().exists():
+            pytest.skip(f"libasynctp_torch.so is not built ({_extension.path()}): the C++ ops are not tested here")
+        monkeypatch.delenv("ASYNCTP_TORCH_EXTENSION", raising=False)
+    return request.param
+
+
+def _uses(ops_path):
+    from asynctp import ops
+
+    assert ops.EXTENSION == (ops_path == "C++"), f"asked for the {ops_path} ops; ops.EXTENSION is {ops.EXTENSION}"
+
+
+def _all_gather_cases(rank, world, ops_path):
+    _uses(ops_path)
     dev = torch.device("cuda", rank)
     # gather_dim 0 of a 2-dim A, the middle dim of a 3-dim A (moved to the front and back, as torch
     # does), and the last dim (K gathered); two nn.Linear weights plus one row-major B.
@@ -72,7 +96,8 @@ def _all_gather_cases(rank, world):
                             assert a_full.stride() == fake_a.stride(), what
 
 
-def _reduce_scatter_cases(rank, world):
+def _reduce_scatter_cases(rank, world, ops_path):
+    _uses(ops_path)
     dev = torch.device("cuda", rank)
     for a_shape, scatter_dim in [((512, 128), 0), ((4, 96, 128), 1), ((256, 64), -1)]:
         n = 192
@@ -91,19 +116,22 @@ def _reduce_scatter_cases(rank, world):
                         _assert_close(out, ref, what)
 
 
-def test_all_gather_matmul_matches_the_reference_two_ranks():
-    run_ranks(2, _all_gather_cases)
+@pytest.mark.parametrize("world", [1, 2])
+def test_all_gather_matmul_matches_the_reference(world, ops_path):
+    run_ranks(world, _all_gather_cases, ops_path)
 
 
-def test_matmul_reduce_scatter_matches_the_reference_two_ranks():
-    run_ranks(2, _reduce_scatter_cases)
+@pytest.mark.parametrize("world", [1, 2])
+def test_matmul_reduce_scatter_matches_the_reference(world, ops_path):
+    run_ranks(world, _reduce_scatter_cases, ops_path)
 
 
-def test_both_ops_on_one_rank():
-    run_ranks(1, _one_rank_cases)
+def test_both_ops_on_one_rank(ops_path):
+    run_ranks(1, _one_rank_cases, ops_path)
 
 
-def _one_rank_cases(rank, world):
+def _one_rank_cases(rank, world, ops_path):
+    _uses(ops_path)
     # World size 1: the all-gather is the shard itself and the reduce-scatter the product itself.
     dev = torch.device("cuda", 0)
     a, w = _gen(1, 256, 128).to(torch.bfloat16), _gen(2, 64, 128).to(torch.bfloat16)
@@ -115,16 +143,18 @@ def _one_rank_cases(rank, world):
         _assert_close(y, (a.float() @ w.float().t()).to(dev), f"matmul_reduce_scatter one rank {algorithm}")
 
 
-def _errors(rank, world):
+def _errors(rank, world, ops_path):
+    _uses(ops_path)
     dev = torch.device("cuda", rank)
     a = torch.randn(128, 64, device=dev, dtype=torch.bfloat16)
     w = torch.randn(32, 64, device=dev, dtype=torch.bfloat16)
-    # A rank with different shapes: every rank gets the C++ library's error, its message unchanged.
-    mine = a if rank == 0 else a[:64]
-    with pytest.raises(asynctp.Error) as caught:
-        asynctp.all_gather_matmul(mine, [w.t()], 0, algorithm="sequential")
-    assert str(caught.value).startswith(f"rank {rank}: "), str(caught.value)
-    assert "all_gather_matmul" in str(caught.value)
+    if world > 1:
+        # A rank with different shapes: every rank gets the C++ library's error, its message unchanged.
+        mine = a if rank == 0 else a[:64]
+        with pytest.raises(asynctp.Error) as caught:
+            asynctp.all_gather_matmul(mine, [w.t()], 0, algorithm="sequential")
+        assert str(caught.value).startswith(f"rank {rank}: "), str(caught.value)
+        assert "all_gather_matmul" in str(caught.value)
     # Wrong arguments the same on every rank.
     with pytest.raises(asynctp.Error, match="algorithm is 'fastest'; expected one of sequential, pipelined, fused, auto"):
         asynctp.all_gather_matmul(a, [w.t()], 0, algorithm="fastest")
@@ -134,15 +164,23 @@ def _errors(rank, world):
         asynctp.all_gather_matmul(a.to(torch.int8), [w.t()], 0)
     with pytest.raises(asynctp.Error, match="is fp16 but expected bf16"):
         asynctp.all_gather_matmul(a, [w.t().half()], 0)
-    # Wrong arguments on one rank only: the package's own refusal reaches the other rank at once (well
-    # inside ASYNCTP_TIMEOUT_MS, 20 s here), through the op's agreement across ranks.
-    start = time.monotonic()
-    with pytest.raises(asynctp.Error) as caught:
-        asynctp.matmul_reduce_scatter(a, w.t(), "max" if rank == 0 else "sum", 0, algorithm="sequential")
-    took = time.monotonic() - start
-    assert took < 5.0, f"the refusal took {took:.1f} s to arrive"
-    expected = "reduce_op is 'max'" if rank == 0 else "rank 0 refused its arguments"
-    assert expected in str(caught.value), str(caught.value)
+    with pytest.raises(asynctp.Error, match="gather_dim is 2; expected a dim of a 2-dim tensor"):
+        asynctp.all_gather_matmul(a, [w.t()], 2)
+    with pytest.raises(asynctp.Error, match="bs is empty; expected at least one B"):
+        asynctp.all_gather_matmul(a, [], 0)
+    # Through torch.ops the same errors, as RuntimeError (asynctp.Error is one).
+    with pytest.raises(RuntimeError, match="algorithm is 'fastest'"):
+        torch.ops.asynctp.all_gather_matmul(a, [w.t()], 0, group_name(), False, "fastest", 0)
+    if world > 1:
+        # Wrong arguments on one rank only: the package's own refusal reaches the other rank at once
+        # (well inside ASYNCTP_TIMEOUT_MS, 20 s here), through the op's agreement across ranks.
+        start = time.monotonic()
+        with pytest.raises(asynctp.Error) as caught:
+            asynctp.matmul_reduce_scatter(a, w.t(), "max" if rank == 0 else "sum", 0, algorithm="sequential")
+        took = time.monotonic() - start
+        assert took < 5.0, f"the refusal took {took:.1f} s to arrive"
+        expected = "reduce_op is 'max'" if rank == 0 else "rank 0 refused its arguments"
+        assert expected in str(caught.value), str(caught.value)
     # After the errors, the communicator still works.
     _, (out,) = asynctp.all_gather_matmul(a, [w.t()], 0)
     assert out.shape == (128 * world, 32)
@@ -168,11 +206,13 @@ def _errors(rank, world):
     assert torch.equal(again, out)
 
 
-def test_bad_arguments_raise_asynctp_error_on_every_rank():
-    run_ranks(2, _errors)
+@pytest.mark.parametrize("world", [1, 2])
+def test_bad_arguments_raise_asynctp_error_on_every_rank(world, ops_path):
+    run_ranks(world, _errors, ops_path)
 
 
-def _compiled(rank, world):
+def _compiled(rank, world, ops_path):
+    _uses(ops_path)
     dev = torch.device("cuda", rank)
     x = _gen(50 + rank, 256, 256).to(dev, torch.bfloat16)
     w_up, w_down = _gen(51, 512, 256).to(dev, torch.bfloat16), _gen(52, 256, 512).to(dev, torch.bfloat16)
@@ -188,11 +228,13 @@ def _compiled(rank, world):
     assert torch.equal(eager, compiled)
 
 
-def test_torch_compile_fullgraph_runs_the_ops():
-    run_ranks(2, _compiled)
+@pytest.mark.parametrize("world", [1, 2])
+def test_torch_compile_fullgraph_runs_the_ops(world, ops_path):
+    run_ranks(world, _compiled, ops_path)
 
 
-def _gradients(rank, world):
+def _gradients(rank, world, ops_path):
+    _uses(ops_path)
     dev = torch.device("cuda", rank)
     for gather_dim in (0, -1):
         for algorithm in ("sequential", "fused"):
@@ -227,8 +269,9 @@ def _gradients(rank, world):
             _assert_close(b.grad, b_parts[rank].grad, what + ": d b")
 
 
-def test_gradients_match_autograd_on_the_whole_tensors():
-    run_ranks(2, _gradients)
+@pytest.mark.parametrize("world", [1, 2])
+def test_gradients_match_autograd_on_the_whole_tensors(world, ops_path):
+    run_ranks(world, _gradients, ops_path)
 
 
 def _shared_nccl(rank, world):

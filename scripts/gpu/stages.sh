@@ -35,7 +35,8 @@
 #                  (PyTorch's own paths) in the same call (bench_<kind>.txt and .json, torch_anchor.txt)
 #   torch          the PyTorch paths with torchrun on every GPU (one rank each, at least 1):
 #                  examples/two_ways_in.py (compile switch and DTensor styles against one GPU),
-#                  bench/binding_overhead.py at that world size and at 1, bench/communicator_cost.py,
+#                  bench/binding_overhead.py at that world size and at 1 (there twice with the torch ops
+#                  registered in C++ and in Python, alternating), bench/communicator_cost.py,
 #                  bench/compiled_tp.py (a TP MLP compiled by inductor alone, with PyTorch's async TP, with asynctp's),
 #                  examples/triton_all_gather_matmul.py at 1 and at that world size
 set -uo pipefail
@@ -217,12 +218,16 @@ while [ $# -gt 0 ]; do
     torch)
       export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} ASYNCTP_LIBRARY=$(cd "$build" && pwd)/libasynctp_c.so
       for run in "$gpus examples/two_ways_in.py" "$gpus bench/binding_overhead.py" "1 bench/binding_overhead.py" \
+                 "1 bench/binding_overhead.py python" "1 bench/binding_overhead.py" "1 bench/binding_overhead.py python" \
                  "$gpus bench/communicator_cost.py" "$gpus bench/compiled_tp.py" "1 examples/triton_all_gather_matmul.py" \
                  "$gpus examples/triton_all_gather_matmul.py"; do
-        read -r ranks script <<<"$run"
-        name=$(basename "$script" .py)_$ranks
-        echo "== torchrun --nproc-per-node $ranks $script"
-        timeout "${TORCH_TIMEOUT_S:-300}" torchrun --nproc-per-node "$ranks" "$script" >"$out/$name.txt" 2>"$out/$name.err"
+        read -r ranks script registration <<<"$run"
+        name=$(basename "$script" .py)_$ranks${registration:+_$registration}
+        [ ! -f "$out/$name.txt" ] || name=${name}_again
+        echo "== ${registration:+ASYNCTP_TORCH_EXTENSION=0 }torchrun --nproc-per-node $ranks $script"
+        # "python": the torch ops registered in Python (the host cost's other side, alternating with C++).
+        ASYNCTP_TORCH_EXTENSION=${registration:+0} timeout "${TORCH_TIMEOUT_S:-300}" \
+          torchrun --nproc-per-node "$ranks" "$script" >"$out/$name.txt" 2>"$out/$name.err"
         rc=$?
         echo "exit $rc"
         [ $rc -eq 0 ] || { status=1; tail -5 "$out/$name.err"; }
