@@ -4,7 +4,6 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
-#include <sstream>
 #include <string>
 #include <utility>
 
@@ -13,13 +12,6 @@
 
 namespace asynctp::torch_ext {
 namespace {
-
-template <typename... Parts>
-[[noreturn]] void refuse(const Parts&... parts) {
-  std::ostringstream s;
-  (s << ... << parts);
-  throw Refusal{s.str()};
-}
 
 // The library's view of `t` (named `name`, with `index` appended where it is not negative, in a refusal).
 asynctp_tensor ref(const at::Tensor& t, const char* op, const char* name, int64_t index = -1) {

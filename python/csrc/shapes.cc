@@ -2,18 +2,10 @@
 
 #include <ATen/ATen.h>
 
-#include <sstream>
 #include <utility>
 
 namespace asynctp::torch_ext {
 namespace {
-
-template <typename... Parts>
-[[noreturn]] void refuse(const Parts&... parts) {
-  std::ostringstream s;
-  (s << ... << parts);
-  throw Refusal{s.str()};
-}
 
 int64_t normalise_dim(int64_t dim, int64_t ndim, const char* op, const char* name) {
   const int64_t d = dim < 0 ? dim + ndim : dim;

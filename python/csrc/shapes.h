@@ -6,6 +6,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -44,5 +45,12 @@ struct ReduceScatterShapes {
 struct Refusal {
   std::string what;
 };
+
+template <typename... Parts>
+[[noreturn]] void refuse(const Parts&... parts) {
+  std::ostringstream s;
+  (s << ... << parts);
+  throw Refusal{s.str()};
+}
 
 }  // namespace asynctp::torch_ext
