@@ -14,6 +14,7 @@ peer in it.
 
 import ctypes
 import os
+import statistics
 import time
 
 import torch
@@ -26,8 +27,9 @@ from asynctp.comm import communicator
 from compare_torch import gpu_us, median_after_barrier  # bench/ is the script's folder
 
 
-# Host time moves by tens of µs with what else the host runs: its median over many calls is steadier.
-HOST_CALLS = 200
+# Host time moves by tens of µs with what else the host runs. The paths are timed in turn, a call of
+# each per round, so that they see the same host; the table gives each one's median and tenth percentile.
+HOST_ROUNDS = 200
 
 
 def host_us(fn):
@@ -49,41 +51,50 @@ def main():
     out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
     comm = communicator(name)
     a_ref, b_refs, out_refs = _calls._ref(a, "", "a"), (_lib.Tensor * 1)(_calls._ref(b, "", "b")), (_lib.Tensor * 1)(_calls._ref(out, "", "out"))
-    rows = []
-    for alg in ("sequential", "fused"):
+    def calls(alg):  # a function of its own, so that each algorithm's calls keep their own options
         opt = _lib.options(_lib.ALGORITHMS[alg], _lib.ROW_MAJOR, 0)
         unchecked = _lib.options(_lib.ALGORITHMS[alg], _lib.ROW_MAJOR, 0, check_across_ranks=False)
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-        paths = {
-            "C interface": lambda: _lib.call("all_gather_matmul", comm.handle, ctypes.byref(a_ref), b_refs, 1, 0,
-                                             out_refs, None, stream, ctypes.byref(opt)),
-            "C interface, check_across_ranks=0": lambda: _lib.call(
+        return {
+            (alg, "C interface"): lambda: _lib.call("all_gather_matmul", comm.handle, ctypes.byref(a_ref), b_refs, 1,
+                                                    0, out_refs, None, stream, ctypes.byref(opt)),
+            (alg, "C interface, check_across_ranks=0"): lambda: _lib.call(
                 "all_gather_matmul", comm.handle, ctypes.byref(a_ref), b_refs, 1, 0, out_refs, None, stream,
                 ctypes.byref(unchecked)),
-            "asynctp.all_gather_matmul": lambda: asynctp.all_gather_matmul(a, [b], 0, name, return_a=False,
-                                                                           algorithm=alg),
-            "torch.ops.asynctp.all_gather_matmul": lambda: torch.ops.asynctp.all_gather_matmul(a, [b], 0, name, False,
-                                                                                               alg, 0),
+            (alg, "asynctp.all_gather_matmul"): lambda: asynctp.all_gather_matmul(a, [b], 0, name, return_a=False,
+                                                                                  algorithm=alg),
+            (alg, "torch.ops.asynctp.all_gather_matmul"): lambda: torch.ops.asynctp.all_gather_matmul(
+                a, [b], 0, name, False, alg, 0),
         }
-        for path, fn in paths.items():
-            rows.append((alg, path, median_after_barrier(fn, host_us, HOST_CALLS, warmup=3),
-                         median_after_barrier(fn, gpu_us, 20, warmup=3)))
+
+    paths = {**calls("sequential"), **calls("fused")}  # (algorithm, called through) -> the call
+    missing = []
     try:
         symm_mem.enable_symm_mem_for_group(name)
         torch_fused = lambda: torch.ops.symm_mem.fused_all_gather_matmul(a, [b], 0, name)  # noqa: E731
-        rows.append(("PyTorch's fused", "torch.ops.symm_mem.fused_all_gather_matmul",
-                     median_after_barrier(torch_fused, host_us, HOST_CALLS, warmup=3),
-                     median_after_barrier(torch_fused, gpu_us, 20, warmup=3)))
+        torch_fused()
+        paths[("PyTorch's fused", "torch.ops.symm_mem.fused_all_gather_matmul")] = torch_fused
     except Exception as e:  # the table still shows asynctp's rows, and why PyTorch's is missing
-        rows.append(("PyTorch's fused", f"torch.ops.symm_mem.fused_all_gather_matmul: {type(e).__name__}: {e}",
-                     float("nan"), float("nan")))
+        missing.append(("PyTorch's fused", f"torch.ops.symm_mem.fused_all_gather_matmul: {type(e).__name__}: {e}"))
+    host = {key: [] for key in paths}
+    for fn in paths.values():
+        for _ in range(3):
+            fn()
+    for _ in range(HOST_ROUNDS):
+        for key, fn in paths.items():
+            dist.barrier()
+            torch.cuda.synchronize()
+            host[key].append(host_us(fn))
+    rows = [(alg, path, statistics.median(host[(alg, path)]), statistics.quantiles(host[(alg, path)], n=10)[0],
+             median_after_barrier(fn, gpu_us, 20, warmup=3)) for (alg, path), fn in paths.items()]
+    rows += [(alg, path, float("nan"), float("nan"), float("nan")) for alg, path in missing]
     if dist.get_rank() == 0:
         registered = "C++ (libasynctp_torch.so)" if ops.EXTENSION else "Python"
         print(f"{world} ranks, {torch.cuda.get_device_name()}, all_gather_matmul {M}x{N}x{K} bf16, torch ops "
-              f"registered in {registered}, medians of {HOST_CALLS} (host) and 20 (GPU) calls (rank 0)")
-        print("| algorithm | called through | host µs | GPU µs |\n|---|---|---:|---:|")
-        for alg, path, host, gpu in rows:
-            print(f"| {alg} | {path} | {host:.1f} | {gpu:.1f} |")
+              f"registered in {registered}, {HOST_ROUNDS} calls of each in turn (host), 20 (GPU), rank 0")
+        print("| algorithm | called through | host µs, median | host µs, p10 | GPU µs, median |\n|---|---|---:|---:|---:|")
+        for alg, path, median, p10, gpu in rows:
+            print(f"| {alg} | {path} | {median:.1f} | {p10:.1f} | {gpu:.1f} |")
     asynctp.shutdown()
     dist.destroy_process_group()
 
