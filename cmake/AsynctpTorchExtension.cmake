@@ -54,4 +54,5 @@ target_link_directories(asynctp_torch PRIVATE ${ASYNCTP_TORCH_LIBRARY_DIR})
 # Resolved against the torch that is loaded already: the package loads this library after importing torch.
 target_link_libraries(asynctp_torch PRIVATE c10 c10_cuda torch_cpu)
 set_target_properties(asynctp_torch PROPERTIES CXX_VISIBILITY_PRESET hidden)
-install(TARGETS asynctp_torch LIBRARY DESTINATION ${ASYNCTP_PYTHON_INSTALL_DIR})
+# OPTIONAL: a wheel (pyproject.toml) builds asynctp_c alone, even where this project found torch.
+install(TARGETS asynctp_torch LIBRARY DESTINATION ${ASYNCTP_PYTHON_INSTALL_DIR} OPTIONAL)
