@@ -7,11 +7,19 @@ makes an NCCL unique id and passes it to the others through the group's store, e
 NCCL communicator of asynctp's own on the current CUDA device, and a log line of logger "asynctp" says
 why. Every rank takes the same way: they agree through the store. The communicator lives until
 shutdown() (collective; before torch.distributed.destroy_process_group, which ends a shared NCCL
-communicator) or the process ends."""
+communicator) or the process ends.
+
+Where the group is PyTorch's threaded test process group (ranks as threads of one process, as
+torch.testing's multi-threaded tests make), each rank's communicator is one of asynctp's in-process
+transport (asynctp/in_process.h), every rank on the current CUDA device: multi-rank code tested on one
+GPU. It needs CUDA_MODULE_LOADING=EAGER and CUDA_DEVICE_MAX_CONNECTIONS=32 set before the process's first
+CUDA call."""
 
 import collections
 import ctypes
 import logging
+import os
+import sys
 import threading
 
 import torch
@@ -20,7 +28,8 @@ import torch.distributed.distributed_c10d as c10d
 
 from . import _extension, _lib
 
-_comms = {}  # group name -> Communicator
+_comms = {}  # group name -> Communicator; (group name, rank) for a threaded group's ranks
+_in_process_groups = {}  # threaded group name -> [asynctp_group handle, its live communicators]
 # How many communicators each group has had: ranks make and destroy them together, so the count names
 # the same store key on every rank, and a group's second communicator never reads its first one's id.
 _made = collections.Counter()
@@ -32,14 +41,18 @@ class Communicator:
     """One rank's asynctp::Communicator (see include/asynctp/communicator.h)."""
 
     def __init__(self, rank, world_size, unique_id, device, timeout_ms=0, tuning_cache=None, *, nccl_comm=None,
-                 on_overdue=None):
+                 on_overdue=None, in_process_group=None):
         """An NCCL communicator of asynctp's own from `unique_id`, or, where `nccl_comm` (an ncclComm_t
         as an int) is given, one that uses that communicator, which the caller keeps alive; then
         on_overdue() is called, on a thread of the library's, when a call is overdue on the GPU (an NCCL
-        kernel waiting on a peer that is gone), for the caller to abort that communicator."""
+        kernel waiting on a peer that is gone), for the caller to abort that communicator. With
+        `in_process_group` (an asynctp_group), rank `rank`'s communicator of that group: every rank's
+        thread makes its own at once."""
         handle = ctypes.c_void_p()
         cache = tuning_cache.encode() if tuning_cache else None
-        if nccl_comm is None:
+        if in_process_group is not None:
+            _lib.call("comm_create_in_process", in_process_group, rank, timeout_ms, cache, 0, ctypes.byref(handle))
+        elif nccl_comm is None:
             _lib.call("comm_create", rank, world_size, unique_id, device, timeout_ms, cache, ctypes.byref(handle))
         else:
             callback = _on_overdue_callback(on_overdue) if on_overdue is not None else _lib.OnOverdue()
@@ -142,6 +155,8 @@ def communicator(group=None, *, timeout_ms=0, tuning_cache=None, share_nccl=True
             return comm
     pg = _group(group)
     name = pg.group_name
+    if _threaded(pg):
+        return _in_process_communicator(pg, name, timeout_ms, tuning_cache)
     with _lock:
         comm = _comms.get(name)
         if comm is not None:
@@ -181,13 +196,72 @@ def communicator(group=None, *, timeout_ms=0, tuning_cache=None, share_nccl=True
         return comm
 
 
+def _threaded(pg):
+    """Whether `pg` is PyTorch's threaded test process group (looked for only where it was imported)."""
+    threaded = sys.modules.get("torch.testing._internal.distributed.multi_threaded_pg")
+    return threaded is not None and isinstance(pg, threaded.ProcessLocalGroup)
+
+
+def _in_process_communicator(pg, name, timeout_ms, tuning_cache):
+    rank, size = pg.rank(), pg.size()
+    comm = _comms.get((name, rank))
+    if comm is not None:
+        return comm
+    if os.environ.get("CUDA_MODULE_LOADING") != "EAGER" or os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS") != "32":
+        raise _lib.Error(f"rank {rank}: group {name!r} is PyTorch's threaded process group, whose ranks get asynctp's "
+                         "in-process transport; it needs CUDA_MODULE_LOADING=EAGER and CUDA_DEVICE_MAX_CONNECTIONS=32 "
+                         "set before the process's first CUDA call (asynctp/in_process.h says why)")
+    device = torch.cuda.current_device()
+    with _lock:
+        entry = _in_process_groups.get(name)
+        if entry is None:
+            handle = ctypes.c_void_p()
+            _lib.call("in_process_group_create", size, (ctypes.c_int * 1)(device), 1, ctypes.byref(handle))
+            entry = _in_process_groups[name] = [handle, 0]
+        entry[1] += 1
+    # Outside the lock: every rank's thread makes its communicator at once.
+    try:
+        comm = Communicator(rank, size, None, device, timeout_ms, tuning_cache, in_process_group=entry[0])
+    except BaseException:
+        _release_in_process_group(name)
+        raise
+    _comms[(name, rank)] = comm
+    return comm
+
+
+def _release_in_process_group(name):
+    with _lock:
+        entry = _in_process_groups[name]
+        entry[1] -= 1
+        if entry[1] == 0:  # every rank's communicator is gone
+            del _in_process_groups[name]
+            _lib.call("in_process_group_destroy", entry[0])
+
+
+def _mine(key):
+    """Whether the communicator `_comms[key]` is this thread's to destroy: any but another rank's of a
+    threaded group."""
+    if not isinstance(key, tuple):
+        return True
+    name, rank = key
+    try:
+        return c10d._resolve_process_group(name).rank() == rank
+    except (RuntimeError, ValueError):  # the group is gone on this thread
+        return False
+
+
 def shutdown(group=None):
     """Destroys the communicator of `group` (every group's where None). Collective; call it before
-    torch.distributed.destroy_process_group."""
-    with _lock:
-        names = list(_comms) if group is None else [group_name(group)]
-        for name in names:
-            comm = _comms.pop(name, None)
-            if comm is not None:
-                _extension.forget(name)  # the C++ ops ask for the group's communicator again
-                comm.destroy()
+    torch.distributed.destroy_process_group. A rank of a threaded group destroys its own."""
+    name = None if group is None else group_name(group)
+    keys = [key for key in list(_comms) if (name is None or (key[0] if isinstance(key, tuple) else key) == name)
+            and _mine(key)]
+    for key in keys:
+        comm = _comms.pop(key, None)
+        if comm is None:
+            continue
+        of = key[0] if isinstance(key, tuple) else key
+        _extension.forget(of)  # the C++ ops ask for the group's communicator again
+        comm.destroy()  # collective: outside the lock, where a threaded group's ranks meet
+        if isinstance(key, tuple):
+            _release_in_process_group(of)

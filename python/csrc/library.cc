@@ -2,6 +2,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <atomic>
+#include <cstdint>
 #include <mutex>
 #include <unordered_map>
 
@@ -12,7 +14,15 @@ std::mutex mutex;
 asynctp_torch_c_functions functions{};
 bool initialised = false;
 asynctp_torch_factory factory = nullptr;
-std::unordered_map<std::string, Group> groups;
+// Each thread keeps the communicators it was given: the ranks of PyTorch's threaded process group are
+// threads that share a group's name, each with a communicator of its own. A group forgotten on any
+// thread moves `generation` on, which empties every thread's map at its next lookup.
+std::atomic<uint64_t> generation{0};
+struct ThreadGroups {
+  uint64_t generation = 0;
+  std::unordered_map<std::string, Group> groups;
+};
+thread_local ThreadGroups mine;
 
 }  // namespace
 
@@ -24,11 +34,16 @@ const asynctp_torch_c_functions& c_functions() {
 }
 
 Group group(const std::string& name) {
+  const uint64_t now = generation.load(std::memory_order_acquire);
+  if (mine.generation != now) {
+    mine.groups.clear();
+    mine.generation = now;
+  }
+  auto it = mine.groups.find(name);
+  if (it != mine.groups.end()) return it->second;
   asynctp_torch_factory make = nullptr;
   {
     std::lock_guard<std::mutex> lock(mutex);
-    auto it = groups.find(name);
-    if (it != groups.end()) return it->second;
     make = factory;
   }
   TORCH_CHECK(make != nullptr, "asynctp: no communicator factory is set: import asynctp.ops first");
@@ -40,8 +55,7 @@ Group group(const std::string& name) {
   const asynctp_torch_c_functions& c = c_functions();
   check(c.comm_world_size(g.comm, &g.world_size));
   check(c.comm_device(g.comm, &g.device));
-  std::lock_guard<std::mutex> lock(mutex);
-  groups[name] = g;
+  mine.groups[name] = g;
   return g;
 }
 
@@ -64,11 +78,8 @@ extern "C" void asynctp_torch_set_factory(asynctp_torch_factory factory) {
   asynctp::torch_ext::factory = factory;
 }
 
-extern "C" void asynctp_torch_forget_group(const char* group) {
-  std::lock_guard<std::mutex> lock(asynctp::torch_ext::mutex);
-  if (group == nullptr) {
-    asynctp::torch_ext::groups.clear();
-  } else {
-    asynctp::torch_ext::groups.erase(group);
-  }
+extern "C" void asynctp_torch_forget_group(const char* /*group*/) {
+  // Every thread's map is emptied, not the group's entries alone: another thread's map cannot be
+  // touched from here, and asking the factory again costs one lookup of the package's.
+  asynctp::torch_ext::generation.fetch_add(1, std::memory_order_acq_rel);
 }

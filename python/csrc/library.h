@@ -30,7 +30,8 @@ typedef int (*asynctp_torch_factory)(const char* group, asynctp_comm** comm, cha
 // 0, or -1 where the C API's version is not the one this library was built for.
 __attribute__((visibility("default"))) int asynctp_torch_init(const asynctp_torch_c_functions* functions);
 __attribute__((visibility("default"))) void asynctp_torch_set_factory(asynctp_torch_factory factory);
-// Before a group's communicator is destroyed: the ops ask the factory again on the group's next use.
+// Before a group's communicator is destroyed: the ops ask the factory again on the group's next use
+// (every group's, on every thread).
 __attribute__((visibility("default"))) void asynctp_torch_forget_group(const char* group);
 }
 

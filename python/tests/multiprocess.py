@@ -1,12 +1,18 @@
-"""Runs a test body on one process per GPU, as torchrun would, and fails the test where any rank fails.
+"""Runs a test body on one process per GPU, as torchrun would, and fails the test where any rank fails;
+or on threads of one process on one GPU, as the ranks of PyTorch's threaded test process group (which
+asynctp runs on its in-process transport).
 
-Each rank joins an NCCL process group; a rank that raises makes spawn stop the others. Waits are bounded
-(the process group's timeout, ASYNCTP_TIMEOUT_MS) so that a broken op fails instead of hanging."""
+Each rank joins an NCCL process group (threads: the threaded one); a rank that raises makes spawn stop
+the others. Waits are bounded (the process group's timeout, ASYNCTP_TIMEOUT_MS) so that a broken op
+fails instead of hanging."""
 
 import datetime
 import os
+import queue
 import tempfile
+import threading
 import time
+import traceback
 
 import pytest
 import torch
@@ -52,3 +58,64 @@ def _rank_main(rank, world_size, rendezvous, body, args):
     # Collective clean-up only after success: where a rank failed, its peers may be gone already.
     asynctp.shutdown()
     dist.destroy_process_group()
+
+
+def run_threads(world_size, body, *args, within_s=300):
+    """body(rank, world_size, *args) on world_size threads of a fresh process, every rank on GPU 0 on a
+    stream of its own, as the ranks of PyTorch's threaded process group."""
+    require_gpus(1)
+    os.environ.setdefault("ASYNCTP_TIMEOUT_MS", "20000")
+    # What the in-process transport needs before the process's first CUDA call (asynctp/in_process.h).
+    os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
+    os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")
+    context = mp.get_context("spawn")
+    errors = context.Queue()
+    process = context.Process(target=_threads_main, args=(world_size, body, args, errors))
+    process.start()
+    try:
+        failures = errors.get(timeout=within_s)  # read before the join: a queue's writer exits once read
+    except queue.Empty:
+        failures = None
+    process.join(10)
+    if process.is_alive():
+        process.kill()
+        pytest.fail(f"ranks as threads still running after {within_s} s")
+    if failures is None:
+        failures = f"the ranks' process ended with exit code {process.exitcode} and no report"
+    if failures:
+        pytest.fail(failures, pytrace=False)
+
+
+def ranks_are_threads():
+    """Whether this body runs as a thread of the threaded process group."""
+    return asynctp.comm._threaded(dist.group.WORLD)
+
+
+def _threads_main(world_size, body, args, errors):
+    from torch.testing._internal.distributed import multi_threaded_pg  # registers the "threaded" backend
+
+    torch._C._distributed_c10d._set_thread_isolation_mode(True)  # each thread's groups are its own
+    multi_threaded_pg._install_threaded_pg()
+    store = dist.HashStore()
+    failures = []
+
+    def rank_main(rank):
+        try:
+            torch.cuda.set_device(0)
+            dist.init_process_group("threaded", rank=rank, world_size=world_size, store=store)
+            # A stream of its own: on one stream a rank's kernel would wait behind another's for good.
+            with torch.cuda.stream(torch.cuda.Stream()):
+                body(rank, world_size, *args)
+                torch.cuda.synchronize()
+                asynctp.shutdown()
+            # No destroy_process_group: PyTorch 2.11's reads a list the threaded world does not keep; the
+            # process ends with the test.
+        except BaseException:  # noqa: BLE001 (reported to the test, which fails)
+            failures.append(f"rank {rank}:\n{traceback.format_exc()}")
+
+    threads = [threading.Thread(target=rank_main, args=(rank,), daemon=True) for rank in range(world_size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    errors.put("\n".join(failures))

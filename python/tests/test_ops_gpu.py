@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed: the torch
 
 import asynctp  # noqa: E402
 from asynctp.comm import group_name  # noqa: E402
-from multiprocess import run_ranks  # noqa: E402
+from multiprocess import ranks_are_threads, run_ranks, run_threads  # noqa: E402
 
 ALGORITHMS = ["sequential", "pipelined", "fused", "auto"]
 DTYPES = [torch.bfloat16, torch.float16]
@@ -36,6 +36,11 @@ def _assert_close(got, ref, what):
     err = (got.float() - ref).abs().max().item()
     assert err <= tol, f"{what}: max abs error {err:.4g} > {tol:.4g}"
     assert got.shape == ref.shape, f"{what}: shape {tuple(got.shape)}, expected {tuple(ref.shape)}"
+
+
+def _device():
+    # One GPU a rank, or every rank on GPU 0 where the ranks are threads.
+    return torch.device("cuda", torch.cuda.current_device())
 
 
 def _meta_like(t):
@@ -64,7 +69,7 @@ def _uses(ops_path):
 
 def _all_gather_cases(rank, world, ops_path):
     _uses(ops_path)
-    dev = torch.device("cuda", rank)
+    dev = _device()
     # gather_dim 0 of a 2-dim A, the middle dim of a 3-dim A (moved to the front and back, as torch
     # does), and the last dim (K gathered); two nn.Linear weights plus one row-major B.
     for shard_shape, gather_dim in [((192, 256), 0), ((3, 64, 256), 1), ((128, 128), -1)]:
@@ -98,7 +103,7 @@ def _all_gather_cases(rank, world, ops_path):
 
 def _reduce_scatter_cases(rank, world, ops_path):
     _uses(ops_path)
-    dev = torch.device("cuda", rank)
+    dev = _device()
     for a_shape, scatter_dim in [((512, 128), 0), ((4, 96, 128), 1), ((256, 64), -1)]:
         n = 192
         for dtype in DTYPES:
@@ -145,7 +150,7 @@ def _one_rank_cases(rank, world, ops_path):
 
 def _errors(rank, world, ops_path):
     _uses(ops_path)
-    dev = torch.device("cuda", rank)
+    dev = _device()
     a = torch.randn(128, 64, device=dev, dtype=torch.bfloat16)
     w = torch.randn(32, 64, device=dev, dtype=torch.bfloat16)
     if world > 1:
@@ -186,6 +191,20 @@ def _errors(rank, world, ops_path):
     assert out.shape == (128 * world, 32)
     # The op runs on the current stream: captured into a CUDA graph on torch's capture stream, then
     # replayed on new input. Work the capture missed would leave the output without the new result.
+    # (Not where the ranks are threads: torch captures in the global mode, which another thread's
+    # CUDA calls would break.)
+    if not ranks_are_threads():
+        _graph_replays(a, w)
+    # A destroyed communicator is refused by name, and the next op on the group makes a new one.
+    comm = asynctp.communicator()
+    asynctp.shutdown()
+    with pytest.raises(asynctp.Error, match="this asynctp communicator was destroyed"):
+        comm.handle  # noqa: B018
+    _, (again,) = asynctp.all_gather_matmul(a, [w.t()], 0)
+    assert torch.equal(again, out)
+
+
+def _graph_replays(a, w):
     static_a = a.clone()
     asynctp.all_gather_matmul(static_a, [w.t()], 0, algorithm="pipelined")  # grows the workspace first
     graph = torch.cuda.CUDAGraph()
@@ -197,13 +216,6 @@ def _errors(rank, world, ops_path):
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(graphed, expected)
-    # A destroyed communicator is refused by name, and the next op on the group makes a new one.
-    comm = asynctp.communicator()
-    asynctp.shutdown()
-    with pytest.raises(asynctp.Error, match="this asynctp communicator was destroyed"):
-        comm.handle  # noqa: B018
-    _, (again,) = asynctp.all_gather_matmul(a, [w.t()], 0)
-    assert torch.equal(again, out)
 
 
 @pytest.mark.parametrize("world", [1, 2])
@@ -211,9 +223,24 @@ def test_bad_arguments_raise_asynctp_error_on_every_rank(world, ops_path):
     run_ranks(world, _errors, ops_path)
 
 
+# The same bodies with the ranks as threads on one GPU (asynctp's in-process transport).
+@pytest.mark.parametrize("world", [2, 4])
+def test_all_gather_matmul_matches_the_reference_ranks_as_threads(world, ops_path):
+    run_threads(world, _all_gather_cases, ops_path)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_matmul_reduce_scatter_matches_the_reference_ranks_as_threads(world, ops_path):
+    run_threads(world, _reduce_scatter_cases, ops_path)
+
+
+def test_bad_arguments_raise_asynctp_error_on_every_rank_ranks_as_threads(ops_path):
+    run_threads(2, _errors, ops_path)
+
+
 def _compiled(rank, world, ops_path):
     _uses(ops_path)
-    dev = torch.device("cuda", rank)
+    dev = _device()
     x = _gen(50 + rank, 256, 256).to(dev, torch.bfloat16)
     w_up, w_down = _gen(51, 512, 256).to(dev, torch.bfloat16), _gen(52, 256, 512).to(dev, torch.bfloat16)
     name = group_name()
@@ -235,7 +262,7 @@ def test_torch_compile_fullgraph_runs_the_ops(world, ops_path):
 
 def _gradients(rank, world, ops_path):
     _uses(ops_path)
-    dev = torch.device("cuda", rank)
+    dev = _device()
     for gather_dim in (0, -1):
         for algorithm in ("sequential", "fused"):
             # all_gather_matmul's backward (a matmul_reduce_scatter) against autograd on the whole tensors.
@@ -274,10 +301,14 @@ def test_gradients_match_autograd_on_the_whole_tensors(world, ops_path):
     run_ranks(world, _gradients, ops_path)
 
 
+def test_gradients_match_autograd_on_the_whole_tensors_ranks_as_threads(ops_path):
+    run_threads(2, _gradients, ops_path)
+
+
 def _shared_nccl(rank, world):
     import torch.distributed as dist
 
-    dev = torch.device("cuda", rank)
+    dev = _device()
     shared = asynctp.communicator()
     assert shared.shares_nccl_comm, "the default group's communicator is not on the process group's NCCL communicator"
     other = dist.new_group(list(range(world)))
