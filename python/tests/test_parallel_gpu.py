@@ -4,11 +4,13 @@ layouts, against the same model on one GPU run by plain PyTorch: output rows and
 rank's part, within bf16 tolerance (fp32 accumulation in different orders). Skipped without PyTorch or
 enough GPUs."""
 
+import threading
+
 import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed: the DTensor styles are not tested here")
 
-from multiprocess import run_ranks  # noqa: E402
+from multiprocess import run_ranks, run_threads  # noqa: E402
 
 
 def _close(got, ref, what):
@@ -19,6 +21,9 @@ def _close(got, ref, what):
     assert err <= tol, f"{what}: max abs error {err:.4g} > {tol:.4g}"
 
 
+_global_rng = threading.Lock()
+
+
 def _block(rank, world, kind):
     from torch import nn
     from torch.distributed.device_mesh import init_device_mesh
@@ -27,7 +32,7 @@ def _block(rank, world, kind):
 
     import asynctp.parallel as ap
 
-    dev = torch.device("cuda", rank)
+    dev = torch.device("cuda", torch.cuda.current_device())  # GPU 0 where the ranks are threads
 
     # The attention itself is left out: what is checked is its projections, whose input is gathered
     # once for q, k and v and whose output projection's partial sums are reduce-scattered.
@@ -39,9 +44,10 @@ def _block(rank, world, kind):
         forward = lambda m, x: m["wo"](nn.functional.silu(m["wq"](x)) * m["wk"](x) + m["wv"](x))  # noqa: E731
 
     def model():
-        torch.manual_seed(0)
-        layers = {name: nn.Linear(512, 1024) for name in columns}
-        layers[rows_out] = nn.Linear(1024, 512)
+        with _global_rng:  # ranks as threads share the process's generator: one seeds and draws at a time
+            torch.manual_seed(0)
+            layers = {name: nn.Linear(512, 1024) for name in columns}
+            layers[rows_out] = nn.Linear(1024, 512)
         return nn.ModuleDict(layers).to(dev, torch.bfloat16)
 
     g = torch.Generator().manual_seed(1)
@@ -76,3 +82,8 @@ def _block(rank, world, kind):
 @pytest.mark.parametrize("world", [1, 2])
 def test_styles_match_one_gpu_pytorch_forward_and_backward(world, kind):
     run_ranks(world, _block, kind)
+
+
+@pytest.mark.parametrize("kind", ["mlp", "attention"])
+def test_styles_match_one_gpu_pytorch_with_the_ranks_as_threads(kind):
+    run_threads(2, _block, kind)

@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="PyTorch is not installed: the scaled ops are not tested here")
 
 import asynctp  # noqa: E402
-from multiprocess import run_ranks  # noqa: E402
+from multiprocess import run_ranks, run_threads  # noqa: E402
 
 FP8 = torch.float8_e4m3fn
 
@@ -35,7 +35,7 @@ def _cases(rank, world):
 
 
 def _algorithm_cases(rank, world, algorithm):
-    dev = torch.device("cuda", rank)
+    dev = torch.device("cuda", torch.cuda.current_device())  # GPU 0 where the ranks are threads
     m, k, n = 64, 128, 96
     shards = [_fp8(10 + r, m, k) for r in range(world)]
     w = _fp8(20, n, k)  # an nn.Linear weight [N, K]: B = w.t(), column-major as fp8 needs
@@ -71,3 +71,8 @@ def test_scaled_ops_on_one_rank():
 
 def test_scaled_ops_on_two_ranks():
     run_ranks(2, _cases)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_scaled_ops_with_the_ranks_as_threads(world):
+    run_threads(world, _cases)
