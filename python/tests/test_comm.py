@@ -68,3 +68,37 @@ def test_a_shared_communicator_hands_its_abort_to_the_library_as_a_live_c_callba
 
     comm.Communicator(0, 2, None, 0, nccl_comm=0x1234)
     assert not ctypes.cast(passed["comm_wrap"][3], ctypes.c_void_p).value, "no on_overdue must go as NULL"
+
+
+def test_ranks_as_threads_without_the_in_process_transports_environment_are_refused_by_name(monkeypatch):
+    # PyTorch's threaded process group gets the in-process transport, which needs two variables set
+    # before CUDA starts; without them each rank is refused, before anything touches a GPU.
+    from torch.testing._internal.distributed import multi_threaded_pg
+
+    monkeypatch.delenv("CUDA_MODULE_LOADING", raising=False)
+    errors = {}
+    store = dist.HashStore()
+
+    def rank_main(rank):
+        dist.init_process_group("threaded", rank=rank, world_size=2, store=store)
+        assert comm._threaded(dist.group.WORLD)
+        try:
+            comm.communicator()
+        except comm._lib.Error as e:
+            errors[rank] = str(e)
+
+    torch._C._distributed_c10d._set_thread_isolation_mode(True)
+    multi_threaded_pg._install_threaded_pg()
+    try:
+        threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+    finally:
+        multi_threaded_pg._uninstall_threaded_pg()
+        torch._C._distributed_c10d._set_thread_isolation_mode(False)
+    assert sorted(errors) == [0, 1]
+    for rank, message in errors.items():
+        assert message.startswith(f"rank {rank}: group "), message
+        assert "CUDA_MODULE_LOADING=EAGER and CUDA_DEVICE_MAX_CONNECTIONS=32" in message, message
