@@ -72,10 +72,16 @@ def problems():
             else:
                 out.append(f"{rel} includes {inc}: src/{layer}/ may include only "
                            f"{', '.join(sorted(allowed[layer])) or 'nothing'} ({PAGE})")
+    # The torch extension stands on the C interface alone, as the Python package does.
+    for rel in tracked("python/csrc"):
+        for inc in re.findall(r'^\s*#\s*include "([^"]+)"', read(rel), re.M):
+            if "/" in inc and inc != "asynctp/c_api.h":
+                out.append(f"{rel} includes {inc}: python/csrc/ may include only its own files and asynctp/c_api.h "
+                           f"({PAGE})")
     for rel, inc in sorted(known - found):
         out.append(f"{PAGE} lists {rel} -> {inc} as a known upward include, but it is gone: take it off the list")
     long_ok = set(LONG.findall(section(text, "Long files")))
-    for rel in tracked("src", "include", "tools", "python/asynctp"):
+    for rel in tracked("src", "include", "tools", "python/asynctp", "python/csrc"):
         if not re.search(r"\.(cc|cu|cuh|h|py)$", rel):
             continue
         lines = read(rel).count("\n")
