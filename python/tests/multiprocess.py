@@ -65,9 +65,6 @@ def run_threads(world_size, body, *args, within_s=300):
     stream of its own, as the ranks of PyTorch's threaded process group."""
     require_gpus(1)
     os.environ.setdefault("ASYNCTP_TIMEOUT_MS", "20000")
-    # What the in-process transport needs before the process's first CUDA call (asynctp/in_process.h).
-    os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
-    os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")
     context = mp.get_context("spawn")
     errors = context.Queue()
     process = context.Process(target=_threads_main, args=(world_size, body, args, errors))
@@ -92,6 +89,10 @@ def ranks_are_threads():
 
 
 def _threads_main(world_size, body, args, errors):
+    # What the in-process transport needs before the process's first CUDA call (asynctp/in_process.h);
+    # set here, in the ranks' own process, so that the test's process and its others keep their own.
+    os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
+    os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")
     from torch.testing._internal.distributed import multi_threaded_pg  # registers the "threaded" backend
 
     torch._C._distributed_c10d._set_thread_isolation_mode(True)  # each thread's groups are its own
