@@ -91,6 +91,9 @@ def ranks_are_threads():
 def _threads_main(world_size, body, args, errors):
     # What the in-process transport needs before the process's first CUDA call (asynctp/in_process.h);
     # set here, in the ranks' own process, so that the test's process and its others keep their own.
+    if torch.cuda.is_initialized():
+        errors.put("CUDA started in the ranks' process before the in-process transport's variables were set")
+        return
     os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
     os.environ.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")
     from torch.testing._internal.distributed import multi_threaded_pg  # registers the "threaded" backend
