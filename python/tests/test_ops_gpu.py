@@ -67,6 +67,17 @@ def _uses(ops_path):
     assert ops.EXTENSION == (ops_path == "C++"), f"asked for the {ops_path} ops; ops.EXTENSION is {ops.EXTENSION}"
 
 
+# How the ranks run: a process per GPU (NCCL), or threads of one process on one GPU (the threaded
+# process group, on asynctp's in-process transport).
+ONE, TWO = pytest.param(("processes", 1), id="1-process"), pytest.param(("processes", 2), id="2-processes")
+TWO_THREADS, FOUR_THREADS = pytest.param(("threads", 2), id="2-threads"), pytest.param(("threads", 4), id="4-threads")
+
+
+def _run(ranks, body, *args):
+    how, world = ranks
+    (run_threads if how == "threads" else run_ranks)(world, body, *args)
+
+
 def _all_gather_cases(rank, world, ops_path):
     _uses(ops_path)
     dev = _device()
@@ -121,14 +132,14 @@ def _reduce_scatter_cases(rank, world, ops_path):
                         _assert_close(out, ref, what)
 
 
-@pytest.mark.parametrize("world", [1, 2])
-def test_all_gather_matmul_matches_the_reference(world, ops_path):
-    run_ranks(world, _all_gather_cases, ops_path)
+@pytest.mark.parametrize("ranks", [ONE, TWO, TWO_THREADS, FOUR_THREADS])
+def test_all_gather_matmul_matches_the_reference(ranks, ops_path):
+    _run(ranks, _all_gather_cases, ops_path)
 
 
-@pytest.mark.parametrize("world", [1, 2])
-def test_matmul_reduce_scatter_matches_the_reference(world, ops_path):
-    run_ranks(world, _reduce_scatter_cases, ops_path)
+@pytest.mark.parametrize("ranks", [ONE, TWO, TWO_THREADS, FOUR_THREADS])
+def test_matmul_reduce_scatter_matches_the_reference(ranks, ops_path):
+    _run(ranks, _reduce_scatter_cases, ops_path)
 
 
 def test_both_ops_on_one_rank(ops_path):
@@ -218,24 +229,9 @@ def _graph_replays(a, w):
     assert torch.equal(graphed, expected)
 
 
-@pytest.mark.parametrize("world", [1, 2])
-def test_bad_arguments_raise_asynctp_error_on_every_rank(world, ops_path):
-    run_ranks(world, _errors, ops_path)
-
-
-# The same bodies with the ranks as threads on one GPU (asynctp's in-process transport).
-@pytest.mark.parametrize("world", [2, 4])
-def test_all_gather_matmul_matches_the_reference_ranks_as_threads(world, ops_path):
-    run_threads(world, _all_gather_cases, ops_path)
-
-
-@pytest.mark.parametrize("world", [2, 4])
-def test_matmul_reduce_scatter_matches_the_reference_ranks_as_threads(world, ops_path):
-    run_threads(world, _reduce_scatter_cases, ops_path)
-
-
-def test_bad_arguments_raise_asynctp_error_on_every_rank_ranks_as_threads(ops_path):
-    run_threads(2, _errors, ops_path)
+@pytest.mark.parametrize("ranks", [ONE, TWO, TWO_THREADS])
+def test_bad_arguments_raise_asynctp_error_on_every_rank(ranks, ops_path):
+    _run(ranks, _errors, ops_path)
 
 
 def _compiled(rank, world, ops_path):
@@ -296,13 +292,9 @@ def _gradients(rank, world, ops_path):
             _assert_close(b.grad, b_parts[rank].grad, what + ": d b")
 
 
-@pytest.mark.parametrize("world", [1, 2])
-def test_gradients_match_autograd_on_the_whole_tensors(world, ops_path):
-    run_ranks(world, _gradients, ops_path)
-
-
-def test_gradients_match_autograd_on_the_whole_tensors_ranks_as_threads(ops_path):
-    run_threads(2, _gradients, ops_path)
+@pytest.mark.parametrize("ranks", [ONE, TWO, TWO_THREADS])
+def test_gradients_match_autograd_on_the_whole_tensors(ranks, ops_path):
+    _run(ranks, _gradients, ops_path)
 
 
 def _shared_nccl(rank, world):
