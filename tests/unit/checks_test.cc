@@ -11,6 +11,7 @@
 
 #include "asynctp/asynctp.h"
 #include "asynctp/launcher.h"
+#include "common/arg_name.h"
 #include "common/check.h"
 #include "common/env.h"
 
@@ -101,6 +102,12 @@ TEST(Errors, LibraryCallFailuresNameTheCallAndTheCause) {
   EXPECT_TRUE(contains(nccl, "failed: invalid argument")) << nccl;
   const std::string cublas = message_of([] { ASYNCTP_CUBLAS_CHECK(CUBLAS_STATUS_NOT_SUPPORTED); });
   EXPECT_TRUE(contains(cublas, "CUBLAS_STATUS_NOT_SUPPORTED")) << cublas;
+}
+
+TEST(Errors, AnArgumentsNameIsPrintedWithItsIndex) {
+  // The ops keep names as parts (host time per call) and print them only in a refusal.
+  EXPECT_EQ(detail::cat("op: ", detail::ArgName("a_shard"), " is"), "op: a_shard is");
+  EXPECT_EQ(detail::cat(detail::ArgName("bs", 0), ", ", detail::ArgName("outputs", 12)), "bs[0], outputs[12]");
 }
 
 TEST(Environment, TimeoutComesFromArgumentThenEnvironmentThenDefault) {
