@@ -222,8 +222,11 @@ while [ $# -gt 0 ]; do
                  "$gpus bench/communicator_cost.py" "$gpus bench/compiled_tp.py" "1 examples/triton_all_gather_matmul.py" \
                  "$gpus examples/triton_all_gather_matmul.py"; do
         read -r ranks script registration <<<"$run"
-        name=$(basename "$script" .py)_$ranks${registration:+_$registration}
-        [ ! -f "$out/$name.txt" ] || name=${name}_again
+        base=$(basename "$script" .py)_$ranks${registration:+_$registration}
+        # A run repeated (one GPU: the world-size run is a one-rank run too) gets the next number.
+        name=$base
+        n=2
+        while [ -f "$out/$name.txt" ]; do name=${base}_$n; n=$((n + 1)); done
         echo "== ${registration:+ASYNCTP_TORCH_EXTENSION=0 }torchrun --nproc-per-node $ranks $script"
         # "python": the torch ops registered in Python (the host cost's other side, alternating with C++).
         ASYNCTP_TORCH_EXTENSION=${registration:+0} timeout "${TORCH_TIMEOUT_S:-300}" \
