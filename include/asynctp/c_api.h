@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-#define ASYNCTP_C_API_VERSION 6
+#define ASYNCTP_C_API_VERSION 7
 #define ASYNCTP_C_MAX_DIMS 6
 #define ASYNCTP_C_UNIQUE_ID_BYTES 128
 
@@ -43,6 +43,7 @@ typedef struct {
   int32_t b_layout;           /* enum asynctp_b_layout */
   int32_t check_across_ranks; /* 0 or 1 */
   int32_t chunks_per_rank;    /* 0: the algorithm's default */
+  int32_t check_pointers;     /* 0 or 1 */
 } asynctp_op_options;
 
 /* ASYNCTP_C_API_VERSION of the library loaded; a binding compares it with the one it was written for. */

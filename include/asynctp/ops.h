@@ -44,6 +44,11 @@ struct OpOptions {
   // skipped while the stream is being captured into a CUDA graph, and can be turned off here by callers
   // that guarantee equal arguments.
   bool check_across_ranks = true;
+  // Before any work, each tensor's pointer is looked up with CUDA (cudaPointerGetAttributes, about half a
+  // microsecond each), so that host memory or another GPU's memory is refused by name. A caller that
+  // knows where its tensors live (the PyTorch binding checks each tensor's device) may turn it off; a
+  // pointer that is not this GPU's memory then fails on the GPU instead, or is read through UVA.
+  bool check_pointers = true;
   // kPipelined: how many chunks each rank's share of the data is moved and multiplied in (1 to
   // kMaxChunksPerRank). More chunks start the first GEMM sooner but make every GEMM smaller. 0 picks
   // the default: 2 for all_gather_matmul with gather_dim last (where the first chunk cannot overlap

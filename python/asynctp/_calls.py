@@ -25,7 +25,9 @@ def _options(op, algorithm, chunks_per_rank, b_layout):
     code = _lib.ALGORITHMS.get(algorithm)
     if code is None:
         raise Error(f"{op}: algorithm is {algorithm!r}; expected one of " + ", ".join(_lib.ALGORITHMS))
-    return _lib.options(code, b_layout, chunks_per_rank)
+    # Every tensor's device was checked here (_check_device; the outputs are made on A's), so the
+    # library need not look each pointer up with CUDA again at every call.
+    return _lib.options(code, b_layout, chunks_per_rank, check_pointers=False)
 
 
 def _b_operands(bs, op, name):
@@ -104,6 +106,8 @@ class _AgCall:
                 raise Error(f"{op}: bs is empty; expected at least one B")
             shapes = _AllGatherShapes(a_shard, gather_dim, comm.world_size)
             _check_device(comm, a_shard, op, "a_shard")
+            for i, b in enumerate(bs):
+                _check_device(comm, b, op, f"bs[{i}]")
             self.a = bytes(_ref(shapes.a2, op, "a_shard"))
             layout, b_ops = _b_operands(bs, op, "bs")
             a_full, outs = shapes.allocate(bs, return_a)
@@ -153,6 +157,7 @@ class _RsCall:
         with _refusals_shared(comm, op):
             shapes = _ReduceScatterShapes(a, b, scatter_dim, comm.world_size)
             _check_device(comm, a, op, "a")
+            _check_device(comm, b, op, "b")
             self.reduce_code = _lib.REDUCE_OPS.get(reduce_op)
             if self.reduce_code is None:
                 raise Error(f"{op}: reduce_op is {reduce_op!r}; expected 'sum' or 'avg'")

@@ -6,7 +6,7 @@ import os
 import pathlib
 import threading
 
-C_API_VERSION = 6  # ASYNCTP_C_API_VERSION this module was written for
+C_API_VERSION = 7  # ASYNCTP_C_API_VERSION this module was written for
 MAX_DIMS = 6
 UNIQUE_ID_BYTES = 128
 
@@ -47,6 +47,7 @@ class OpOptions(ctypes.Structure):
         ("b_layout", ctypes.c_int32),
         ("check_across_ranks", ctypes.c_int32),
         ("chunks_per_rank", ctypes.c_int32),
+        ("check_pointers", ctypes.c_int32),
     ]
 
 
@@ -235,9 +236,9 @@ def default_options():
     return o
 
 
-def options(algorithm, b_layout, chunks_per_rank, check_across_ranks=True):
+def options(algorithm, b_layout, chunks_per_rank, check_across_ranks=True, check_pointers=True):
     """OpOptions without a call into the library (the ops build one per call)."""
-    return OpOptions(algorithm, b_layout, 1 if check_across_ranks else 0, chunks_per_rank)
+    return OpOptions(algorithm, b_layout, 1 if check_across_ranks else 0, chunks_per_rank, 1 if check_pointers else 0)
 
 
 def unique_id():

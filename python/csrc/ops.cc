@@ -61,6 +61,9 @@ asynctp_op_options options(const char* op, std::string_view algorithm, int64_t c
   o.b_layout = b_layout;
   o.check_across_ranks = 1;
   o.chunks_per_rank = static_cast<int32_t>(chunks_per_rank);
+  // Every tensor's device is checked here (check_device; the outputs are made on A's), so the library
+  // need not look each pointer up with CUDA again.
+  o.check_pointers = 0;
   return o;
 }
 
@@ -88,9 +91,10 @@ std::pair<int32_t, std::vector<at::Tensor>> b_operands(at::TensorList bs, const 
   return {col ? ASYNCTP_COL_MAJOR : ASYNCTP_ROW_MAJOR, std::move(out)};
 }
 
-void check_device(const Group& g, const at::Tensor& t, const char* op, const char* name) {
+void check_device(const Group& g, const at::Tensor& t, const char* op, const char* name, int64_t index = -1) {
   if (t.get_device() != g.device) {
-    refuse(op, ": ", name, " is on ", t.device(), "; the communicator of its group was made on cuda:", g.device,
+    refuse(op, ": ", name, index >= 0 ? "[" + std::to_string(index) + "]" : std::string(), " is on ", t.device(),
+           "; the communicator of its group was made on cuda:", g.device,
            " (the current device when the group's first asynctp op ran)");
   }
 }
@@ -125,6 +129,7 @@ AllGatherResult all_gather_matmul_cuda(const at::Tensor& a_shard, at::TensorList
     if (bs.empty()) refuse(op, ": bs is empty; expected at least one B");
     shapes.emplace(a_shard, gather_dim, g.world_size);
     check_device(g, a_shard, op, "a_shard");
+    for (size_t i = 0; i < bs.size(); ++i) check_device(g, bs[i], op, "bs", static_cast<int64_t>(i));
     a_ref = ref(shapes->a2, op, "a_shard");
     int32_t layout = 0;
     std::tie(layout, b_ops) = b_operands(bs, op, "bs");
@@ -163,6 +168,7 @@ at::Tensor matmul_reduce_scatter_cuda(const at::Tensor& a, const at::Tensor& b, 
   unless_refused(g, op, stream, [&] {
     shapes.emplace(a, b, scatter_dim, g.world_size);
     check_device(g, a, op, "a");
+    check_device(g, b, op, "b");
     if (reduce_op == "sum") {
       reduce_code = ASYNCTP_SUM;
     } else if (reduce_op == "avg") {

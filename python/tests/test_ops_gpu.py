@@ -184,6 +184,11 @@ def _errors(rank, world, ops_path):
         asynctp.all_gather_matmul(a, [w.t()], 2)
     with pytest.raises(asynctp.Error, match="bs is empty; expected at least one B"):
         asynctp.all_gather_matmul(a, [], 0)
+    # The binding checks each tensor's device itself (the library does not look the pointers up again).
+    with pytest.raises(asynctp.Error, match=r"bs\[0\] is on cpu; the communicator of its group was made on cuda:"):
+        asynctp.all_gather_matmul(a, [w.t().cpu()], 0)
+    with pytest.raises(asynctp.Error, match="b is on cpu; the communicator of its group was made on cuda:"):
+        asynctp.matmul_reduce_scatter(a, w.t().cpu(), "sum", 0)
     # Through torch.ops the same errors, as RuntimeError (asynctp.Error is one).
     with pytest.raises(RuntimeError, match="algorithm is 'fastest'"):
         torch.ops.asynctp.all_gather_matmul(a, [w.t()], 0, group_name(), False, "fastest", 0)

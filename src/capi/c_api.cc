@@ -66,6 +66,7 @@ asynctp::OpOptions to_options(const asynctp_op_options* o, const char* function)
   }
   options.check_across_ranks = o->check_across_ranks != 0;
   options.chunks_per_rank = o->chunks_per_rank;
+  options.check_pointers = o->check_pointers != 0;
   return options;
 }
 
@@ -122,6 +123,7 @@ void asynctp_op_options_default(asynctp_op_options* o) {
   o->b_layout = static_cast<int32_t>(d.b_layout);
   o->check_across_ranks = d.check_across_ranks ? 1 : 0;
   o->chunks_per_rank = d.chunks_per_rank;
+  o->check_pointers = d.check_pointers ? 1 : 0;
 }
 
 int asynctp_all_gather_matmul(asynctp_comm* comm, const asynctp_tensor* a_shard, const asynctp_tensor* bs, int num_bs,

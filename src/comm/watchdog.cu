@@ -18,7 +18,9 @@ namespace {
 // for has ended.
 __global__ void end_the_context_kernel() { __trap(); }
 
-// How often the thread looks at the oldest call while calls are in flight.
+// How often the thread looks for calls, idle or not. It is never woken: a call that had to wake it
+// would pay a system call on the host, and a call's time starts only when the thread first sees it
+// started (comm/watch_list.h), so a look that comes later costs nothing but notice.
 constexpr std::chrono::milliseconds kPoll{5};
 // How long the trapping kernel may take to start, and the overdue call to end after it, before the
 // process is ended instead.
@@ -103,19 +105,13 @@ int Watchdog::begin(cudaStream_t stream) {
 }
 
 cudaEvent_t Watchdog::finish(int slot, cudaStream_t stream, const char* what) {
-  bool was_idle = false;
-  cudaEvent_t end = nullptr;
-  {
-    const std::lock_guard<std::mutex> lock(mu_);
-    end = slots_[slot].end;
-    if (cudaEventRecord(end, stream) != cudaSuccess) {
-      free_slots_.push_back(slot);  // nothing to follow: the call's own error says why
-      return nullptr;
-    }
-    was_idle = calls_.empty();
-    calls_.add(slot, what);
+  const std::lock_guard<std::mutex> lock(mu_);
+  const cudaEvent_t end = slots_[slot].end;
+  if (cudaEventRecord(end, stream) != cudaSuccess) {
+    free_slots_.push_back(slot);  // nothing to follow: the call's own error says why
+    return nullptr;
   }
-  if (was_idle) wake_.notify_one();  // else the thread is polling already
+  calls_.add(slot, what);
   return end;
 }
 
@@ -136,7 +132,7 @@ void Watchdog::run() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
     if (calls_.empty()) {
-      wake_.wait(lock);
+      wake_.wait_for(lock, kPoll);
       continue;
     }
     const WatchList::Verdict v = calls_.check(

@@ -63,7 +63,7 @@ void all_gather_matmul(Communicator& comm, const TensorRef& a_shard, const std::
     NamedInputs all = inputs;
     for (size_t i = 0; i < outputs.size(); ++i) all.emplace_back(detail::ArgName("outputs", static_cast<long long>(i)), outputs[i]);
     all.emplace_back("gathered_a", gathered_a);
-    check_on_this_gpu(comm, op, all);
+    if (requested.check_pointers) check_on_this_gpu(comm, op, all);
     check_not_in_workspace(comm, op, all);
   });
   const OpOptions options = choose(comm, requested, refusal,
@@ -100,7 +100,7 @@ void matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const TensorR
   unless_refused(refusal, [&] {
     plan = ops::plan_matmul_reduce_scatter(comm.world_size(), a, b, scatter_dim, reduce_op, output, requested);
     const NamedInputs all{{"a", a}, {"b", b}, {"output", output}};
-    check_on_this_gpu(comm, op, all);
+    if (requested.check_pointers) check_on_this_gpu(comm, op, all);
     check_not_in_workspace(comm, op, all);
   });
   const OpOptions options = choose(comm, requested, refusal,

@@ -56,7 +56,7 @@ void all_gather_scaled_matmul(Communicator& comm, const TensorRef& a_shard, cons
       all.emplace_back(detail::ArgName("b_scales", static_cast<long long>(i)), b_scales[i]);
       all.emplace_back(detail::ArgName("outputs", static_cast<long long>(i)), outputs[i]);
     }
-    ops::check_on_this_gpu(comm, op, all);
+    if (requested.check_pointers) ops::check_on_this_gpu(comm, op, all);
     ops::check_not_in_workspace(comm, op, all);
   });
   const ScaledOpOptions options =
@@ -85,7 +85,7 @@ void scaled_matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const 
     plan = ops::plan_scaled_matmul_reduce_scatter(comm.world_size(), a, b, a_scale, b_scale, scatter_dim, reduce_op,
                                                   output, requested);
     const ops::NamedInputs all{{"a", a}, {"b", b}, {"a_scale", a_scale}, {"b_scale", b_scale}, {"output", output}};
-    ops::check_on_this_gpu(comm, op, all);
+    if (requested.check_pointers) ops::check_on_this_gpu(comm, op, all);
     ops::check_not_in_workspace(comm, op, all);
   });
   const ScaledOpOptions options =
