@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="PyTorch is not installed: the torch.compile pass is not tested here")
 
 import asynctp.comm  # noqa: E402 (asynctp.comm.group_name in the ranks)
-from multiprocess import run_ranks  # noqa: E402
+from multiprocess import COMPILED_AS_THREADS, run_ranks  # noqa: E402
 
 
 def _gen(seed, *shape):
@@ -63,7 +63,7 @@ def _mlp(rank, world):
     _assert_close("output", compiled, eager, 2e-2)
 
 
-@pytest.mark.parametrize("world", [1, 2])
+@pytest.mark.parametrize("world", [1, 2, COMPILED_AS_THREADS])
 def test_compiled_tp_mlp_runs_asynctps_ops_and_matches_eager(world):
     run_ranks(world, _mlp)
 
@@ -101,6 +101,6 @@ def _attention_projections_with_grads(rank, world):
         _assert_close(what, c, e, 3e-2)
 
 
-@pytest.mark.parametrize("world", [1, 2])
+@pytest.mark.parametrize("world", [1, 2, COMPILED_AS_THREADS])
 def test_compiled_attention_projections_forward_and_gradients_match_eager(world):
     run_ranks(world, _attention_projections_with_grads)

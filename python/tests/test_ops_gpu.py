@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed: the torch
 
 import asynctp  # noqa: E402
 from asynctp.comm import group_name  # noqa: E402
-from multiprocess import ranks_are_threads, run_ranks, run_threads  # noqa: E402
+from multiprocess import COMPILED_AS_THREADS, ranks_are_threads, run_ranks, run_threads  # noqa: E402
 
 ALGORITHMS = ["sequential", "pipelined", "fused", "auto"]
 DTYPES = [torch.bfloat16, torch.float16]
@@ -256,7 +256,7 @@ def _compiled(rank, world, ops_path):
     assert torch.equal(eager, compiled)
 
 
-@pytest.mark.parametrize("world", [1, 2])
+@pytest.mark.parametrize("world", [1, 2, COMPILED_AS_THREADS])
 def test_torch_compile_fullgraph_runs_the_ops(world, ops_path):
     run_ranks(world, _compiled, ops_path)
 
