@@ -89,8 +89,10 @@ std::vector<char> run_checked(Communicator& comm, const KernelCase& c, uint64_t 
 bool plan_splits(const KernelCase& c, int sms) {
   using namespace kernels::fused;
   const int tile_n = pick_tile_n(c.M, c.N, c.K, sms, kMaxTailSplits);
-  const int64_t cluster_tiles = ((c.M + kClusterRows - 1) / kClusterRows) * ((c.N + tile_n - 1) / tile_n);
-  return plan_tail_split(cluster_tiles, sms / 2, (c.K + kTileK - 1) / kTileK).splits > 1;
+  const bool one_row = tile_n == kOneRowTileN;  // one-CTA clusters of one tile row
+  const int64_t rows = one_row ? kTileRows : kClusterRows;
+  const int64_t cluster_tiles = ((c.M + rows - 1) / rows) * ((c.N + tile_n - 1) / tile_n);
+  return plan_tail_split(cluster_tiles, one_row ? sms : sms / 2, (c.K + kTileK - 1) / kTileK).splits > 1;
 }
 
 TEST(FusedKernel, SplitLastRoundMatchesReferenceAndRepeatsBitForBit) {
@@ -109,6 +111,8 @@ TEST(FusedKernel, SplitLastRoundMatchesReferenceAndRepeatsBitForBit) {
         {520, 264, 520, DType::kBF16, false, true},      // K of 9 steps: splits of 4 and 5
         {512, 8448, 512, DType::kFP16, false, false},    // 66 tiles: one full round, nothing to split
         {16384, 4096, 128, DType::kBF16, true, false},   // too shallow in K to split
+        {128, 4096, 4096, DType::kBF16, true, true},     // one tile row: 32 tiles of 128 x 128, split 4 ways
+        {100, 520, 1000, DType::kFP16, false, true},     // one ragged tile row: 5 tiles, split 4 ways
     };
     int split_cases = 0;
     for (const KernelCase& c : cases) {
@@ -165,8 +169,9 @@ TEST(FusedKernel, Fp8MatchesTheDequantisedReference) {
 }
 
 // Every instantiation (dtype, B layout, tile width), as the all-gather's GEMM of two "ranks" on one
-// GPU: rows [0, 512) are local; rows [512, 1024) hold stale values until, well after the launch, a copy
-// engine writes the right ones and then raises their flag. The kernel must still be running when the
+// GPU: rows [0, M/2) are local; rows [M/2, M) hold stale values until, well after the launch, a copy
+// engine writes the right ones and then raises their flag (M = 1024, or 128 for the instantiations of
+// one tile row, whose one tile then reads both halves from the gathered buffer). The kernel must still be running when the
 // flag goes up (it waits) and must then read the new rows.
 TEST(FusedKernel, EveryInstantiationWaitsForItsRowsFlag) {
   REQUIRE_GPUS(1);
@@ -177,12 +182,13 @@ TEST(FusedKernel, EveryInstantiationWaitsForItsRowsFlag) {
     RANK_CUDA(cudaStreamCreateWithFlags(&copier, cudaStreamNonBlocking));
     reference::Fp32Gemm fp32;
     kernels::fused::load_fused_gemm_kernels();
-    constexpr int64_t M = 1024, N = 768, K = 512, m = M / 2;
+    constexpr int64_t N = 768, K = 512;
     Buf flags(2 * kMaxChunksPerRank * sizeof(uint32_t)), epoch(sizeof(uint32_t));
     int n = 0;
     for (DType dt : {DType::kBF16, DType::kFP16})
       for (bool col : {false, true})
-        for (int tile_n : {192, 256}) {
+        for (int tile_n : {kernels::fused::kOneRowTileN, 192, 256}) {
+          const int64_t M = tile_n == kernels::fused::kOneRowTileN ? 128 : 1024, m = M / 2;
           const size_t es = dtype_size(dt);
           const uint64_t seed = next_case_seed();
           Buf a(M * K * es), gathered(M * K * es), b(K * N * es), out(M * N * es);
@@ -197,6 +203,12 @@ TEST(FusedKernel, EveryInstantiationWaitsForItsRowsFlag) {
           const uint32_t one = 1;
           RANK_CUDA(cudaMemsetAsync(flags.p, 0, 2 * kMaxChunksPerRank * sizeof(uint32_t), s));
           RANK_CUDA(cudaMemcpyAsync(epoch.p, &one, sizeof(one), cudaMemcpyHostToDevice, s));
+          if (M <= kernels::fused::kTileRows) {
+            // The one tile holds both halves, so it reads the local rows from the gathered buffer too,
+            // after their flag, as the op has them there (its own shard copied in, its flag raised).
+            RANK_CUDA(cudaMemcpyAsync(gathered.p, a.p, m * K * es, cudaMemcpyDeviceToDevice, s));
+            RANK_CUDA(cudaMemcpyAsync(flags.p, &one, sizeof(one), cudaMemcpyHostToDevice, s));
+          }
           RANK_CUDA(cudaStreamSynchronize(s));
 
           kernels::fused::FusedGemmArgs g;

@@ -28,6 +28,13 @@ TEST(FusedPlan, TileWidthWithoutSplitsFillsTheLastRoundOfTiles) {
   EXPECT_EQ(pick_tile_n(16384, 8192, 8192, 132, 1), 256);
 }
 
+TEST(FusedPlan, AProblemOfOneTileRowTakesItsOwnTiles) {
+  // One-CTA clusters of 128 x 128 tiles (tile_shape.h), whatever N and K; one row more is two tile rows.
+  EXPECT_EQ(pick_tile_n(128, 4096, 4096, 132, kMaxTailSplits), kernels::fused::kOneRowTileN);
+  EXPECT_EQ(pick_tile_n(1, 7168, 2048, 132, 1), kernels::fused::kOneRowTileN);
+  EXPECT_NE(pick_tile_n(129, 4096, 4096, 132, kMaxTailSplits), kernels::fused::kOneRowTileN);
+}
+
 TEST(FusedPlan, TileWidthCountsTheSplitLastRound) {
   // 4096 x 3584: 256-wide, 3 rounds and 26 tiles split 2 ways (3.5 x 256 = 896) against 192-wide, 4
   // rounds and 40 tiles, too many to split (5 x 192 = 960).

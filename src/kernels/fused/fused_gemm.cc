@@ -37,7 +37,8 @@ int band_m_for(const FusedGemmArgs& a) {
 int tile_n_for(const FusedGemmArgs& a) {
   static const int forced = detail::knob_int(detail::Knob::kFusedTileN, 0);
   if (forced != 0) {
-    ASYNCTP_CHECK(forced == 192 || forced == 256, "ASYNCTP_FUSED_TILE_N is ", forced, "; expected 192 or 256");
+    ASYNCTP_CHECK(forced == kOneRowTileN || forced == 192 || forced == 256, "ASYNCTP_FUSED_TILE_N is ", forced,
+                  "; expected ", kOneRowTileN, ", 192 or 256");
     return forced;
   }
   return pick_tile_n(a.M, a.N, a.K, grid_sms(a), a.split_workspace != nullptr ? a.max_splits : 1);
@@ -54,7 +55,8 @@ void launch_one(const FusedGemmArgs& a, cudaStream_t stream) {
 }
 
 // The instantiation for kElement and kLayoutB that `a` needs: the two-rank reduce-scatter's, whose
-// epilogue does the reduction, or the fused GEMM's of width `tile_n`.
+// epilogue does the reduction, the one for a problem of one tile row, or the fused GEMM's of width
+// `tile_n`.
 template <bool kLoad, Element kElement, Layout kLayoutB>
 void launch_typed(const FusedGemmArgs& a, int tile_n, cudaStream_t stream) {
   if (a.rs.rank >= 0 && a.rs.reduce_in_epilogue) {
@@ -62,6 +64,12 @@ void launch_typed(const FusedGemmArgs& a, int tile_n, cudaStream_t stream) {
       load_rs_gemm_instance<kElement, kLayoutB>();
     } else {
       launch_rs_gemm_instance<kElement, kLayoutB>(a, stream);
+    }
+  } else if (tile_n == kOneRowTileN) {
+    if constexpr (kLoad) {
+      load_one_row_gemm_instance<kElement, kLayoutB>();
+    } else {
+      launch_one_row_gemm_instance<kElement, kLayoutB>(a, stream);
     }
   } else if (tile_n == 192) {
     launch_one<kLoad, kElement, kLayoutB, 192>(a, stream);
@@ -105,6 +113,7 @@ int reduce_scatter_band_m(int64_t rows_per_rank, int64_t rows_per_chunk) {
 }
 
 int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits) {
+  if (M <= kTileRows) return kOneRowTileN;
   // A tile's time grows with its width, and the kernel takes as many rounds as its busiest cluster
   // has tiles; the narrower tile is taken only where it saves at least 5% of that estimate (192-wide
   // tiles run a little below 256-wide ones: docs/design/fused_all_gather_matmul.md).
@@ -144,7 +153,7 @@ void load_fused_gemm_kernels() {
   std::lock_guard<std::mutex> lock(mu);
   if (!loaded.insert(device).second) return;
   for (bool reduce_in_epilogue : {false, true}) {
-    for (int tile_n : {256, 192}) {
+    for (int tile_n : {256, 192, kOneRowTileN}) {
       for (Element dtype : {Element::kBF16, Element::kFP16}) {
         for (Layout layout : {Layout::kRowMajor, Layout::kColMajor}) {
           FusedGemmArgs a;
@@ -171,8 +180,8 @@ void run_fused_gemm(const FusedGemmArgs& args, cudaStream_t stream) {
   if (a.band_m <= 0) a.band_m = band_m_for(a);
   static const int max_splits = detail::knob_int(detail::Knob::kFusedMaxSplits, kMaxTailSplits);
   if (a.max_splits <= 0) a.max_splits = max_splits;
-  ASYNCTP_CHECK(a.tile_n == 0 || a.tile_n == 192 || a.tile_n == 256, "fused GEMM: tile_n is ", a.tile_n,
-                "; expected 0, 192 or 256");
+  ASYNCTP_CHECK(a.tile_n == 0 || a.tile_n == kOneRowTileN || a.tile_n == 192 || a.tile_n == 256,
+                "fused GEMM: tile_n is ", a.tile_n, "; expected 0, ", kOneRowTileN, ", 192 or 256");
   ASYNCTP_CHECK(a.rs.rank < 0 || a.tile_n == 0 || a.tile_n == kRsTileN, "fused reduce-scatter: tile_n must be ",
                 kRsTileN);
   ASYNCTP_CHECK(!a.rs.reduce_in_epilogue || (a.rs.rank >= 0 && a.rs.world == 2),
@@ -181,6 +190,9 @@ void run_fused_gemm(const FusedGemmArgs& args, cudaStream_t stream) {
                      : a.rs.rank >= 0                    ? static_cast<int>(kRsTileN)
                      : a.dtype == Element::kFP8E4M3 ? 256
                                                           : tile_n_for(a);
+  ASYNCTP_CHECK(tile_n != kOneRowTileN || (a.M <= kTileRows && a.rs.rank < 0 && a.dtype != Element::kFP8E4M3),
+                "fused GEMM: ", kOneRowTileN, "-wide tiles are for problems of one tile row (M <= ", kTileRows,
+                ", bf16 or fp16, not a reduce-scatter's); M is ", a.M);
   launch_dispatch</*kLoad=*/false>(a, tile_n, stream);
 }
 

@@ -34,7 +34,7 @@ struct FusedGemmArgs {
   const float* alpha_ptr = nullptr;
   ChunkFlags chunks;              // chunks.flags null: every row of `a` is in place (a plain GEMM)
   int band_m = 0;                 // tile order (async_input_scheduler.cuh); 0 picks the default
-  int tile_n = 0;                 // 192 or 256; 0 picks it (pick_tile_n; a reduce-scatter's is kRsTileN)
+  int tile_n = 0;  // 192 or 256, or kOneRowTileN where M <= kTileRows; 0 picks it (pick_tile_n; a reduce-scatter's is kRsTileN)
   // Lets the kernel split its last round of tiles along K (tail_split.h): tail_split_workspace_bytes(
   // split_sms) bytes whose counters start at zero (algo::Resources::tail_split_workspace). Null:
   // every tile is computed whole. split_wait bounds the wait of a tile's last split for the others.
@@ -54,10 +54,10 @@ struct FusedGemmArgs {
 // K multiples of 8) and 16-byte aligned pointers, and indices fit in 32 bits.
 const char* fused_gemm_unsupported(const FusedGemmArgs& args);
 
-// The tile width (192 or 256) for an M x N x K GEMM on `sms` SMs: the one whose rounds of tiles
-// (the last one split along K where tail_split.h would), times the tile's width, cost less (by 5%
-// for the narrower; no more than `max_splits` ways). ASYNCTP_FUSED_TILE_N=192|256 overrides it for
-// measurement.
+// The tile width for an M x N x K GEMM on `sms` SMs: kOneRowTileN for a problem of one tile row
+// (one-CTA clusters: tile_shape.h); else 192 or 256, the one whose rounds of tiles (the last one split
+// along K where tail_split.h would), times the tile's width, cost less (by 5% for the narrower; no
+// more than `max_splits` ways). ASYNCTP_FUSED_TILE_N=128|192|256 overrides it for measurement.
 int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits);
 
 // SMs of the current device.

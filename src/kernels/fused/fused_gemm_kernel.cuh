@@ -4,8 +4,8 @@
 // The kernel is CUTLASS's Hopper warp-specialized cooperative GEMM (one producer warpgroup issuing
 // TMA loads, two consumer warpgroups issuing WGMMA on a 128 x kTileN x 64 tile, a TMA epilogue) with two of
 // our chunks in it: the async-input mainloop (waits for a tile's rows, reads the local shard in
-// place) and the async-input tile scheduler (own rows first), launched in 2x1x1 clusters
-// (docs/performance.md has its figures beside cuBLAS).
+// place) and the async-input tile scheduler (own rows first), launched in 2x1x1 clusters, or 1x1x1 for
+// problems of one tile row (docs/performance.md has its figures beside cuBLAS).
 // The two-rank reduce-scatter's instantiations (kReduceInEpilogue) also take a source C and wrap the
 // epilogue in reduce_scatter_epilogue.cuh.
 #pragma once
@@ -54,10 +54,15 @@ template <Layout kLayoutB>
 using CutlassLayoutB =
     std::conditional_t<kLayoutB == Layout::kRowMajor, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
 
-template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue = false>
+// kClusterM: CTAs per cluster along M, sharing B's loads (2), or one (a problem of one tile row, where a
+// second CTA along M would have no rows: fused_gemm_instances.h).
+template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue = false, int kClusterM = 2>
 struct FusedGemmKernel {
   using TileShape = cute::Shape<cute::_128, cute::Int<kTileN>, cute::Int<static_cast<int>(kTileK)>>;
-  using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
+  using ClusterShape = cute::Shape<cute::Int<kClusterM>, cute::_1, cute::_1>;
+  static constexpr int64_t kRowsPerCluster = kTileRows * kClusterM;  // the scheduler's unit of order
+  static_assert(kClusterM == 2 || (kClusterM == 1 && !kReduceInEpilogue),
+                "one-CTA clusters are for the all-gather's problems of one tile row");
   using ElementD = ProductElement<Element>;
   static constexpr int kAlign = 16 / sizeof(Element);    // elements per 16 bytes: what TMA needs
   static constexpr int kAlignD = 16 / sizeof(ElementD);
@@ -154,22 +159,24 @@ void launch_on_clusters(const Gemm& gemm, CUfunction fn, uint32_t begin_epoch, c
 
 }  // namespace detail
 
-template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue = false>
+template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue = false, int kClusterM = 2>
 void load_fused_gemm() {
-  using Kernel = typename FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>::Kernel;
+  using Kernel = typename FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue, kClusterM>::Kernel;
   (void)detail::hardware_info<Kernel>();  // the occupancy query loads the kernel
   ASYNCTP_CUDA_CHECK(cudaFuncSetAttribute(cutlass::device_kernel<Kernel>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(Kernel::SharedStorageSize)));
 }
 
 // CUTLASS's arguments for one launch.
-template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue>
-typename FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>::Gemm::Arguments cutlass_arguments(const FusedGemmArgs& a) {
-  using K = FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>;
+template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue, int kClusterM>
+typename FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue, kClusterM>::Gemm::Arguments cutlass_arguments(
+    const FusedGemmArgs& a) {
+  using K = FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue, kClusterM>;
   using Kernel = typename K::Kernel;
   using ElementD = typename K::ElementD;
-  static_assert(cute::size<0>(typename K::TileShape{}) * cute::size<0>(typename K::ClusterShape{}) == kClusterRows,
-                "kClusterRows (fused_gemm.h) must match the tile and cluster shape");
+  static_assert(kClusterM != 2 || K::kRowsPerCluster == kClusterRows,
+                "kClusterRows (tile_shape.h) must match the tile and cluster shape");
+  constexpr int64_t kRows = K::kRowsPerCluster;
 
   typename K::Gemm::Arguments args{};
   args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
@@ -239,13 +246,13 @@ typename FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>::Gemm::Arg
   }
   // Start at the first cluster row that begins inside the local rows (a row that straddles into the
   // previous rank's rows would wait for the last chunk to arrive).
-  args.scheduler.first_m_cluster = static_cast<int>((a.local_begin + kClusterRows - 1) / kClusterRows);
+  args.scheduler.first_m_cluster = static_cast<int>((a.local_begin + kRows - 1) / kRows);
   if (a.rs.rank >= 0) {
     // A reduce-scatter starts at rank+1's rows and ends with its own: every tile it stages comes before
     // every tile that waits for a peer, on every rank, which is what keeps the ranks from waiting on
     // each other in a circle (docs/design/fused_matmul_reduce_scatter.md).
     const int64_t next = (a.rs.rank + 1) % a.rs.world;
-    args.scheduler.first_m_cluster = static_cast<int>(next * a.rs.rows_per_rank / kClusterRows);
+    args.scheduler.first_m_cluster = static_cast<int>(next * a.rs.rows_per_rank / kRows);
   }
   args.scheduler.band_m = a.band_m > 0 ? a.band_m : 1;
   args.scheduler.workspace = a.split_workspace;
@@ -258,9 +265,9 @@ typename FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>::Gemm::Arg
   return args;
 }
 
-template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue = false>
+template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue = false, int kClusterM = 2>
 void launch_fused_gemm(const FusedGemmArgs& a, cudaStream_t stream) {
-  using K = FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue>;
+  using K = FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue, kClusterM>;
   using Gemm = typename K::Gemm;
   // Building the kernel's parameters encodes five TMA descriptors on the host; a call with the same
   // arguments as one of the last few reuses them, so a training loop pays that once. Only a set-up
@@ -282,7 +289,7 @@ void launch_fused_gemm(const FusedGemmArgs& a, cudaStream_t stream) {
   if (hit != cache.end()) {
     std::rotate(hit, hit + 1, cache.end());
   } else {
-    const auto args = cutlass_arguments<Element, LayoutB, kTileN, kReduceInEpilogue>(a);
+    const auto args = cutlass_arguments<Element, LayoutB, kTileN, kReduceInEpilogue, kClusterM>(a);
     auto fresh = std::make_unique<Cached>();
     fresh->args = a;
     fresh->device = device;

@@ -10,6 +10,10 @@ namespace asynctp::kernels::fused {
 constexpr int64_t kTileRows = 128;
 // Rows of A per cluster of CTAs (two tiles along M share B's loads): the scheduler's unit of order.
 constexpr int64_t kClusterRows = 2 * kTileRows;
+// A problem of one tile row (M <= kTileRows) runs in one-CTA clusters of tiles this wide: a 2x1 cluster
+// would leave its second CTA without rows, and 128-wide tiles give twice the units of work to spread
+// over the SMs (fused_gemm_instances.h).
+constexpr int kOneRowTileN = 128;
 // Depth of a tile along K (one step of the mainloop).
 constexpr int64_t kTileK = 64;
 // A reduce-scatter's tiles are always this wide, so that every rank stages the same layout.

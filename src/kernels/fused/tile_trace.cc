@@ -31,9 +31,11 @@ const char* trace_dir() {
 }
 
 // Records a launch can write: every cluster tile (at the narrowest tile), each split kMaxTailSplits
-// ways at most, one record per CTA.
+// ways at most, one record per CTA. A problem of one tile row has tiles of its own (pick_tile_n).
 size_t records_for(const FusedGemmArgs& a) {
-  const int64_t clusters = (a.M + kClusterRows - 1) / kClusterRows * ((a.N + 191) / 192);
+  const bool one_row = a.M <= kTileRows;
+  const int64_t rows = one_row ? kTileRows : kClusterRows, narrowest = one_row ? kOneRowTileN : 192;
+  const int64_t clusters = (a.M + rows - 1) / rows * ((a.N + narrowest - 1) / narrowest);
   return static_cast<size_t>(clusters * kMaxTailSplits * kTraceCtasPerCluster);
 }
 
