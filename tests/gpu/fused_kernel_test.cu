@@ -149,6 +149,8 @@ TEST(FusedKernel, Fp8MatchesTheDequantisedReference) {
         {1000, 528, 1024, DType::kFP8E4M3, true, true},    // ragged in M and N
         {4096, 3584, 1024, DType::kFP8E4M3, true, true},   // three whole rounds, then a split tail
         {520, 272, 528, DType::kFP8E4M3, true, true},      // ragged in K too
+        {128, 4096, 4096, DType::kFP8E4M3, true, true},    // one tile row: one-CTA clusters, split 4 ways
+        {72, 528, 1024, DType::kFP8E4M3, true, true},      // one ragged tile row
     };
     for (const KernelCase& c : cases) {
       for (int max_splits : {kernels::fused::kMaxTailSplits, 1}) {

@@ -39,8 +39,9 @@ int tile_n_for(const FusedGemmArgs& a) {
   if (forced != 0) {
     ASYNCTP_CHECK(forced == kOneRowTileN || forced == 192 || forced == 256, "ASYNCTP_FUSED_TILE_N is ", forced,
                   "; expected ", kOneRowTileN, ", 192 or 256");
-    return forced;
+    if (a.dtype != Element::kFP8E4M3 || forced != 192) return forced;  // fp8 has no 192-wide tiles
   }
+  if (a.dtype == Element::kFP8E4M3) return a.M <= kTileRows ? kOneRowTileN : 256;  // its two instantiations
   return pick_tile_n(a.M, a.N, a.K, grid_sms(a), a.split_workspace != nullptr ? a.max_splits : 1);
 }
 
@@ -81,8 +82,16 @@ void launch_typed(const FusedGemmArgs& a, int tile_n, cudaStream_t stream) {
 template <bool kLoad>
 void launch_dispatch(const FusedGemmArgs& a, int tile_n, cudaStream_t stream) {
   const bool row_b = a.b_layout == Layout::kRowMajor;
-  if (a.dtype == Element::kFP8E4M3) {  // one instantiation (fused_gemm_unsupported keeps the others out)
-    launch_one<kLoad, Element::kFP8E4M3, Layout::kColMajor, 256>(a, stream);
+  if (a.dtype == Element::kFP8E4M3) {  // B column-major only (fused_gemm_unsupported keeps the others out)
+    if (tile_n == kOneRowTileN) {
+      if constexpr (kLoad) {
+        load_one_row_gemm_instance<Element::kFP8E4M3, Layout::kColMajor>();
+      } else {
+        launch_one_row_gemm_instance<Element::kFP8E4M3, Layout::kColMajor>(a, stream);
+      }
+    } else {
+      launch_one<kLoad, Element::kFP8E4M3, Layout::kColMajor, 256>(a, stream);
+    }
   } else if (a.dtype == Element::kBF16) {
     row_b ? launch_typed<kLoad, Element::kBF16, Layout::kRowMajor>(a, tile_n, stream)
           : launch_typed<kLoad, Element::kBF16, Layout::kColMajor>(a, tile_n, stream);
@@ -131,7 +140,9 @@ const char* fused_gemm_unsupported(const FusedGemmArgs& a) {
   if (a.dtype == Element::kFP8E4M3) {
     if (a.b_layout != Layout::kColMajor) return "the fused kernel takes fp8 B column-major only";
     if (a.rs.rank >= 0) return "the fused kernel has no fp8 reduce-scatter";
-    if (a.tile_n != 0 && a.tile_n != 256) return "the fused kernel's fp8 tiles are 256 wide";
+    if (a.tile_n != 0 && a.tile_n != 256 && !(a.tile_n == kOneRowTileN && a.M <= kTileRows)) {
+      return "the fused kernel's fp8 tiles are 256 wide, or 128 for a problem of one tile row";
+    }
     if (a.N % 16 != 0 || a.K % 16 != 0) return "the fused kernel needs fp8 N and K to be multiples of 16";
   } else if (a.dtype != Element::kBF16 && a.dtype != Element::kFP16) {
     return "the fused kernel takes bf16, fp16 or fp8 e4m3";
@@ -171,6 +182,7 @@ void load_fused_gemm_kernels() {
   fp8.dtype = Element::kFP8E4M3;
   fp8.b_layout = Layout::kColMajor;
   launch_dispatch</*kLoad=*/true>(fp8, 256, nullptr);
+  launch_dispatch</*kLoad=*/true>(fp8, kOneRowTileN, nullptr);
 }
 
 void run_fused_gemm(const FusedGemmArgs& args, cudaStream_t stream) {
@@ -186,13 +198,12 @@ void run_fused_gemm(const FusedGemmArgs& args, cudaStream_t stream) {
                 kRsTileN);
   ASYNCTP_CHECK(!a.rs.reduce_in_epilogue || (a.rs.rank >= 0 && a.rs.world == 2),
                 "fused reduce-scatter: the reduction in the epilogue takes two ranks, not ", a.rs.world);
-  const int tile_n = a.tile_n != 0                      ? a.tile_n
-                     : a.rs.rank >= 0                    ? static_cast<int>(kRsTileN)
-                     : a.dtype == Element::kFP8E4M3 ? 256
-                                                          : tile_n_for(a);
-  ASYNCTP_CHECK(tile_n != kOneRowTileN || (a.M <= kTileRows && a.rs.rank < 0 && a.dtype != Element::kFP8E4M3),
+  const int tile_n = a.tile_n != 0 ? a.tile_n : a.rs.rank >= 0 ? static_cast<int>(kRsTileN) : tile_n_for(a);
+  ASYNCTP_CHECK(tile_n != kOneRowTileN || (a.M <= kTileRows && a.rs.rank < 0),
                 "fused GEMM: ", kOneRowTileN, "-wide tiles are for problems of one tile row (M <= ", kTileRows,
-                ", bf16 or fp16, not a reduce-scatter's); M is ", a.M);
+                ", not a reduce-scatter's); M is ", a.M);
+  ASYNCTP_CHECK(a.dtype != Element::kFP8E4M3 || tile_n == kOneRowTileN || tile_n == 256,
+                "fused GEMM: the fp8 kernel's tiles are 256 wide, or ", kOneRowTileN, " for one tile row; tile_n is ", tile_n);
   launch_dispatch</*kLoad=*/false>(a, tile_n, stream);
 }
 

@@ -38,7 +38,7 @@ ASYNCTP_AG_GEMM_DECLARE(kFP8E4M3, kColMajor, 256)  // fp8: B column-major, a bf1
 #undef ASYNCTP_AG_GEMM_DECLARE
 
 // Problems of one tile row (M <= kTileRows, not a reduce-scatter's product): tiles 128 x kOneRowTileN
-// in one-CTA clusters (tile_shape.h).
+// in one-CTA clusters (tile_shape.h); fp8 as the wider fp8 instantiation takes it.
 template <Element kElement, Layout kLayoutB>
 void launch_one_row_gemm_instance(const FusedGemmArgs& args, cudaStream_t stream);
 template <Element kElement, Layout kLayoutB>
@@ -53,6 +53,7 @@ ASYNCTP_ONE_ROW_GEMM_DECLARE(kBF16, kRowMajor)
 ASYNCTP_ONE_ROW_GEMM_DECLARE(kBF16, kColMajor)
 ASYNCTP_ONE_ROW_GEMM_DECLARE(kFP16, kRowMajor)
 ASYNCTP_ONE_ROW_GEMM_DECLARE(kFP16, kColMajor)
+ASYNCTP_ONE_ROW_GEMM_DECLARE(kFP8E4M3, kColMajor)  // fp8: B column-major, a bf16 product
 #undef ASYNCTP_ONE_ROW_GEMM_DECLARE
 
 // ReduceScatterTiles::reduce_in_epilogue (tiles kRsTileN wide).
