@@ -55,6 +55,16 @@ void launch_one(const FusedGemmArgs& a, cudaStream_t stream) {
   }
 }
 
+// Launches (or, kLoad, only loads) the instantiation for problems of one tile row.
+template <bool kLoad, Element kElement, Layout kLayoutB>
+void launch_one_row(const FusedGemmArgs& a, cudaStream_t stream) {
+  if constexpr (kLoad) {
+    load_one_row_gemm_instance<kElement, kLayoutB>();
+  } else {
+    launch_one_row_gemm_instance<kElement, kLayoutB>(a, stream);
+  }
+}
+
 // The instantiation for kElement and kLayoutB that `a` needs: the two-rank reduce-scatter's, whose
 // epilogue does the reduction, the one for a problem of one tile row, or the fused GEMM's of width
 // `tile_n`.
@@ -67,11 +77,7 @@ void launch_typed(const FusedGemmArgs& a, int tile_n, cudaStream_t stream) {
       launch_rs_gemm_instance<kElement, kLayoutB>(a, stream);
     }
   } else if (tile_n == kOneRowTileN) {
-    if constexpr (kLoad) {
-      load_one_row_gemm_instance<kElement, kLayoutB>();
-    } else {
-      launch_one_row_gemm_instance<kElement, kLayoutB>(a, stream);
-    }
+    launch_one_row<kLoad, kElement, kLayoutB>(a, stream);
   } else if (tile_n == 192) {
     launch_one<kLoad, kElement, kLayoutB, 192>(a, stream);
   } else {
@@ -84,11 +90,7 @@ void launch_dispatch(const FusedGemmArgs& a, int tile_n, cudaStream_t stream) {
   const bool row_b = a.b_layout == Layout::kRowMajor;
   if (a.dtype == Element::kFP8E4M3) {  // B column-major only (fused_gemm_unsupported keeps the others out)
     if (tile_n == kOneRowTileN) {
-      if constexpr (kLoad) {
-        load_one_row_gemm_instance<Element::kFP8E4M3, Layout::kColMajor>();
-      } else {
-        launch_one_row_gemm_instance<Element::kFP8E4M3, Layout::kColMajor>(a, stream);
-      }
+      launch_one_row<kLoad, Element::kFP8E4M3, Layout::kColMajor>(a, stream);
     } else {
       launch_one<kLoad, Element::kFP8E4M3, Layout::kColMajor, 256>(a, stream);
     }
