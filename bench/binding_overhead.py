@@ -61,6 +61,19 @@ def in_a_row_us(fn):
     return us
 
 
+def in_turn(paths, rounds, timer, shuffled):
+    """timer(call) of every path, `rounds` times: each round takes the paths in an order of its own,
+    each after a barrier on idle GPUs."""
+    times, order = {key: [] for key in paths}, list(paths)
+    for _ in range(rounds):
+        shuffled.shuffle(order)
+        for key in order:
+            dist.barrier()
+            torch.cuda.synchronize()
+            times[key].append(timer(paths[key]))
+    return times
+
+
 def main():
     local = int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local)
@@ -102,24 +115,12 @@ def main():
         paths[("PyTorch's fused", "torch.ops.symm_mem.fused_all_gather_matmul")] = torch_fused
     except Exception as e:  # the table still shows asynctp's rows, and why PyTorch's is missing
         missing.append(("PyTorch's fused", f"torch.ops.symm_mem.fused_all_gather_matmul: {type(e).__name__}: {e}"))
-    host = {key: [] for key in paths}
     for fn in paths.values():
         for _ in range(3):
             fn()
-    order, shuffled = list(paths), random.Random(0)
-    for _ in range(HOST_ROUNDS):
-        shuffled.shuffle(order)
-        for key in order:
-            dist.barrier()
-            torch.cuda.synchronize()
-            host[key].append(host_us(paths[key]))
-    row = {key: [] for key in paths}
-    for _ in range(ROW_ROUNDS):
-        shuffled.shuffle(order)
-        for key in order:
-            dist.barrier()
-            torch.cuda.synchronize()
-            row[key].append(in_a_row_us(paths[key]))
+    shuffled = random.Random(0)  # the same orders on every rank
+    host = in_turn(paths, HOST_ROUNDS, host_us, shuffled)
+    row = in_turn(paths, ROW_ROUNDS, in_a_row_us, shuffled)
     rows = [(alg, path, statistics.median(host[(alg, path)]), statistics.quantiles(host[(alg, path)], n=10)[0],
              statistics.median(row[(alg, path)]), median_after_barrier(fn, gpu_us, 20, warmup=3))
             for (alg, path), fn in paths.items()]
