@@ -18,9 +18,19 @@ void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan
                              const std::vector<TensorRef>& outputs, const TensorRef& gathered_a, cudaStream_t stream,
                              const AgreeFn& agree, int chunks_per_rank);
 
-// The scaled op's, for what fused_scaled_unsupported returns "" for (tensor-wise e4m3 scales with
-// use_fast_accum, a bf16 output, gathered along M: the fused kernel's fp8 form); the rest runs
-// pipelined (ops dispatch). Each B's alpha, a_scale * b_scales[i], is made on the stream first.
+// Why the fused kernel's fp8 form does not take a scaled call's scales, accumulation or types ("" where
+// it does): it takes e4m3 A and B, tensor-wise scales, use_fast_accum and a bf16 output.
+inline const char* fused_scaling_unsupported(const Scaling& s, DType a_dtype) {
+  if (s.rowwise) return "row-wise scales";
+  if (!s.fast_accum) return "without use_fast_accum";
+  if (s.b_dtype != DType::kFP8E4M3 || a_dtype != DType::kFP8E4M3) return "an e5m2 input";
+  if (s.out_dtype != DType::kBF16) return "an fp16 output";
+  return "";
+}
+
+// The scaled op's, for what fused_scaled_unsupported returns "" for (what fused_scaling_unsupported
+// takes, gathered along M); the rest runs pipelined (ops dispatch). Each B's alpha,
+// a_scale * b_scales[i], is made on the stream first.
 const char* fused_scaled_unsupported(const AllGatherMatmulPlan& plan);
 void fused_all_gather_scaled_matmul(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,
                                     const std::vector<TensorRef>& bs, const TensorRef& a_scale,
@@ -36,6 +46,16 @@ void fused_all_gather_scaled_matmul(Communicator& comm, const AllGatherMatmulPla
 void fused_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPlan& plan, const TensorRef& a,
                                  const TensorRef& b, const TensorRef& output, cudaStream_t stream,
                                  const AgreeFn& agree, int chunks_per_rank);
+
+// The scaled op's, for what fused_scaled_rs_unsupported returns "" for (what fused_scaling_unsupported
+// and fused_rs_unsupported take); the rest runs pipelined (ops dispatch). Each rank's partial product
+// is scaled by its own a_scale * b_scale, made on the stream first, before the ranks' are summed.
+const char* fused_scaled_rs_unsupported(const MatmulReduceScatterPlan& plan, const TensorRef& a, const TensorRef& b,
+                                        const TensorRef& output);
+void fused_scaled_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPlan& plan, const TensorRef& a,
+                                        const TensorRef& b, const TensorRef& a_scale, const TensorRef& b_scale,
+                                        const TensorRef& output, cudaStream_t stream, const AgreeFn& agree,
+                                        int chunks_per_rank);
 
 // Whether the fused reduce-scatter takes rows per rank this many: whole 256-row clusters, so that no
 // cluster holds two ranks' rows.

@@ -281,11 +281,7 @@ void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan
 
 const char* fused_scaled_unsupported(const AllGatherMatmulPlan& plan) {
   if (plan.gather_last) return "gathered along the last dim";
-  if (plan.scaling.rowwise) return "row-wise scales";
-  if (!plan.scaling.fast_accum) return "without use_fast_accum";
-  if (plan.scaling.b_dtype != DType::kFP8E4M3 || plan.dtype != DType::kFP8E4M3) return "an e5m2 input";
-  if (plan.scaling.out_dtype != DType::kBF16) return "an fp16 output";
-  return "";
+  return fused_scaling_unsupported(plan.scaling, plan.dtype);
 }
 
 void fused_all_gather_scaled_matmul(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,

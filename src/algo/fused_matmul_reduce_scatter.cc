@@ -20,6 +20,7 @@
 #include "kernels/fused/fused_gemm.h"
 #include "kernels/fused/staged_layout.h"
 #include "kernels/fused/tail_split.h"
+#include "kernels/scale_product.h"
 
 namespace asynctp::algo {
 namespace {
@@ -140,11 +141,13 @@ const char* fused_rs_unsupported(const MatmulReduceScatterPlan& plan, const Tens
   return kernels::fused::fused_gemm_unsupported(g);
 }
 
-void fused_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPlan& plan, const TensorRef& a,
-                                 const TensorRef& b, const TensorRef& output, cudaStream_t stream,
-                                 const AgreeFn& agree, int chunks_per_rank) {
-  ASYNCTP_CHECK(*fused_rs_unsupported(plan, a, b, output) == '\0', "fused matmul_reduce_scatter: ",
-                fused_rs_unsupported(plan, a, b, output), "; such a call runs pipelined (ops::algorithm_that_runs)");
+namespace {
+
+// Both ops' body: `a_scale` and `b_scale` are the scaled op's tensor-wise scales (device floats), null
+// for the unscaled op.
+void run_fused_rs(Communicator& comm, const MatmulReduceScatterPlan& plan, const TensorRef& a, const TensorRef& b,
+                  const TensorRef& output, cudaStream_t stream, const AgreeFn& agree, int chunks_per_rank,
+                  const float* a_scale, const float* b_scale) {
   kernels::fused::CallTimeline timeline(stream);
   timeline.mark("entry");
   agree();
@@ -161,7 +164,17 @@ void fused_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPl
   g.a = a.data, g.b = b.data, g.c = output.data;
   g.alpha = scale;
   attach_grid(comm, g, stream);
+  // The scaled op's a_scale * b_scale, in the scratch after the staged tiles: alone, the kernel's
+  // alpha; with peers, what the kernel scales its partial product by before the sum (partial_scale).
+  const bool scaled = a_scale != nullptr;
+  constexpr size_t kProductBytes = 16;
+  const auto make_product = [&](char* at) {
+    float* product = reinterpret_cast<float*>(at);
+    kernels::scale_product(a_scale, b_scale, product, stream);
+    return product;
+  };
   if (ws == 1) {  // nothing to reduce; the average of one is itself
+    if (scaled) g.alpha_ptr = make_product(static_cast<char*>(m.scratch_for(kProductBytes, stream)));
     kernels::fused::run_fused_gemm(g, stream);
     return;
   }
@@ -174,8 +187,11 @@ void fused_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPl
   // the peer waits for before it pushes again.
   const bool push = layout.epilogue && push_from_kernel() && pr.done_signal() != nullptr;
   const size_t rank_bytes = layout.bytes_before(rows);  // one rank's rows, staged
-  // Slot d: this rank's tiles of d's rows (none where the kernel pushes).
-  char* staging = push ? nullptr : static_cast<char*>(m.scratch_for(ws * rank_bytes, stream));
+  // Slot d: this rank's tiles of d's rows (none where the kernel pushes); the scaled op's product after them.
+  const size_t staging_bytes = push ? 0 : ws * rank_bytes;
+  const size_t scratch_bytes = staging_bytes + (scaled ? kProductBytes : 0);
+  char* scratch = scratch_bytes != 0 ? static_cast<char*>(m.scratch_for(scratch_bytes, stream)) : nullptr;
+  char* staging = push ? nullptr : scratch;
   SymmetricBuffer& inbox = pr.inbox(ws * rank_bytes, stream);  // slot q: rank q's tiles of this rank's rows
   const kernels::fused::RowChunks chunks(rows, resolve_fused_rs_chunks(chunks_per_rank, rows));
   const int64_t chunk_rows = chunks.rows;
@@ -192,6 +208,7 @@ void fused_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPl
   rs.epoch = pr.epoch();
   rs.epoch_out = pr.epoch_word();
   rs.wait = pr.wait_context();
+  if (scaled) rs.partial_scale = make_product(scratch + staging_bytes);
   g.c_row0 = me * rows;
   g.done = pr.done_signal();
   pr.count_fused_reduction(layout.epilogue, push);
@@ -262,6 +279,32 @@ void fused_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPl
   }
   timeline.mark("end");
   finish_tile_trace(comm, "rs", g, timeline, stream);
+}
+
+}  // namespace
+
+void fused_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPlan& plan, const TensorRef& a,
+                                 const TensorRef& b, const TensorRef& output, cudaStream_t stream,
+                                 const AgreeFn& agree, int chunks_per_rank) {
+  const char* why = fused_rs_unsupported(plan, a, b, output);
+  ASYNCTP_CHECK(*why == '\0', "fused matmul_reduce_scatter: ", why, "; such a call runs pipelined (ops::algorithm_that_runs)");
+  run_fused_rs(comm, plan, a, b, output, stream, agree, chunks_per_rank, nullptr, nullptr);
+}
+
+const char* fused_scaled_rs_unsupported(const MatmulReduceScatterPlan& plan, const TensorRef& a, const TensorRef& b,
+                                        const TensorRef& output) {
+  const char* why = fused_scaling_unsupported(plan.scaling, plan.dtype);
+  return *why != '\0' ? why : fused_rs_unsupported(plan, a, b, output);
+}
+
+void fused_scaled_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPlan& plan, const TensorRef& a,
+                                        const TensorRef& b, const TensorRef& a_scale, const TensorRef& b_scale,
+                                        const TensorRef& output, cudaStream_t stream, const AgreeFn& agree,
+                                        int chunks_per_rank) {
+  const char* why = fused_scaled_rs_unsupported(plan, a, b, output);
+  ASYNCTP_CHECK(*why == '\0', "fused scaled_matmul_reduce_scatter: ", why, " runs pipelined (ops dispatch)");
+  run_fused_rs(comm, plan, a, b, output, stream, agree, chunks_per_rank, static_cast<const float*>(a_scale.data),
+               static_cast<const float*>(b_scale.data));
 }
 
 }  // namespace asynctp::algo

@@ -113,7 +113,12 @@ void run_scaled_matmul_reduce_scatter(Communicator& comm, const algo::MatmulRedu
                                       const TensorRef& a_scale, const TensorRef& b_scale, const TensorRef& output,
                                       cudaStream_t stream, const algo::AgreeFn& agree) {
   run_guarded(comm, "scaled_matmul_reduce_scatter", [&] {
-    if (chosen == Algorithm::kPipelined || chosen == Algorithm::kFused) {  // no fp8 fused reduce-scatter yet
+    if (chosen == Algorithm::kFused && *algo::fused_scaled_rs_unsupported(plan, a, b, output) == '\0') {
+      algo::fused_scaled_matmul_reduce_scatter(comm, plan, a, b, a_scale, b_scale, output, stream, agree,
+                                               chunks_per_rank);
+      return;
+    }
+    if (chosen == Algorithm::kPipelined || chosen == Algorithm::kFused) {  // fused's fallback, as unscaled
       algo::pipelined_scaled_matmul_reduce_scatter(comm, plan, a, b, a_scale, b_scale, output, stream, agree,
                                                    chunks_per_rank);
       return;

@@ -38,7 +38,8 @@ void run_matmul_reduce_scatter(Communicator& comm, const algo::MatmulReduceScatt
                                cudaStream_t stream, const algo::AgreeFn& agree);
 
 // The scaled ops (asynctp/scaled_ops.h): sequential, pipelined, or fused where the fused kernel's fp8
-// form takes the call (algo::fused_scaled_unsupported), else pipelined.
+// form takes the call (algo::fused_scaled_unsupported, algo::fused_scaled_rs_unsupported), else
+// pipelined.
 void run_all_gather_scaled_matmul(Communicator& comm, const algo::AllGatherMatmulPlan& plan, Algorithm chosen,
                                   int chunks_per_rank, const TensorRef& a_shard,
                                   const std::vector<TensorRef>& bs, const TensorRef& a_scale,

@@ -27,7 +27,7 @@ struct ProblemKey {
   int world_size = 1;
   std::string gpu;              // cudaDeviceProp::name, e.g. "NVIDIA H200"
   // Not part of the cache's key: false where the fused kernel cannot take the call whatever its
-  // shape (a scaled call's scales, accumulation or types: algo::fused_scaled_unsupported).
+  // shape (a scaled call's scales, accumulation or types: algo::fused_scaling_unsupported).
   bool fused_kernel = true;
 };
 

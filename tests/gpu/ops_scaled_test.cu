@@ -1,12 +1,15 @@
 // The scaled ops (asynctp/scaled_ops.h) against a reference computed another way: the fp8 inputs read
 // back as fp32 (reference::fill_fp32_as), scaled by hand and multiplied by an fp32 GEMM. Tensor-wise
 // and row-wise scales, every gather and scatter dim, bf16 and fp16 outputs, e5m2 B, fast accumulation,
-// several Bs and the gathered A, sequential, pipelined, fused and auto, at every world size; auto
+// several Bs and the gathered A, sequential, pipelined, fused and auto, at every world size (the
+// reduce-scatter's tensor-wise scales differing by rank); auto
 // following a tuning cache's fp8 entries; and the refusals the plan makes, on every rank.
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "algo/overlap_resources.h"
+#include "algo/resources.h"
 #include "asynctp/scaled_ops.h"
 #include "comm/communicator_impl.h"
 #include "gpu_test.h"
@@ -119,14 +122,27 @@ void run_scaled_ag_case(Communicator& comm, const ScaledAgCase& c, const ScaledO
   }
 }
 
+// Each rank's tensor-wise scales differ: 0.5 to 1.25 by rank for a_scale, another step for b_scale.
+__host__ __device__ float rank_a_scale(int64_t rank) { return 0.5f + static_cast<float>((2 + rank) % 7) * 0.125f; }
+__host__ __device__ float rank_b_scale(int64_t rank) { return 0.5f + static_cast<float>((4 + 2 * rank) % 7) * 0.125f; }
+
+// The whole A's column k belongs to rank k / k_local, whose partial product is scaled by its own
+// a_scale * b_scale.
+__global__ void fill_rank_column_scales(float* s, int64_t K, int64_t k_local) {
+  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < K; k += gridDim.x * blockDim.x) {
+    s[k] = rank_a_scale(k / k_local) * rank_b_scale(k / k_local);
+  }
+}
+
 struct ScaledRsCase {
   int64_t M, N, K;
   bool scatter_last, rowwise;
   ReduceOp reduce;
   DType out_dtype;
+  bool fast_accum = false;
 };
 
-void run_scaled_rs_case(Communicator& comm, const ScaledRsCase& c, const ScaledOpOptions& o, cudaStream_t s,
+void run_scaled_rs_case(Communicator& comm, const ScaledRsCase& c, const ScaledOpOptions& options, cudaStream_t s,
                         reference::Fp32Gemm& fp32) {
   const int ws = comm.world_size(), r = comm.rank();
   const int64_t kl = c.K / ws;
@@ -137,11 +153,23 @@ void run_scaled_rs_case(Communicator& comm, const ScaledRsCase& c, const ScaledO
   reference::fill(b.p, DType::kFP8E4M3, kl, c.N, /*col_major=*/true, gen_b, r * kl, 0, s);
   reference::fill_fp32_as(a_full.f(), DType::kFP8E4M3, c.M, c.K, gen_a, 0, 0, s);
   reference::fill_fp32_as(b_full.f(), DType::kFP8E4M3, c.K, c.N, gen_b, 0, 0, s);
-  // The same scales on every rank, so the sum over ranks is the scaled product of the whole A and B.
-  scales(sa.f(), c.rowwise ? c.M : 1, c.rowwise ? 0 : 2, s);
-  scales(sb.f(), c.rowwise ? c.N : 1, c.rowwise ? 3 : 4, s);
-  reference::scale(a_full.f(), c.M, c.K, sa.f(), c.rowwise ? c.M : 1, nullptr, 1, s);
-  reference::scale(b_full.f(), c.K, c.N, nullptr, 1, sb.f(), c.rowwise ? c.N : 1, s);
+  if (c.rowwise) {
+    // The same scales on every rank, so the sum over ranks is the scaled product of the whole A and B.
+    scales(sa.f(), c.M, 0, s);
+    scales(sb.f(), c.N, 3, s);
+    reference::scale(a_full.f(), c.M, c.K, sa.f(), c.M, nullptr, 1, s);
+    reference::scale(b_full.f(), c.K, c.N, nullptr, 1, sb.f(), c.N, s);
+  } else {
+    // Each rank's own: the sum over ranks weighs each rank's columns of the whole A by its scales.
+    const float mine[2] = {rank_a_scale(r), rank_b_scale(r)};
+    RANK_CUDA(cudaMemcpyAsync(sa.f(), &mine[0], 4, cudaMemcpyHostToDevice, s));
+    RANK_CUDA(cudaMemcpyAsync(sb.f(), &mine[1], 4, cudaMemcpyHostToDevice, s));
+    Buf columns(c.K * 4);
+    fill_rank_column_scales<<<32, 256, 0, s>>>(columns.f(), c.K, kl);
+    RANK_CUDA(cudaGetLastError());
+    reference::scale(a_full.f(), c.M, c.K, nullptr, 1, columns.f(), c.K, s);
+    RANK_CUDA(cudaStreamSynchronize(s));
+  }
   fp32.run(a_full.f(), b_full.f(), ref.f(), c.M, c.N, c.K, s);
   const int64_t out_rows = c.scatter_last ? c.M : c.M / ws, out_cols = c.scatter_last ? c.N / ws : c.N;
   const size_t es = dtype_size(c.out_dtype);
@@ -150,6 +178,8 @@ void run_scaled_rs_case(Communicator& comm, const ScaledRsCase& c, const ScaledO
   RANK_CUDA(cudaStreamSynchronize(s));
   const TensorRef ta_scale = c.rowwise ? TensorRef::dense(sa.p, DType::kFP32, {c.M, 1}) : TensorRef::dense(sa.p, DType::kFP32, {1});
   const TensorRef tb_scale = c.rowwise ? TensorRef::dense(sb.p, DType::kFP32, {1, c.N}) : TensorRef::dense(sb.p, DType::kFP32, {1});
+  ScaledOpOptions o = options;
+  o.use_fast_accum = c.fast_accum;
   scaled_matmul_reduce_scatter(comm, TensorRef::dense(a.p, DType::kFP8E4M3, {c.M, kl}),
                                TensorRef::dense(b.p, DType::kFP8E4M3, {c.N, kl}), ta_scale, tb_scale,
                                c.scatter_last ? -1 : 0, c.reduce, TensorRef::dense(out.p, c.out_dtype, {out_rows, out_cols}), s, o);
@@ -157,8 +187,42 @@ void run_scaled_rs_case(Communicator& comm, const ScaledRsCase& c, const ScaledO
   const auto cmp = reference::compare(out.p, c.out_dtype, out_rows, out_cols, ref.f(), c.N, c.scatter_last ? 0 : r * out_rows,
                                       c.scatter_last ? r * out_cols : 0, scale, reference::tolerance(c.out_dtype, ws), s);
   RANK_CHECK(cmp.ok(), algorithm_name(o.algorithm), " scaled rs M=", c.M, " N=", c.N, " K=", c.K, c.scatter_last ? " scatter=last" : " scatter=0",
-             c.rowwise ? " row-wise" : " tensor-wise", c.reduce == ReduceOp::kAvg ? " avg " : " sum ", dtype_name(c.out_dtype),
+             c.rowwise ? " row-wise" : " tensor-wise (each rank's)", c.fast_accum ? " fast" : "",
+             c.reduce == ReduceOp::kAvg ? " avg " : " sum ", dtype_name(c.out_dtype),
              ": ", cmp.bad, " bad elements, max err ", cmp.max_abs_err, cmp.where());
+}
+
+// Reduce-scatters the fused kernel's fp8 form takes (tensor-wise e4m3, fast accumulation, bf16 out,
+// 256 rows a rank, N not a multiple of the tile), with each rank's own scales; under `fused`, a check
+// that every one of them on more than one rank ran the fused kernel, and on two ranks at 4096 rows a
+// rank (768 tiles: five rounds), its reduction in the epilogue.
+int fused_kernel_rs_cases(RankContext& ctx, Communicator& comm, const ScaledOpOptions& o, cudaStream_t s,
+                          reference::Fp32Gemm& fp32) {
+  const int ws = ctx.world_size;
+  // The fused reductions so far, in both ways or in the epilogue (none before the first overlapped call).
+  const auto reductions = [&comm](bool epilogue_only) -> int64_t {
+    const algo::OverlapResources* pr = algo::Resources::of(comm).overlap.get();
+    if (pr == nullptr) return 0;
+    return static_cast<int64_t>(pr->fused_reductions(true) + (epilogue_only ? 0 : pr->fused_reductions(false)));
+  };
+  const int64_t reductions_before = reductions(false), epilogue_before = reductions(true);
+  int n = 0;
+  for (const ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+    run_scaled_rs_case(comm, ScaledRsCase{256 * ws, 336, 64 * ws, false, false, op, DType::kBF16, true}, o, s, fp32);
+    run_scaled_rs_case(comm, ScaledRsCase{512 * ws, 256, 256 * ws, false, false, op, DType::kBF16, true}, o, s, fp32);
+    n += 2;
+  }
+  const bool epilogue_way = ws == 2 && o.algorithm == Algorithm::kFused;
+  if (epilogue_way) {
+    run_scaled_rs_case(comm, ScaledRsCase{8192, 3072, 128, false, false, ReduceOp::kAvg, DType::kBF16, true}, o, s, fp32);
+    ++n;
+  }
+  if (o.algorithm == Algorithm::kFused && ws > 1) {
+    const int64_t fused = reductions(false) - reductions_before, epilogue = reductions(true) - epilogue_before;
+    RANK_CHECK(fused == n, "fused scaled reduce-scatters ", fused, " of ", n, "; every one was to run the fused kernel");
+    RANK_CHECK(!epilogue_way || epilogue == 1, "reduced in the epilogue ", epilogue, "; the 8192-row case was to");
+  }
+  return n;
 }
 
 int every_scaled_case(RankContext& ctx) {
@@ -209,6 +273,7 @@ int every_scaled_case(RankContext& ctx) {
                              o, st.s, fp32);
           ++n;
         }
+    n += fused_kernel_rs_cases(ctx, *comm, o, st.s, fp32);
   }
   std::printf("rank %d: %d scaled cases right\n", ctx.rank, n);
   return 0;

@@ -145,6 +145,9 @@ tune::ProblemKey problem_key(const Communicator& comm, const CaseSetup& setup, c
   key.M = shape.M, key.N = shape.N, key.K = shape.K;
   key.dtype = setup.dtype;
   key.last_dim = ag ? setup.gather_last : setup.scatter_last;
+  // fp8: e4m3 A and B into bf16; the fused kernel's fp8 form takes tensor-wise scales with fast
+  // accumulation (algo::fused_scaling_unsupported).
+  if (setup.dtype == DType::kFP8E4M3) key.fused_kernel = !setup.rowwise_scales && setup.fast_accum;
   key.world_size = comm.world_size();
   key.gpu = impl_of(comm).gpu_name;
   return key;

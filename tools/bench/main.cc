@@ -115,10 +115,7 @@ int run_rank(RankContext& ctx, const Args& args) {
       std::vector<Candidate> candidates;
       for (Algorithm a : args.algorithms) {
         Candidate c;
-        // The scaled ops' auto takes sequential (asynctp/scaled_ops.h).
-        c.label = a != Algorithm::kAuto               ? algorithm_name(a)
-                  : setup.dtype == DType::kFP8E4M3 ? "auto:sequential"
-                                                    : auto_label(*comm, setup, shape, ag);
+        c.label = a != Algorithm::kAuto ? algorithm_name(a) : auto_label(*comm, setup, shape, ag);
         c.options.algorithm = a;
         c.options.chunks_per_rank = a == Algorithm::kAuto ? 0 : args.chunks_per_rank;
         candidates.push_back(c);

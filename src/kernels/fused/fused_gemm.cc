@@ -79,7 +79,7 @@ void launch_typed(const FusedGemmArgs& a, int tile_n, cudaStream_t stream) {
   } else if (tile_n == kOneRowTileN) {
     launch_one_row<kLoad, kElement, kLayoutB>(a, stream);
   } else if (tile_n == 192) {
-    launch_one<kLoad, kElement, kLayoutB, 192>(a, stream);
+    if constexpr (kElement != Element::kFP8E4M3) launch_one<kLoad, kElement, kLayoutB, 192>(a, stream);  // none for fp8
   } else {
     launch_one<kLoad, kElement, kLayoutB, 256>(a, stream);
   }
@@ -89,11 +89,7 @@ template <bool kLoad>
 void launch_dispatch(const FusedGemmArgs& a, int tile_n, cudaStream_t stream) {
   const bool row_b = a.b_layout == Layout::kRowMajor;
   if (a.dtype == Element::kFP8E4M3) {  // B column-major only (fused_gemm_unsupported keeps the others out)
-    if (tile_n == kOneRowTileN) {
-      launch_one_row<kLoad, Element::kFP8E4M3, Layout::kColMajor>(a, stream);
-    } else {
-      launch_one<kLoad, Element::kFP8E4M3, Layout::kColMajor, 256>(a, stream);
-    }
+    launch_typed<kLoad, Element::kFP8E4M3, Layout::kColMajor>(a, tile_n, stream);
   } else if (a.dtype == Element::kBF16) {
     row_b ? launch_typed<kLoad, Element::kBF16, Layout::kRowMajor>(a, tile_n, stream)
           : launch_typed<kLoad, Element::kBF16, Layout::kColMajor>(a, tile_n, stream);
@@ -141,7 +137,6 @@ int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits) {
 const char* fused_gemm_unsupported(const FusedGemmArgs& a) {
   if (a.dtype == Element::kFP8E4M3) {
     if (a.b_layout != Layout::kColMajor) return "the fused kernel takes fp8 B column-major only";
-    if (a.rs.rank >= 0) return "the fused kernel has no fp8 reduce-scatter";
     if (a.tile_n != 0 && a.tile_n != 256 && !(a.tile_n == kOneRowTileN && a.M <= kTileRows)) {
       return "the fused kernel's fp8 tiles are 256 wide, or 128 for a problem of one tile row";
     }
@@ -185,6 +180,9 @@ void load_fused_gemm_kernels() {
   fp8.b_layout = Layout::kColMajor;
   launch_dispatch</*kLoad=*/true>(fp8, 256, nullptr);
   launch_dispatch</*kLoad=*/true>(fp8, kOneRowTileN, nullptr);
+  fp8.rs.rank = 0;
+  fp8.rs.reduce_in_epilogue = true;
+  launch_dispatch</*kLoad=*/true>(fp8, kRsTileN, nullptr);
 }
 
 void run_fused_gemm(const FusedGemmArgs& args, cudaStream_t stream) {

@@ -71,6 +71,7 @@ ASYNCTP_RS_GEMM_DECLARE(kBF16, kRowMajor)
 ASYNCTP_RS_GEMM_DECLARE(kBF16, kColMajor)
 ASYNCTP_RS_GEMM_DECLARE(kFP16, kRowMajor)
 ASYNCTP_RS_GEMM_DECLARE(kFP16, kColMajor)
+ASYNCTP_RS_GEMM_DECLARE(kFP8E4M3, kColMajor)  // fp8: B column-major, a bf16 product
 #undef ASYNCTP_RS_GEMM_DECLARE
 
 }  // namespace asynctp::kernels::fused

@@ -1,7 +1,8 @@
-// Internal, device side of reduce_scatter_tiles.h, once a tile's accumulators are whole: a tile of a
-// peer's rows is staged (rounded to the output type, two values a word) for the peer to pull, and a
-// tile of this rank's own rows gets every peer's staged copy added. Thread `thread` of `threads` owns
-// the 16-byte groups [group * threads + thread] of a tile's slot, eight output elements per group.
+// Internal, device side of reduce_scatter_tiles.h, once a tile's accumulators are whole: they are
+// scaled by the rank's partial_scale where it has one; then a tile of a peer's rows is staged (rounded
+// to the output type, two values a word) for the peer to pull, and a tile of this rank's own rows gets
+// every peer's staged copy added. Thread `thread` of `threads` owns the 16-byte groups
+// [group * threads + thread] of a tile's slot, eight output elements per group.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -27,14 +28,20 @@ CUTLASS_DEVICE void unpack_pair(uint32_t word, float& lo, float& hi) {
 
 // The scheduler's whole tile `work` (M_idx, N_idx; tiles of `tile_m` rows): staged (a peer's rows),
 // with staged_count() tiles to add to its chunk's count, or an own tile, which waits for each peer's
-// chunk (marking kTraceWaitDone through `mark`) and adds it. Nothing where the epilogue does it
+// chunk (marking kTraceWaitDone through `mark`) and adds it. Only the scaling where the epilogue does it
 // (reduce_in_epilogue).
 template <class Element, class Work, class FrgTensorC, class Mark>
 CUTLASS_DEVICE void reduce_scatter_fixup(ReduceScatterTiles const& rs, int32_t tile_m, cutlass::FastDivmod const& rank_rows_div,
                                          cutlass::FastDivmod const& chunk_rows_div, Work const& work,
                                          FrgTensorC& accumulators, uint32_t thread, uint32_t threads, Mark mark) {
 #if defined(__CUDA_ARCH__)
-  if (rs.rank < 0 || rs.reduce_in_epilogue) return;
+  if (rs.rank < 0) return;
+  if (rs.partial_scale != nullptr) {  // before the epilogue's way too, which stages and adds what fixup() hands it
+    const float s = *rs.partial_scale;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < decltype(cute::size(accumulators))::value; ++i) accumulators(i) *= s;
+  }
+  if (rs.reduce_in_epilogue) return;
   constexpr int kWords = decltype(cute::size(accumulators))::value / 2;
   const int32_t row0 = work.M_idx * tile_m;
   const int32_t owner = rs.owner_of(row0, rank_rows_div);

@@ -77,6 +77,10 @@ struct ReduceScatterTiles {
   const uint32_t* peer_done = nullptr;  // this rank's pad: the peer's done flag
   int32_t push_pad_index = 0;           // index of pushed[0] in this rank's pad, for the timeout report
   int32_t unused2 = 0;
+  // Where set, a tile's whole accumulators are multiplied by *partial_scale before they are staged or
+  // the peers' copies are added: the scaled op's a_scale * b_scale, which differs from rank to rank,
+  // so each partial product is scaled by its own before the sum.
+  const float* partial_scale = nullptr;
 
   // Where the tile whose first row is `row0` belongs, for the scheduler and the epilogue alike: the rank
   // that owns its rows, the chunk of that rank's rows it is in, and that chunk's staged counter. Each
