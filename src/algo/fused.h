@@ -19,9 +19,11 @@ void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan
                              const AgreeFn& agree, int chunks_per_rank);
 
 // Why the fused kernel's fp8 form does not take a scaled call's scales, accumulation or types ("" where
-// it does): it takes e4m3 A and B, tensor-wise scales, use_fast_accum and a bf16 output.
-inline const char* fused_scaling_unsupported(const Scaling& s, DType a_dtype) {
-  if (s.rowwise) return "row-wise scales";
+// it does): it takes e4m3 A and B, use_fast_accum, a bf16 output, and tensor-wise scales, or row-wise
+// ones too where `rowwise_too` (the all-gather's: its epilogue applies them; a reduce-scatter's staged
+// tiles do not pass through the epilogue).
+inline const char* fused_scaling_unsupported(const Scaling& s, DType a_dtype, bool rowwise_too) {
+  if (s.rowwise && !rowwise_too) return "row-wise scales";
   if (!s.fast_accum) return "without use_fast_accum";
   if (s.b_dtype != DType::kFP8E4M3 || a_dtype != DType::kFP8E4M3) return "an e5m2 input";
   if (s.out_dtype != DType::kBF16) return "an fp16 output";
@@ -29,8 +31,10 @@ inline const char* fused_scaling_unsupported(const Scaling& s, DType a_dtype) {
 }
 
 // The scaled op's, for what fused_scaled_unsupported returns "" for (what fused_scaling_unsupported
-// takes, gathered along M); the rest runs pipelined (ops dispatch). Each B's alpha,
-// a_scale * b_scales[i], is made on the stream first.
+// takes, row-wise scales too, gathered along M); the rest runs pipelined (ops dispatch). Tensor-wise,
+// each B's alpha, a_scale * b_scales[i], is made on the stream first; row-wise, the epilogue applies
+// a_scale by row and each B's b_scale by column, a_scale of this rank's rows travelling with them to
+// the peers (ahead of their first chunk's flag).
 const char* fused_scaled_unsupported(const AllGatherMatmulPlan& plan);
 void fused_all_gather_scaled_matmul(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,
                                     const std::vector<TensorRef>& bs, const TensorRef& a_scale,

@@ -46,19 +46,27 @@ void finish_tile_trace(Communicator& comm, const char* op, const kernels::fused:
 
 namespace {
 
-// The scaled op's scales (tensor-wise): a_scale, each B's, and each B's alpha (their product), made in
-// scratch once the ranks agree.
+// The scaled op's scales: a_scale and each B's. Tensor-wise, each B's alpha (their product), made in
+// scratch once the ranks agree; row-wise, every row's a_scale: a_scale itself, or where it holds this
+// rank's rows only (gather_a), the copy gathered after the rows in the symmetric buffer.
 struct FusedScales {
   const float* a_scale = nullptr;
   std::vector<const float*> b_scales;
+  bool rowwise = false, gather_a = false;
   float* alphas = nullptr;
+  const float* a_rows = nullptr;
 };
 
 kernels::fused::FusedGemmArgs gemm_args(Communicator& comm, const AllGatherMatmulPlan& plan, const void* a,
                                      const TensorRef& b, const TensorRef& c, size_t i, const FusedScales* scales,
                                      cudaStream_t stream) {
   kernels::fused::FusedGemmArgs g;
-  if (scales != nullptr) g.alpha_ptr = scales->alphas + i;
+  if (scales != nullptr && scales->rowwise) {
+    g.row_scales = scales->a_rows;
+    g.col_scales = scales->b_scales[i];
+  } else if (scales != nullptr) {
+    g.alpha_ptr = scales->alphas + i;
+  }
   g.dtype = element_of(plan.dtype);
   g.b_layout = layout_of(plan.b_layout);
   g.M = plan.M;
@@ -76,8 +84,9 @@ void cublas_gemm(gemm::GemmRunner& runner, const AllGatherMatmulPlan& plan, cons
                  const TensorRef& c, size_t i, const FusedScales* scales, cudaStream_t stream) {
   gemm::Problem p{plan.M, plan.N[i], plan.K, plan.dtype, plan.b_layout};
   if (scales != nullptr) {
-    run_scaled_gemm(runner, ScaledWork::of(plan.scaling, scales->a_scale), p, a, scales->a_scale, b.data,
-                    scales->b_scales[i], c.data, stream, 0);
+    const float* a_scale = scales->rowwise ? scales->a_rows : scales->a_scale;  // aligned, as the plan checks
+    run_scaled_gemm(runner, ScaledWork::of(plan.scaling, a_scale), p, a, a_scale, b.data, scales->b_scales[i],
+                    c.data, stream, 0);
     return;
   }
   runner.run(p, a, b.data, c.data, stream);
@@ -87,7 +96,7 @@ void cublas_gemm(gemm::GemmRunner& runner, const AllGatherMatmulPlan& plan, cons
 
 namespace {
 
-// Both ops' body: `scales` is set for the scaled op (tensor-wise, fast accumulation), null otherwise.
+// Both ops' body: `scales` is set for the scaled op (fast accumulation), null otherwise.
 void run_fused_ag(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,
                   const std::vector<TensorRef>& bs, const std::vector<TensorRef>& outputs, const TensorRef& gathered_a,
                   cudaStream_t stream, const AgreeFn& agree, int chunks_per_rank, FusedScales* scales) {
@@ -97,12 +106,13 @@ void run_fused_ag(Communicator& comm, const AllGatherMatmulPlan& plan, const Ten
   timeline.mark("entry");
   agree();
   timeline.mark("agreed");
-  if (scales != nullptr) {
+  if (scales != nullptr && !scales->rowwise) {
     scales->alphas = static_cast<float*>(impl_of(comm).scratch_for(bs.size() * sizeof(float), stream));
     for (size_t i = 0; i < bs.size(); ++i) {
       kernels::scale_product(scales->a_scale, scales->b_scales[i], scales->alphas + i, stream);
     }
   }
+  if (scales != nullptr && scales->rowwise) scales->a_rows = scales->a_scale;  // unless gathered, below
   Communicator::Impl& m = impl_of(comm);
   const int ws = m.world_size, me = m.rank;
   const size_t es = dtype_size(plan.dtype);
@@ -127,8 +137,14 @@ void run_fused_ag(Communicator& comm, const AllGatherMatmulPlan& plan, const Ten
 
   OverlapResources& pr = OverlapResources::of(comm, stream);
   kernels::fused::load_fused_gemm_kernels();
-  SymmetricBuffer& gathered = pr.inbox(static_cast<size_t>(plan.M) * row_bytes, stream);
+  // The gathered rows, and after them, where row-wise scales travel with their rows, every row's scale.
+  const bool gather_scales = scales != nullptr && scales->gather_a;
+  const size_t rows_bytes = align_up(static_cast<size_t>(plan.M) * row_bytes);
+  SymmetricBuffer& gathered =
+      pr.inbox(rows_bytes + (gather_scales ? static_cast<size_t>(plan.M) * sizeof(float) : 0), stream);
   char* mine = bytes(gathered.local());
+  const auto scales_in = [&](const void* buffer) { return reinterpret_cast<float*>(bytes(const_cast<void*>(buffer)) + rows_bytes); };
+  if (gather_scales) scales->a_rows = scales_in(gathered.local());
   const int chunks = resolve_fused_chunks(chunks_per_rank, rows);
   const int64_t chunk_rows = (rows + chunks - 1) / chunks;
   const int used_chunks = static_cast<int>((rows + chunk_rows - 1) / chunk_rows);
@@ -151,10 +167,15 @@ void run_fused_ag(Communicator& comm, const AllGatherMatmulPlan& plan, const Ten
   const bool own_rows_in_gathered = !all_kernel || straddles;
 
   pr.begin_call();
+  if (all_kernel) pr.count_fused_gather();
   // This rank pushes into its peers' gathered buffers, so each peer must be done with the last call
   // first. Outside graph capture only the pushes wait for that, on their stream and without an SM, so
   // the GEMM starts on this rank's own rows at once; under capture the whole call waits (docs/design/fused_all_gather_matmul.md).
   const bool pushes_wait = pr.begin_fused_epoch(stream, OverlapResources::capturing(stream));
+  if (gather_scales) {  // this rank's rows' scales, before the kernel that reads them with its own rows
+    ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(scales_in(gathered.local()) + begin, scales->a_scale, rows * sizeof(float),
+                                       cudaMemcpyDeviceToDevice, stream));
+  }
   Fanout fan(pr, stream);
 
   // Should a launch fail, the copies are still enqueued and the call still ends as usual before the
@@ -198,6 +219,10 @@ void run_fused_ag(Communicator& comm, const AllGatherMatmulPlan& plan, const Ten
     for (int i = 1; i < ws; ++i) {
       const int q = (me - i + ws) % ws;
       char* dst = bytes(gathered.peer(q)) + begin * row_bytes;
+      if (gather_scales) {  // ahead of the first chunk's flag: a tile reads its rows' scales once they are in
+        ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(scales_in(gathered.peer(q)) + begin, scales->a_scale, rows * sizeof(float),
+                                           cudaMemcpyDeviceToDevice, push));
+      }
       for (int j = 0; j < used_chunks; ++j) {
         const RowRange r = chunk(j);
         ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(dst + r.begin * row_bytes, bytes(a_shard.data) + r.begin * row_bytes,
@@ -281,7 +306,7 @@ void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan
 
 const char* fused_scaled_unsupported(const AllGatherMatmulPlan& plan) {
   if (plan.gather_last) return "gathered along the last dim";
-  return fused_scaling_unsupported(plan.scaling, plan.dtype);
+  return fused_scaling_unsupported(plan.scaling, plan.dtype, /*rowwise_too=*/true);
 }
 
 void fused_all_gather_scaled_matmul(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,
@@ -294,6 +319,8 @@ void fused_all_gather_scaled_matmul(Communicator& comm, const AllGatherMatmulPla
   FusedScales scales;
   scales.a_scale = static_cast<const float*>(a_scale.data);
   for (const TensorRef& b_scale : b_scales) scales.b_scales.push_back(static_cast<const float*>(b_scale.data));
+  scales.rowwise = plan.scaling.rowwise;
+  scales.gather_a = plan.scaling.gather_a_scale && comm.world_size() > 1;
   run_fused_ag(comm, plan, a_shard, bs, outputs, gathered_a, stream, agree, chunks_per_rank, &scales);
 }
 

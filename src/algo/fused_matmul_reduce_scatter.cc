@@ -136,6 +136,7 @@ const char* fused_rs_unsupported(const MatmulReduceScatterPlan& plan, const Tens
   if (detail::one_device_connection()) return "one hardware queue per device (CUDA_DEVICE_MAX_CONNECTIONS=1)";
   kernels::fused::FusedGemmArgs g;
   g.dtype = element_of(plan.dtype);
+  g.b_layout = layout_of(plan.b_layout);
   g.M = plan.M, g.N = plan.N, g.K = plan.k_local;
   g.a = a.data, g.b = b.data, g.c = output.data;
   return kernels::fused::fused_gemm_unsupported(g);
@@ -293,7 +294,7 @@ void fused_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPl
 
 const char* fused_scaled_rs_unsupported(const MatmulReduceScatterPlan& plan, const TensorRef& a, const TensorRef& b,
                                         const TensorRef& output) {
-  const char* why = fused_scaling_unsupported(plan.scaling, plan.dtype);
+  const char* why = fused_scaling_unsupported(plan.scaling, plan.dtype, /*rowwise_too=*/false);
   return *why != '\0' ? why : fused_rs_unsupported(plan, a, b, output);
 }
 

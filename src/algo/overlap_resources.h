@@ -119,6 +119,10 @@ class OverlapResources {
   }
   uint64_t fused_reductions(bool in_epilogue) const { return fused_reductions_[in_epilogue ? 1 : 0]; }
   uint64_t kernel_pushes() const { return kernel_pushes_; }
+  // Fused all-gather calls on two or more ranks so far whose kernels ran (no cuBLASLt fallback): what
+  // the tests that expect the kernel check.
+  void count_fused_gather() { ++fused_gathers_; }
+  uint64_t fused_gathers() const { return fused_gathers_; }
   // Whether `stream` is being captured into a CUDA graph now.
   static bool capturing(cudaStream_t stream);
 
@@ -240,6 +244,7 @@ class OverlapResources {
   uint64_t replayed_calls_ = 0;
   uint64_t fused_reductions_[2] = {};
   uint64_t kernel_pushes_ = 0;
+  uint64_t fused_gathers_ = 0;
 };
 
 // Fans a call out from the caller's stream onto side streams and joins them back: a side stream waits

@@ -31,7 +31,15 @@ struct KernelCase {
   DType dtype;
   bool col_major;
   bool expect_split;  // on a GPU of 132 SMs (H100 SXM, H200); checked against the plan where that holds
+  bool row_scales = false;  // fp8: row-wise scales (one per row of A, one per column of B) for the alpha
 };
+
+// fp8 row-wise scales, exact in fp32: 0.5 to 1.25, a different cycle for A's rows and B's columns.
+__global__ void fill_row_scales(float* s, int64_t n, int period) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    s[i] = 0.5f + static_cast<float>(i % period) * 0.125f;
+  }
+}
 
 std::vector<char> host_copy(const Buf& b, size_t bytes) {
   std::vector<char> h(bytes);
@@ -44,13 +52,15 @@ constexpr float kFp8Alpha = 0.75f * 1.25f;
 
 // Fills A and B from `seed`, runs the kernel with at most `max_splits` splits, checks C against the
 // fp32 GEMM of the same inputs, and returns C's bytes. An fp8 case (e4m3 A and B, B column-major) has
-// a bf16 product scaled by kFp8Alpha, checked against the fp32 GEMM of the fp8 values read back.
+// a bf16 product scaled by kFp8Alpha, or with row_scales by A's row's and B's column's scale, checked
+// against the fp32 GEMM of the fp8 values read back (scaled first).
 std::vector<char> run_checked(Communicator& comm, const KernelCase& c, uint64_t seed, int max_splits,
                               reference::Fp32Gemm& fp32, cudaStream_t s) {
   const bool fp8 = c.dtype == DType::kFP8E4M3;
   const DType out_dtype = fp8 ? DType::kBF16 : c.dtype;
   const size_t es = dtype_size(c.dtype), out_es = dtype_size(out_dtype);
   Buf a(c.M * c.K * es), b(c.K * c.N * es), out(c.M * c.N * out_es), alpha(sizeof(float));
+  Buf row_scales(c.M * sizeof(float)), col_scales(c.N * sizeof(float));
   Buf a32(c.M * c.K * 4), b32(c.K * c.N * 4), ref(c.M * c.N * 4);
   const GenMatrix ga{seed, 0, 0}, gb{seed + 1, 0, 0};
   reference::fill(a.p, c.dtype, c.M, c.K, false, ga, 0, 0, s);
@@ -59,6 +69,13 @@ std::vector<char> run_checked(Communicator& comm, const KernelCase& c, uint64_t 
     reference::fill_fp32_as(a32.f(), c.dtype, c.M, c.K, ga, 0, 0, s);
     reference::fill_fp32_as(b32.f(), c.dtype, c.K, c.N, gb, 0, 0, s);
     RANK_CUDA(cudaMemcpyAsync(alpha.p, &kFp8Alpha, sizeof kFp8Alpha, cudaMemcpyHostToDevice, s));
+    if (c.row_scales) {
+      fill_row_scales<<<32, 256, 0, s>>>(row_scales.f(), c.M, 7);
+      fill_row_scales<<<32, 256, 0, s>>>(col_scales.f(), c.N, 5);
+      RANK_CUDA(cudaGetLastError());
+      reference::scale(a32.f(), c.M, c.K, row_scales.f(), c.M, nullptr, 1, s);
+      reference::scale(b32.f(), c.K, c.N, nullptr, 1, col_scales.f(), c.N, s);
+    }
   } else {
     reference::fill_fp32(a32.f(), c.M, c.K, ga, 0, 0, s);
     reference::fill_fp32(b32.f(), c.K, c.N, gb, 0, 0, s);
@@ -71,15 +88,21 @@ std::vector<char> run_checked(Communicator& comm, const KernelCase& c, uint64_t 
   g.b_layout = c.col_major ? Layout::kColMajor : Layout::kRowMajor;
   g.M = c.M, g.N = c.N, g.K = c.K;
   g.a = a.p, g.b = b.p, g.c = out.p;
-  if (fp8) g.alpha_ptr = alpha.f();
+  if (fp8 && c.row_scales) {
+    g.row_scales = row_scales.f(), g.col_scales = col_scales.f();
+  } else if (fp8) {
+    g.alpha_ptr = alpha.f();
+  }
+  const float scale = fp8 && !c.row_scales ? kFp8Alpha : 1.0f;
   algo::attach_grid(comm, g, s);
   RANK_CHECK(g.split_workspace != nullptr, "no split workspace outside graph capture");
   g.max_splits = max_splits;
   RANK_CHECK(*kernels::fused::fused_gemm_unsupported(g) == '\0', "the kernel refused ", c.M, "x", c.N, "x", c.K);
   kernels::fused::run_fused_gemm(g, s);
-  const auto cmp = reference::compare(out.p, out_dtype, c.M, c.N, ref.f(), c.N, 0, 0, fp8 ? kFp8Alpha : 1.0f,
+  const auto cmp = reference::compare(out.p, out_dtype, c.M, c.N, ref.f(), c.N, 0, 0, scale,
                                       reference::tolerance(out_dtype, 1), s);
   RANK_CHECK(cmp.ok(), c.M, "x", c.N, "x", c.K, " ", dtype_name(c.dtype), c.col_major ? " B=col" : " B=row",
+             c.row_scales ? " row-wise" : "",
              " max_splits=", max_splits, ": ", cmp.bad, " bad elements, max err ", cmp.max_abs_err, cmp.where());
   RANK_CUDA(cudaStreamSynchronize(s));
   return host_copy(out, c.M * c.N * out_es);
@@ -134,9 +157,10 @@ TEST(FusedKernel, SplitLastRoundMatchesReferenceAndRepeatsBitForBit) {
 }
 
 
-// The fp8 instantiation (e4m3 A and B, B column-major, a bf16 product, alpha read from the device as
-// a tensor-wise a_scale * b_scale), as a plain GEMM: whole tiles, split tiles and ragged shapes,
-// against the fp32 GEMM of the fp8 values read back (run_checked); a second launch gives the same bits.
+// The fp8 instantiations (e4m3 A and B, B column-major, a bf16 product, alpha read from the device as
+// a tensor-wise a_scale * b_scale, or row-wise scales applied by the epilogue), as a plain GEMM: whole
+// tiles, split tiles and ragged shapes, against the fp32 GEMM of the fp8 values read back
+// (run_checked); a second launch gives the same bits; what they do not take is refused by name.
 TEST(FusedKernel, Fp8MatchesTheDequantisedReference) {
   REQUIRE_GPUS(1);
   RUN_RANKS(1, [](RankContext& ctx) {
@@ -151,6 +175,13 @@ TEST(FusedKernel, Fp8MatchesTheDequantisedReference) {
         {520, 272, 528, DType::kFP8E4M3, true, true},      // ragged in K too
         {128, 4096, 4096, DType::kFP8E4M3, true, true},    // one tile row: one-CTA clusters, split 4 ways
         {72, 528, 1024, DType::kFP8E4M3, true, true},      // one ragged tile row
+        // Row-wise scales, applied by the epilogue: the same shapes' kinds.
+        {256, 256, 4096, DType::kFP8E4M3, true, true, true},
+        {1000, 528, 1024, DType::kFP8E4M3, true, true, true},
+        {4096, 3584, 1024, DType::kFP8E4M3, true, true, true},
+        {520, 272, 528, DType::kFP8E4M3, true, true, true},
+        {128, 4096, 4096, DType::kFP8E4M3, true, true, true},
+        {72, 528, 1024, DType::kFP8E4M3, true, true, true},
     };
     for (const KernelCase& c : cases) {
       for (int max_splits : {kernels::fused::kMaxTailSplits, 1}) {
@@ -165,6 +196,17 @@ TEST(FusedKernel, Fp8MatchesTheDequantisedReference) {
     row_b.b_layout = Layout::kRowMajor;
     row_b.M = row_b.N = row_b.K = 256;
     RANK_CHECK(contains(kernels::fused::fused_gemm_unsupported(row_b), "column-major"), "a row-major fp8 B was taken");
+    kernels::fused::FusedGemmArgs half_scaled;
+    half_scaled.dtype = Element::kFP8E4M3;
+    half_scaled.b_layout = Layout::kColMajor;
+    half_scaled.M = half_scaled.N = half_scaled.K = 256;
+    half_scaled.row_scales = &kFp8Alpha;
+    RANK_CHECK(contains(kernels::fused::fused_gemm_unsupported(half_scaled), "row and column scales together"),
+               "row scales without column scales were taken");
+    kernels::fused::FusedGemmArgs bf16_scaled = half_scaled;
+    bf16_scaled.dtype = Element::kBF16;
+    bf16_scaled.col_scales = &kFp8Alpha;
+    RANK_CHECK(contains(kernels::fused::fused_gemm_unsupported(bf16_scaled), "fp8 only"), "bf16 row scales were taken");
     cudaStreamDestroy(s);
     return 0;
   });

@@ -241,17 +241,35 @@ int every_scaled_case(RankContext& ctx) {
   fused.algorithm = Algorithm::kFused;
   automatic.algorithm = Algorithm::kAuto;
   for (const ScaledOpOptions& o : {sequential, pipelined, fused, automatic}) {
-    // Tensor-wise with fast accumulation: the fused kernel's; 33 rows a rank put tiles across ranks.
-    run_scaled_ag_case(*comm, ScaledAgCase{33, 128, 80, false, false, false, true, 1, DType::kFP8E4M3, DType::kBF16},
+    // With fast accumulation and a bf16 output, the fused kernel's: tensor-wise and row-wise (this rank's
+    // rows' scales, gathered with them, or every row's); 33 rows a rank put tiles across ranks, one row
+    // a rank makes one tile row.
+    const algo::OverlapResources* pr = algo::Resources::of(*comm).overlap.get();
+    const uint64_t gathers_before = pr != nullptr ? pr->fused_gathers() : 0;
+    int fused_cases = 0;
+    for (const bool rowwise : {false, true}) {
+      run_scaled_ag_case(*comm, ScaledAgCase{33, 128, 80, false, rowwise, false, true, 1, DType::kFP8E4M3, DType::kBF16},
+                         o, st.s, fp32);
+      run_scaled_ag_case(*comm, ScaledAgCase{256, 512, 384, false, rowwise, true, true, 2, DType::kFP8E4M3, DType::kBF16},
+                         o, st.s, fp32);
+      run_scaled_ag_case(*comm, ScaledAgCase{1, 256, 272, false, rowwise, false, true, 1, DType::kFP8E4M3, DType::kBF16},
+                         o, st.s, fp32);
+      n += 3, fused_cases += 3;
+    }
+    run_scaled_ag_case(*comm, ScaledAgCase{96, 256, 336, false, true, true, true, 2, DType::kFP8E4M3, DType::kBF16, true},
                        o, st.s, fp32);
-    run_scaled_ag_case(*comm, ScaledAgCase{256, 512, 384, false, false, true, true, 2, DType::kFP8E4M3, DType::kBF16},
-                       o, st.s, fp32);
-    n += 2;
+    ++n, ++fused_cases;
+    pr = algo::Resources::of(*comm).overlap.get();
+    if (o.algorithm == Algorithm::kFused && ws > 1) {
+      const uint64_t gathers = (pr != nullptr ? pr->fused_gathers() : 0) - gathers_before;
+      RANK_CHECK(gathers == static_cast<uint64_t>(fused_cases), "fused scaled all-gathers whose kernels ran ", gathers,
+                 " of ", fused_cases);
+    }
     // K = 48 per rank gathers to 96-192 (multiples of 16); 33 rows per rank and N = 80 are odd for the tiles.
     for (const bool rowwise : {false, true}) {
       for (const DType out : {DType::kBF16, DType::kFP16}) {
         run_scaled_ag_case(*comm, ScaledAgCase{33, 128, 80, false, rowwise, false, false, 1, DType::kFP8E4M3, out}, o, st.s, fp32);
-        run_scaled_ag_case(*comm, ScaledAgCase{256, 512, 384, false, rowwise, true, rowwise, 2, DType::kFP8E4M3, out}, o, st.s, fp32);
+        run_scaled_ag_case(*comm, ScaledAgCase{256, 512, 384, false, rowwise, true, out == DType::kFP16, 2, DType::kFP8E4M3, out}, o, st.s, fp32);
         n += 2;
       }
       run_scaled_ag_case(*comm, ScaledAgCase{64, 256, 128, false, rowwise, false, false, 1, DType::kFP8E5M2, DType::kBF16}, o, st.s, fp32);

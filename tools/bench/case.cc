@@ -145,9 +145,9 @@ tune::ProblemKey problem_key(const Communicator& comm, const CaseSetup& setup, c
   key.M = shape.M, key.N = shape.N, key.K = shape.K;
   key.dtype = setup.dtype;
   key.last_dim = ag ? setup.gather_last : setup.scatter_last;
-  // fp8: e4m3 A and B into bf16; the fused kernel's fp8 form takes tensor-wise scales with fast
-  // accumulation (algo::fused_scaling_unsupported).
-  if (setup.dtype == DType::kFP8E4M3) key.fused_kernel = !setup.rowwise_scales && setup.fast_accum;
+  // fp8: e4m3 A and B into bf16; the fused kernel's fp8 form takes fast accumulation, with tensor-wise
+  // scales, or for the all-gather row-wise ones too (algo::fused_scaling_unsupported).
+  if (setup.dtype == DType::kFP8E4M3) key.fused_kernel = setup.fast_accum && (ag || !setup.rowwise_scales);
   key.world_size = comm.world_size();
   key.gpu = impl_of(comm).gpu_name;
   return key;
@@ -280,9 +280,14 @@ CaseResult run_case(RankContext& ctx, Communicator& comm, const CaseSetup& args,
   g.a = ga.p, g.b = gb.p, g.c = gc.p;
   // rs: the partial GEMM with the reduce-scatter's tile width, no staging or reduction.
   if (!ag) g.tile_n = static_cast<int>(kernels::fused::kRsTileN);
-  // fp8: the fused kernel's fp8 form accumulates fast and takes a tensor-wise alpha from the device.
-  const bool fp8_fused = scaled && args.fast_accum && !args.rowwise_scales;
-  if (fp8_fused) g.alpha_ptr = scales.product();
+  // fp8: the fused kernel's fp8 form accumulates fast and takes a tensor-wise alpha from the device,
+  // or row-wise scales (the all-gather's only; the reduce-scatter's partial GEMM is timed with them too).
+  const bool fp8_fused = scaled && args.fast_accum;
+  if (fp8_fused && args.rowwise_scales) {
+    g.row_scales = scales.a(), g.col_scales = scales.b();
+  } else if (fp8_fused) {
+    g.alpha_ptr = scales.product();
+  }
   if ((scaled ? fp8_fused : args.time_fused_gemm) && *kernels::fused::fused_gemm_unsupported(g) == '\0') {
     algo::attach_grid(comm, g, stream);
     timed.push_back([&] { kernels::fused::run_fused_gemm(g, stream); });

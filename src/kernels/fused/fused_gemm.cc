@@ -85,10 +85,22 @@ void launch_typed(const FusedGemmArgs& a, int tile_n, cudaStream_t stream) {
   }
 }
 
+// Launches (or, kLoad, only loads) fp8's instantiation with row-wise scales of width kTileN.
+template <bool kLoad, int kTileN>
+void launch_row_scaled(const FusedGemmArgs& a, cudaStream_t stream) {
+  if constexpr (kLoad) {
+    load_row_scaled_gemm_instance<kTileN>();
+  } else {
+    launch_row_scaled_gemm_instance<kTileN>(a, stream);
+  }
+}
+
 template <bool kLoad>
 void launch_dispatch(const FusedGemmArgs& a, int tile_n, cudaStream_t stream) {
   const bool row_b = a.b_layout == Layout::kRowMajor;
-  if (a.dtype == Element::kFP8E4M3) {  // B column-major only (fused_gemm_unsupported keeps the others out)
+  if (a.row_scales != nullptr) {  // fp8, B column-major, no reduce-scatter (fused_gemm_unsupported)
+    tile_n == kOneRowTileN ? launch_row_scaled<kLoad, kOneRowTileN>(a, stream) : launch_row_scaled<kLoad, 256>(a, stream);
+  } else if (a.dtype == Element::kFP8E4M3) {  // B column-major only (fused_gemm_unsupported keeps the others out)
     launch_typed<kLoad, Element::kFP8E4M3, Layout::kColMajor>(a, tile_n, stream);
   } else if (a.dtype == Element::kBF16) {
     row_b ? launch_typed<kLoad, Element::kBF16, Layout::kRowMajor>(a, tile_n, stream)
@@ -141,6 +153,15 @@ const char* fused_gemm_unsupported(const FusedGemmArgs& a) {
       return "the fused kernel's fp8 tiles are 256 wide, or 128 for a problem of one tile row";
     }
     if (a.N % 16 != 0 || a.K % 16 != 0) return "the fused kernel needs fp8 N and K to be multiples of 16";
+    if ((a.row_scales == nullptr) != (a.col_scales == nullptr)) return "the fused kernel takes row and column scales together";
+    if (a.row_scales != nullptr) {
+      if (a.rs.rank >= 0) return "the fused kernel's reduce-scatter takes tensor-wise scales only";
+      if (!aligned16(a.row_scales) || !aligned16(a.col_scales)) {
+        return "the fused kernel needs row-wise scales to start on 16-byte boundaries";
+      }
+    }
+  } else if (a.row_scales != nullptr || a.col_scales != nullptr) {
+    return "the fused kernel takes row-wise scales for fp8 only";
   } else if (a.dtype != Element::kBF16 && a.dtype != Element::kFP16) {
     return "the fused kernel takes bf16, fp16 or fp8 e4m3";
   }
@@ -183,6 +204,12 @@ void load_fused_gemm_kernels() {
   fp8.rs.rank = 0;
   fp8.rs.reduce_in_epilogue = true;
   launch_dispatch</*kLoad=*/true>(fp8, kRsTileN, nullptr);
+  FusedGemmArgs row_scaled = fp8;
+  row_scaled.rs = ReduceScatterTiles{};
+  const float anywhere = 0.0f;  // only tells the dispatch which instantiation; nothing reads it
+  row_scaled.row_scales = row_scaled.col_scales = &anywhere;
+  launch_dispatch</*kLoad=*/true>(row_scaled, 256, nullptr);
+  launch_dispatch</*kLoad=*/true>(row_scaled, kOneRowTileN, nullptr);
 }
 
 void run_fused_gemm(const FusedGemmArgs& args, cudaStream_t stream) {

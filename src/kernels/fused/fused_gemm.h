@@ -32,6 +32,12 @@ struct FusedGemmArgs {
   uint32_t unused0 = 0;  // no padding anywhere here: a kept launch is found by comparing bytes (same_launch)
   // Where set, alpha is read from this device float as the kernel starts (fp8: a_scale * b_scale).
   const float* alpha_ptr = nullptr;
+  // fp8 with row-wise scales, both set or neither (alpha then unused): C[m, n] = row_scales[m] *
+  // (A @ B)[m, n] * col_scales[n], A's scales for every row of A and B's for each of its N columns,
+  // in device memory on 16-byte boundaries; a row's scale is read once its rows are in (an
+  // all-gather's tiles wait for their rows' flags first).
+  const float* row_scales = nullptr;
+  const float* col_scales = nullptr;
   ChunkFlags chunks;              // chunks.flags null: every row of `a` is in place (a plain GEMM)
   int band_m = 0;                 // tile order (async_input_scheduler.cuh); 0 picks the default
   int tile_n = 0;  // 192 or 256, or kOneRowTileN where M <= kTileRows; 0 picks it (pick_tile_n; a reduce-scatter's is kRsTileN)

@@ -7,7 +7,8 @@
 // place) and the async-input tile scheduler (own rows first), launched in 2x1x1 clusters, or 1x1x1 for
 // problems of one tile row (docs/performance.md has its figures beside cuBLAS).
 // The two-rank reduce-scatter's instantiations (kReduceInEpilogue) also take a source C and wrap the
-// epilogue in reduce_scatter_epilogue.cuh.
+// epilogue in reduce_scatter_epilogue.cuh; fp8's with row-wise scales (kRowScales) apply them in the
+// epilogue.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -55,8 +56,10 @@ using CutlassLayoutB =
     std::conditional_t<kLayoutB == Layout::kRowMajor, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
 
 // kClusterM: CTAs per cluster along M, sharing B's loads (2), or one (a problem of one tile row, where a
-// second CTA along M would have no rows: fused_gemm_instances.h).
-template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue = false, int kClusterM = 2>
+// second CTA along M would have no rows: fused_gemm_instances.h). kRowScales: fp8 with row-wise
+// scales, applied by the epilogue (FusedGemmArgs::row_scales).
+template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue = false, int kClusterM = 2,
+          bool kRowScales = false>
 struct FusedGemmKernel {
   using TileShape = cute::Shape<cute::_128, cute::Int<kTileN>, cute::Int<static_cast<int>(kTileK)>>;
   using ClusterShape = cute::Shape<cute::Int<kClusterM>, cute::_1, cute::_1>;
@@ -68,19 +71,35 @@ struct FusedGemmKernel {
   static constexpr int kAlignD = 16 / sizeof(ElementD);
   static_assert(cute::size<0>(TileShape{}) == kTileRows, "kTileRows (tile_shape.h) must match the tile's M");
   static_assert(!kReduceInEpilogue || kTileN == kRsTileN, "a reduce-scatter's tiles are kRsTileN wide");
+  static_assert(!kRowScales || (sizeof(Element) == 1 && !kReduceInEpilogue), "row-wise scales are the all-gather's fp8");
 
   // D = alpha * A @ B, or with a source (the reduce-scatter's peer copy) D = alpha * A @ B + beta * C.
   // With C, CUTLASS reuses C's shared memory for D: 33 KB against 17 KB, which still leaves the
   // mainloop its four stages.
-  template <class ElementC>
+  using LinearCombination = cutlass::epilogue::fusion::LinearCombination<ElementD, float, ElementD, float>;
+  // Row-wise scales: D = (row_scales[m] * acc) * col_scales[n], the row's scale broadcast along N
+  // (read into registers) and the column's along M (staged once per tile in shared memory), stored
+  // in subtiles 16 wide: with the automatic 32 the 256-wide tile's consumers spill a register.
+  using RowScaled = cutlass::epilogue::fusion::Sm90EVT<
+      cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, ElementD, float, cutlass::FloatRoundStyle::round_to_nearest>,
+      cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, float, float, cute::Stride<cute::_0, cute::_1, cute::_0>, 4,
+                                                  /*EnableNullptr=*/false>,
+      cutlass::epilogue::fusion::Sm90EVT<
+          cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, float, float, cutlass::FloatRoundStyle::round_to_nearest>,
+          cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, float, float, cute::Stride<cute::_1, cute::_0, cute::_0>, 4,
+                                                      /*EnableNullptr=*/false>,
+          cutlass::epilogue::fusion::Sm90AccFetch>>;
+  template <class ElementC, class Fusion = LinearCombination, class EpilogueTile = cutlass::epilogue::collective::EpilogueTileAuto>
   using BuiltEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float,
+      EpilogueTile, float, float,
       ElementC, cutlass::layout::RowMajor, kAlignD,
       ElementD, cutlass::layout::RowMajor, kAlignD,
-      cutlass::epilogue::TmaWarpSpecializedCooperative>::CollectiveOp;
-  using Epilogue = std::conditional_t<kReduceInEpilogue, ReduceScatterEpilogue<BuiltEpilogue<ElementD>, BuiltEpilogue<void>>,
-                                      RowWindowEpilogue<BuiltEpilogue<void>>>;
+      cutlass::epilogue::TmaWarpSpecializedCooperative, Fusion>::CollectiveOp;
+  using Epilogue = std::conditional_t<
+      kReduceInEpilogue, ReduceScatterEpilogue<BuiltEpilogue<ElementD>, BuiltEpilogue<void>>,
+      std::conditional_t<kRowScales, RowWindowEpilogue<BuiltEpilogue<void, RowScaled, cute::Shape<cute::_128, cute::_16>>>,
+                         RowWindowEpilogue<BuiltEpilogue<void>>>>;
 
   // fp8 accumulates fast (WGMMA's own accumulation, no promotion to a second set of fp32
   // registers): with the promotion, 128 x 256 tiles spill 1.8 KB of registers a thread.
@@ -159,19 +178,20 @@ void launch_on_clusters(const Gemm& gemm, CUfunction fn, uint32_t begin_epoch, c
 
 }  // namespace detail
 
-template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue = false, int kClusterM = 2>
+template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue = false, int kClusterM = 2,
+          bool kRowScales = false>
 void load_fused_gemm() {
-  using Kernel = typename FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue, kClusterM>::Kernel;
+  using Kernel = typename FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue, kClusterM, kRowScales>::Kernel;
   (void)detail::hardware_info<Kernel>();  // the occupancy query loads the kernel
   ASYNCTP_CUDA_CHECK(cudaFuncSetAttribute(cutlass::device_kernel<Kernel>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(Kernel::SharedStorageSize)));
 }
 
 // CUTLASS's arguments for one launch.
-template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue, int kClusterM>
-typename FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue, kClusterM>::Gemm::Arguments cutlass_arguments(
-    const FusedGemmArgs& a) {
-  using K = FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue, kClusterM>;
+template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue, int kClusterM, bool kRowScales>
+typename FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue, kClusterM, kRowScales>::Gemm::Arguments
+cutlass_arguments(const FusedGemmArgs& a) {
+  using K = FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue, kClusterM, kRowScales>;
   using Kernel = typename K::Kernel;
   using ElementD = typename K::ElementD;
   static_assert(kClusterM != 2 || K::kRowsPerCluster == kClusterRows,
@@ -224,9 +244,14 @@ typename FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue, kClusterM>
   } else {
     // c holds rows [c_row0, c_row0 + rows) of the product: a reduce-scatter's rank's rows, or all.
     const int64_t rows = a.rs.rank >= 0 ? a.rs.rows_per_rank : a.M - a.c_row0;
-    args.epilogue.thread.alpha = a.alpha;
-    args.epilogue.thread.alpha_ptr = a.alpha_ptr;
-    args.epilogue.thread.beta = 0.0f;
+    if constexpr (kRowScales) {
+      // {column scales (along N), {row scales (along M), acc, multiply}, multiply}: see RowScaled.
+      args.epilogue.thread = {{a.col_scales, 0.0f, {}}, {{a.row_scales, 0.0f, {}}, {}, {}}, {}};
+    } else {
+      args.epilogue.thread.alpha = a.alpha;
+      args.epilogue.thread.alpha_ptr = a.alpha_ptr;
+      args.epilogue.thread.beta = 0.0f;
+    }
     args.epilogue.ptr_C = nullptr;
     args.epilogue.ptr_D = static_cast<ElementD*>(a.c);
     args.epilogue.dD = packed_stride<typename Kernel::StrideD>(rows, a.N);
@@ -265,9 +290,10 @@ typename FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue, kClusterM>
   return args;
 }
 
-template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue = false, int kClusterM = 2>
+template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue = false, int kClusterM = 2,
+          bool kRowScales = false>
 void launch_fused_gemm(const FusedGemmArgs& a, cudaStream_t stream) {
-  using K = FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue, kClusterM>;
+  using K = FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue, kClusterM, kRowScales>;
   using Gemm = typename K::Gemm;
   // Building the kernel's parameters encodes five TMA descriptors on the host; a call with the same
   // arguments as one of the last few reuses them, so a training loop pays that once. Only a set-up
@@ -289,7 +315,7 @@ void launch_fused_gemm(const FusedGemmArgs& a, cudaStream_t stream) {
   if (hit != cache.end()) {
     std::rotate(hit, hit + 1, cache.end());
   } else {
-    const auto args = cutlass_arguments<Element, LayoutB, kTileN, kReduceInEpilogue, kClusterM>(a);
+    const auto args = cutlass_arguments<Element, LayoutB, kTileN, kReduceInEpilogue, kClusterM, kRowScales>(a);
     auto fresh = std::make_unique<Cached>();
     fresh->args = a;
     fresh->device = device;
