@@ -230,6 +230,7 @@ void run_fused_ag(Communicator& comm, const AllGatherMatmulPlan& plan, const Ten
         pr.signal(push, q, pr.arrived_flag(me, j));
       }
     }
+    if (!own_rows_in_gathered && !plan.return_a) return;  // nothing for a second stream: no fork to join
     // This rank's own rows, where the GEMM reads them from the gathered buffer.
     cudaStream_t local = fan.use(pr.signal_stream());
     if (own_rows_in_gathered) {
