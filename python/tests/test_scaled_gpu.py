@@ -1,5 +1,6 @@
 """The scaled (fp8) ops on real GPUs, one process per rank, against a reference computed by torch from
-the whole fp8 inputs read back as fp32 and scaled by hand. Skipped, saying why, without PyTorch or
+the whole fp8 inputs read back as fp32 and scaled by hand: sequential and pipelined over every scaling,
+output dtype and dim, and fused where its kernel takes the call. Skipped, saying why, without PyTorch or
 without enough GPUs."""
 
 import pytest
@@ -32,6 +33,40 @@ def _assert_close(got, ref, what):
 def _cases(rank, world):
     for algorithm in ("sequential", "pipelined"):
         _algorithm_cases(rank, world, algorithm)
+    _fused_kernel_cases(rank, world)
+
+
+def _fused_kernel_cases(rank, world):
+    """What the fused kernel's fp8 form takes (e4m3, fast accumulation, bf16 out): the all-gather with
+    tensor-wise and row-wise scales, the reduce-scatter (256 rows a rank) with each rank's own
+    tensor-wise scales."""
+    dev = torch.device("cuda", torch.cuda.current_device())
+    m, k, n = 64, 128, 96
+    shards = [_fp8(110 + r, m, k) for r in range(world)]
+    w = _fp8(120, n, k)
+    for rowwise in (False, True):
+        a_scales = [_scales(130 + r, m, 1) if rowwise else _scales(130, 1) for r in range(world)]
+        b_scale = _scales(140, 1, n) if rowwise else _scales(141, 1)
+        what = f"fused all_gather_scaled_matmul {'row-wise' if rowwise else 'tensor-wise'}, fast accumulation"
+        _, (out,) = asynctp.all_gather_scaled_matmul(
+            shards[rank].to(dev), [w.to(dev).t()], a_scales[rank].to(dev), [b_scale.to(dev)], 0, use_fast_accum=True,
+            algorithm="fused")
+        a_ref = torch.cat([s.float() * sc for s, sc in zip(shards, a_scales)])
+        _assert_close(out, a_ref @ (w.float().t() * b_scale), what)
+    rows = 256 * world
+    a_parts = [_fp8(150 + r, rows, k) for r in range(world)]
+    w_parts = [_fp8(160 + r, n, k) for r in range(world)]
+    a_scales = [_scales(170 + r, 1) for r in range(world)]
+    b_scales = [_scales(180 + r, 1) for r in range(world)]
+    for reduce_op in ("sum", "avg"):
+        what = f"fused scaled_matmul_reduce_scatter {reduce_op}, each rank's own tensor-wise scales, fast accumulation"
+        out = asynctp.scaled_matmul_reduce_scatter(a_parts[rank].to(dev), w_parts[rank].to(dev).t(), a_scales[rank].to(dev),
+                                                   b_scales[rank].to(dev), reduce_op, 0, use_fast_accum=True,
+                                                   algorithm="fused")
+        full = sum((a.float() * sa) @ (wp.float().t() * sb) for a, wp, sa, sb in zip(a_parts, w_parts, a_scales, b_scales))
+        if reduce_op == "avg":
+            full = full / world
+        _assert_close(out, full.chunk(world, dim=0)[rank], what)
 
 
 def _algorithm_cases(rank, world, algorithm):
