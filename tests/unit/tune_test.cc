@@ -445,19 +445,25 @@ TEST(ProblemKeys, AScaledCallsKeySaysWhetherTheFusedKernelTakesIt) {
   EXPECT_EQ(k.dtype, DType::kFP8E4M3);
   EXPECT_TRUE(k.fused_kernel);
   EXPECT_TRUE(fused_kernel_applies(k));
-  ag.scaling.rowwise = true;
+  ag.scaling.rowwise = true;  // the all-gather's epilogue applies row-wise scales
   k = key_of(ag, 2, "g");
-  EXPECT_FALSE(k.fused_kernel);
-  EXPECT_FALSE(fused_kernel_applies(k));
-  ag.scaling.rowwise = false, ag.scaling.fast_accum = false;
+  EXPECT_TRUE(k.fused_kernel);
+  EXPECT_TRUE(fused_kernel_applies(k));
+  ag.scaling.out_dtype = DType::kFP16;
+  EXPECT_FALSE(key_of(ag, 2, "g").fused_kernel);
+  ag.scaling.out_dtype = DType::kBF16, ag.scaling.b_dtype = DType::kFP8E5M2;
+  EXPECT_FALSE(key_of(ag, 2, "g").fused_kernel);
+  ag.scaling.b_dtype = DType::kFP8E4M3, ag.scaling.rowwise = false, ag.scaling.fast_accum = false;
   EXPECT_FALSE(key_of(ag, 2, "g").fused_kernel);
   algo::MatmulReduceScatterPlan rs;
   rs.M = 4096, rs.N = 3584, rs.k_local = 4096, rs.dtype = DType::kFP8E4M3;
   rs.scaling.scaled = true, rs.scaling.fast_accum = true;
   k = key_of(rs, 2, "g");
-  EXPECT_FALSE(k.fused_kernel);
-  EXPECT_FALSE(fused_kernel_applies(k));
-  // The choice for such a key overlaps with pipelined where the model overlaps at all.
+  EXPECT_TRUE(k.fused_kernel);
+  EXPECT_TRUE(fused_kernel_applies(k));
+  rs.scaling.rowwise = true;  // a reduce-scatter's staged tiles take tensor-wise scales only
+  EXPECT_FALSE(key_of(rs, 2, "g").fused_kernel);
+  // The choice for a key the fused kernel takes overlaps with pipelined where the model overlaps at all.
   TuningCache empty;
   k.gpu = "NVIDIA H200";
   ProblemKey big = k;
