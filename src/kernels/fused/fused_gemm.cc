@@ -204,12 +204,8 @@ void load_fused_gemm_kernels() {
   fp8.rs.rank = 0;
   fp8.rs.reduce_in_epilogue = true;
   launch_dispatch</*kLoad=*/true>(fp8, kRsTileN, nullptr);
-  FusedGemmArgs row_scaled = fp8;
-  row_scaled.rs = ReduceScatterTiles{};
-  const float anywhere = 0.0f;  // only tells the dispatch which instantiation; nothing reads it
-  row_scaled.row_scales = row_scaled.col_scales = &anywhere;
-  launch_dispatch</*kLoad=*/true>(row_scaled, 256, nullptr);
-  launch_dispatch</*kLoad=*/true>(row_scaled, kOneRowTileN, nullptr);
+  launch_row_scaled</*kLoad=*/true, 256>(fp8, nullptr);
+  launch_row_scaled</*kLoad=*/true, kOneRowTileN>(fp8, nullptr);
 }
 
 void run_fused_gemm(const FusedGemmArgs& args, cudaStream_t stream) {
