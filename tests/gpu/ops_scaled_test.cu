@@ -2,8 +2,9 @@
 // back as fp32 (reference::fill_fp32_as), scaled by hand and multiplied by an fp32 GEMM. Tensor-wise
 // and row-wise scales, every gather and scatter dim, bf16 and fp16 outputs, e5m2 B, fast accumulation,
 // several Bs and the gathered A, sequential, pipelined, fused and auto, at every world size (the
-// reduce-scatter's tensor-wise scales differing by rank); auto
-// following a tuning cache's fp8 entries; and the refusals the plan makes, on every rank.
+// reduce-scatter's tensor-wise scales differing by rank); the fused all-gather captured in a CUDA
+// graph and replayed with new inputs and scales; auto following a tuning cache's fp8 entries; and the
+// refusals the plan makes, on every rank.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -26,6 +27,7 @@ using testing::contains;
 using testing::make_comm;
 using testing::next_case_seed;
 using testing::Stream;
+using testing::executable_on_every_rank;
 using reference::GenMatrix;
 
 // Scales that differ from row to row (or column to column) and are exact in fp32: 0.5 to 1.25.
@@ -55,71 +57,114 @@ std::string describe(const ScaledAgCase& c) {
                      " bs=", c.num_b, " B ", dtype_name(c.b_dtype), " out ", dtype_name(c.out_dtype));
 }
 
+// One all_gather_scaled_matmul problem on fixed buffers: fill() makes its inputs (from a seed, the
+// scales shifted by `shift`) and the dequantised reference, call() runs the op, check() compares. A
+// captured call replays on the same buffers, so fill() between replays gives each replay new inputs.
+class ScaledAgProblem {
+ public:
+  ScaledAgProblem(const Communicator& comm, const ScaledAgCase& c)
+      : c_(c),
+        ws_(comm.world_size()),
+        r_(comm.rank()),
+        M_(c.gather_last ? c.rows_per_rank : c.rows_per_rank * ws_),
+        m_(c.gather_last ? M_ : c.rows_per_rank),
+        a_rows_(c.gather_last ? M_ : m_),
+        a_cols_(c.gather_last ? c.K / ws_ : c.K),
+        scale_rows_(c.rowwise ? (c.gather_last || c.every_row ? M_ : a_rows_) : 1),
+        a_(a_rows_ * a_cols_),
+        a_full_(M_ * c.K * 4),
+        a_scale_local_(M_ * 4),
+        a_scale_all_(M_ * 4),
+        gathered_(M_ * c.K) {
+    for (int i = 0; i < c.num_b; ++i) {
+      const int64_t n = width(i);
+      b_.push_back(std::make_unique<Buf>(c.K * n));
+      b_scale_.push_back(std::make_unique<Buf>(n * 4));
+      out_.push_back(std::make_unique<Buf>(M_ * n * dtype_size(c.out_dtype)));
+      ref_.push_back(std::make_unique<Buf>(M_ * n * 4));
+    }
+  }
+
+  void fill(uint64_t seed, int64_t shift, cudaStream_t s, reference::Fp32Gemm& fp32) {
+    const int64_t K = c_.K, kl = K / ws_;
+    gen_a_ = c_.gather_last ? GenMatrix{seed, 0, kl} : GenMatrix{seed, m_, 0};
+    reference::fill(a_.p, DType::kFP8E4M3, a_rows_, a_cols_, false, gen_a_, c_.gather_last ? 0 : r_ * m_,
+                    c_.gather_last ? r_ * kl : 0, s);
+    reference::fill_fp32_as(a_full_.f(), DType::kFP8E4M3, M_, K, gen_a_, 0, 0, s);
+    // Row-wise: global row i's scale, this rank's rows from r * m (or every row, as gathered along K);
+    // tensor-wise: one value on every rank.
+    const bool every_row = scale_rows_ == M_;
+    scales(a_scale_local_.f(), scale_rows_, shift + (c_.rowwise ? (every_row ? 0 : r_ * m_) : 3), s);
+    scales(a_scale_all_.f(), c_.rowwise ? M_ : 1, shift + (c_.rowwise ? 0 : 3), s);
+    reference::scale(a_full_.f(), M_, K, a_scale_all_.f(), c_.rowwise ? M_ : 1, nullptr, 1, s);
+    for (int i = 0; i < c_.num_b; ++i) {
+      const int64_t n = width(i);
+      const GenMatrix gen_b{seed + 7 + i, 0, 0};
+      reference::fill(b_[i]->p, c_.b_dtype, K, n, /*col_major=*/true, gen_b, 0, 0, s);
+      Buf b_full(K * n * 4);
+      reference::fill_fp32_as(b_full.f(), c_.b_dtype, K, n, gen_b, 0, 0, s);
+      scales(b_scale_[i]->f(), c_.rowwise ? n : 1, shift + (c_.rowwise ? 2 * i : 5 + i), s);
+      reference::scale(b_full.f(), K, n, nullptr, 1, b_scale_[i]->f(), c_.rowwise ? n : 1, s);
+      fp32.run(a_full_.f(), b_full.f(), ref_[i]->f(), M_, n, K, s);
+      reference::poison(out_[i]->p, M_ * n * dtype_size(c_.out_dtype), s);
+      RANK_CUDA(cudaStreamSynchronize(s));
+    }
+  }
+
+  void call(Communicator& comm, const ScaledOpOptions& algorithm, cudaStream_t s) {
+    std::vector<TensorRef> bs, b_scales, outs;
+    for (int i = 0; i < c_.num_b; ++i) {
+      const int64_t n = width(i);
+      bs.push_back(TensorRef::dense(b_[i]->p, c_.b_dtype, {n, c_.K}));
+      b_scales.push_back(c_.rowwise ? TensorRef::dense(b_scale_[i]->p, DType::kFP32, {1, n})
+                                    : TensorRef::dense(b_scale_[i]->p, DType::kFP32, {1}));
+      outs.push_back(TensorRef::dense(out_[i]->p, c_.out_dtype, {M_, n}));
+    }
+    const TensorRef ta_scale = c_.rowwise ? TensorRef::dense(a_scale_local_.p, DType::kFP32, {scale_rows_, 1})
+                                          : TensorRef::dense(a_scale_local_.p, DType::kFP32, {1});
+    const TensorRef tg = c_.return_a ? TensorRef::dense(gathered_.p, DType::kFP8E4M3, {M_, c_.K}) : TensorRef{};
+    ScaledOpOptions o = algorithm;
+    o.use_fast_accum = c_.fast_accum;
+    all_gather_scaled_matmul(comm, TensorRef::dense(a_.p, DType::kFP8E4M3, {a_rows_, a_cols_}), bs, ta_scale, b_scales,
+                             c_.gather_last ? -1 : 0, outs, tg, s, o);
+  }
+
+  void check(const std::string& what, cudaStream_t s) {
+    for (int i = 0; i < c_.num_b; ++i) {
+      const int64_t n = width(i);
+      const auto cmp = reference::compare(out_[i]->p, c_.out_dtype, M_, n, ref_[i]->f(), n, 0, 0, 1.0f,
+                                          reference::tolerance(c_.out_dtype, 1), s);
+      RANK_CHECK(cmp.ok(), what, " ", describe(c_), ": output ", i, ": ", cmp.bad, " bad elements, max err ",
+                 cmp.max_abs_err, " (max |ref| ", cmp.max_abs_ref, ")", cmp.where());
+    }
+    if (c_.return_a) {  // fp8 is compared through a byte-for-byte copy of what this rank filled, per shard
+      Buf expect(M_ * c_.K);
+      reference::fill(expect.p, DType::kFP8E4M3, M_, c_.K, false, gen_a_, 0, 0, s);
+      std::vector<uint8_t> got(M_ * c_.K), want(M_ * c_.K);
+      RANK_CUDA(cudaStreamSynchronize(s));
+      RANK_CUDA(cudaMemcpy(got.data(), gathered_.p, M_ * c_.K, cudaMemcpyDeviceToHost));
+      RANK_CUDA(cudaMemcpy(want.data(), expect.p, M_ * c_.K, cudaMemcpyDeviceToHost));
+      RANK_CHECK(got == want, what, " ", describe(c_), ": the gathered A differs from every rank's shard");
+    }
+  }
+
+ private:
+  int64_t width(int i) const { return c_.N + 16 * i; }
+
+  ScaledAgCase c_;
+  int ws_, r_;
+  int64_t M_, m_, a_rows_, a_cols_, scale_rows_;
+  GenMatrix gen_a_{};
+  Buf a_, a_full_, a_scale_local_, a_scale_all_, gathered_;
+  std::vector<std::unique_ptr<Buf>> b_, b_scale_, out_, ref_;
+};
+
 void run_scaled_ag_case(Communicator& comm, const ScaledAgCase& c, const ScaledOpOptions& algorithm, cudaStream_t s,
                         reference::Fp32Gemm& fp32) {
-  const int ws = comm.world_size(), r = comm.rank();
-  const int64_t M = c.gather_last ? c.rows_per_rank : c.rows_per_rank * ws, K = c.K, kl = K / ws;
-  const int64_t m = c.gather_last ? M : c.rows_per_rank;
-  const uint64_t seed = next_case_seed();
-  const GenMatrix gen_a = c.gather_last ? GenMatrix{seed, 0, kl} : GenMatrix{seed, m, 0};
-  const int64_t a_rows = c.gather_last ? M : m, a_cols = c.gather_last ? kl : K;
-  Buf a(a_rows * a_cols), a_full(M * K * 4), a_scale_local(M * 4), a_scale_all(M * 4), gathered(M * K);
-  reference::fill(a.p, DType::kFP8E4M3, a_rows, a_cols, false, gen_a, c.gather_last ? 0 : r * m, c.gather_last ? r * kl : 0, s);
-  reference::fill_fp32_as(a_full.f(), DType::kFP8E4M3, M, K, gen_a, 0, 0, s);
-  // Row-wise: global row i's scale, this rank's rows from r * m (or every row, as gathered along K);
-  // tensor-wise: one value on every rank.
-  const bool every_row = c.gather_last || c.every_row;
-  const int64_t scale_rows = c.rowwise ? (every_row ? M : a_rows) : 1;
-  scales(a_scale_local.f(), scale_rows, c.rowwise ? (every_row ? 0 : r * m) : 3, s);
-  scales(a_scale_all.f(), c.rowwise ? M : 1, c.rowwise ? 0 : 3, s);
-  reference::scale(a_full.f(), M, K, a_scale_all.f(), c.rowwise ? M : 1, nullptr, 1, s);
-
-  std::vector<std::unique_ptr<Buf>> b_bufs, b_scale_bufs, out_bufs, refs;
-  std::vector<TensorRef> bs, b_scales, outs;
-  const size_t out_es = dtype_size(c.out_dtype);
-  for (int i = 0; i < c.num_b; ++i) {
-    const int64_t n = c.N + 16 * i;
-    const GenMatrix gen_b{seed + 7 + i, 0, 0};
-    b_bufs.push_back(std::make_unique<Buf>(K * n));
-    b_scale_bufs.push_back(std::make_unique<Buf>(n * 4));
-    out_bufs.push_back(std::make_unique<Buf>(M * n * out_es));
-    refs.push_back(std::make_unique<Buf>(M * n * 4));
-    reference::fill(b_bufs[i]->p, c.b_dtype, K, n, /*col_major=*/true, gen_b, 0, 0, s);
-    Buf b_full(K * n * 4);
-    reference::fill_fp32_as(b_full.f(), c.b_dtype, K, n, gen_b, 0, 0, s);
-    scales(b_scale_bufs[i]->f(), c.rowwise ? n : 1, c.rowwise ? 2 * i : 5 + i, s);
-    reference::scale(b_full.f(), K, n, nullptr, 1, b_scale_bufs[i]->f(), c.rowwise ? n : 1, s);
-    fp32.run(a_full.f(), b_full.f(), refs[i]->f(), M, n, K, s);
-    RANK_CUDA(cudaStreamSynchronize(s));
-    bs.push_back(TensorRef::dense(b_bufs[i]->p, c.b_dtype, {n, K}));
-    b_scales.push_back(c.rowwise ? TensorRef::dense(b_scale_bufs[i]->p, DType::kFP32, {1, n})
-                                 : TensorRef::dense(b_scale_bufs[i]->p, DType::kFP32, {1}));
-    outs.push_back(TensorRef::dense(out_bufs[i]->p, c.out_dtype, {M, n}));
-    reference::poison(out_bufs[i]->p, M * n * out_es, s);
-  }
-  const TensorRef ta = TensorRef::dense(a.p, DType::kFP8E4M3, {a_rows, a_cols});
-  const TensorRef ta_scale = c.rowwise ? TensorRef::dense(a_scale_local.p, DType::kFP32, {scale_rows, 1})
-                                       : TensorRef::dense(a_scale_local.p, DType::kFP32, {1});
-  const TensorRef tg = c.return_a ? TensorRef::dense(gathered.p, DType::kFP8E4M3, {M, K}) : TensorRef{};
-  ScaledOpOptions o = algorithm;
-  o.use_fast_accum = c.fast_accum;
-  all_gather_scaled_matmul(comm, ta, bs, ta_scale, b_scales, c.gather_last ? -1 : 0, outs, tg, s, o);
-  for (int i = 0; i < c.num_b; ++i) {
-    const int64_t n = c.N + 16 * i;
-    const auto cmp = reference::compare(outs[i].data, c.out_dtype, M, n, refs[i]->f(), n, 0, 0, 1.0f,
-                                        reference::tolerance(c.out_dtype, 1), s);
-    RANK_CHECK(cmp.ok(), algorithm_name(o.algorithm), " ", describe(c), ": output ", i, ": ", cmp.bad, " bad elements, max err ", cmp.max_abs_err,
-               " (max |ref| ", cmp.max_abs_ref, ")", cmp.where());
-  }
-  if (c.return_a) {  // fp8 is compared through a byte-for-byte copy of what this rank filled, per shard
-    Buf expect(M * K);
-    reference::fill(expect.p, DType::kFP8E4M3, M, K, false, gen_a, 0, 0, s);
-    std::vector<uint8_t> got(M * K), want(M * K);
-    RANK_CUDA(cudaStreamSynchronize(s));
-    RANK_CUDA(cudaMemcpy(got.data(), gathered.p, M * K, cudaMemcpyDeviceToHost));
-    RANK_CUDA(cudaMemcpy(want.data(), expect.p, M * K, cudaMemcpyDeviceToHost));
-    RANK_CHECK(got == want, describe(c), ": the gathered A differs from every rank's shard");
-  }
+  ScaledAgProblem problem(comm, c);
+  problem.fill(next_case_seed(), 0, s, fp32);
+  problem.call(comm, algorithm, s);
+  problem.check(algorithm_name(algorithm.algorithm), s);
 }
 
 // Each rank's tensor-wise scales differ: 0.5 to 1.25 by rank for a_scale, another step for b_scale.
@@ -303,6 +348,50 @@ TEST(ScaledOps, EveryCaseMatchesTheDequantisedReference_1Rank) {
 }
 
 TEST(ScaledOps, EveryCaseMatchesTheDequantisedReference_MultiRank) { RUN_EVERY_WORLD_SIZE(every_scaled_case); }
+
+// The fused fp8 all-gather captured in a CUDA graph, replayed with new inputs and scales each time:
+// row-wise, this rank's scales are copied into the gathered inbox and pushed with the rows, so a replay
+// that read the scales or rows of the capture would be wrong; tensor-wise, the scales are read in place.
+int scaled_graph_replays(RankContext& ctx) {
+  auto comm = make_comm(ctx);
+  Stream st;
+  reference::Fp32Gemm fp32;
+  ScaledOpOptions fused;
+  fused.algorithm = Algorithm::kFused;
+  for (const bool rowwise : {true, false}) {
+    ScaledAgProblem p(*comm, ScaledAgCase{256, 512, 384, false, rowwise, true, true, 2, DType::kFP8E4M3, DType::kBF16});
+    p.fill(next_case_seed(), 0, st.s, fp32);
+    p.call(*comm, fused, st.s);  // outside capture: streams, flags and the inbox are made here
+    p.check("eager", st.s);
+    const auto gathers = [&comm] {
+      const algo::OverlapResources* pr = algo::Resources::of(*comm).overlap.get();
+      return pr != nullptr ? pr->fused_gathers() : 0;
+    };
+    const uint64_t gathers_before = gathers();
+    cudaGraph_t graph;
+    RANK_CUDA(cudaStreamBeginCapture(st.s, cudaStreamCaptureModeThreadLocal));
+    p.call(*comm, fused, st.s);
+    RANK_CUDA(cudaStreamEndCapture(st.s, &graph));
+    RANK_CHECK(ctx.world_size == 1 || gathers() == gathers_before + 1,
+               "the captured call did not run the fused kernel");
+    cudaGraphExec_t exec = executable_on_every_rank(ctx, graph, st.s);
+    for (int i = 1; i <= 4; ++i) {
+      p.fill(next_case_seed(), i, st.s, fp32);
+      ctx.barrier();  // no rank replays (and pushes) before every rank's inputs are filled
+      RANK_CUDA(cudaGraphLaunch(exec, st.s));
+      p.check(detail::cat("replay ", i), st.s);
+      ctx.barrier();  // nor refills while a peer's replay may still read them
+    }
+    RANK_CUDA(cudaGraphExecDestroy(exec));
+    RANK_CUDA(cudaGraphDestroy(graph));
+  }
+  std::printf("rank %d: scaled replays right\n", ctx.rank);
+  return 0;
+}
+
+TEST(ScaledOps, FusedCapturedGraphReplaysWithNewInputsAndScales_MultiRank) {
+  RUN_EVERY_WORLD_SIZE(scaled_graph_replays);
+}
 
 // A tuning cache's "fp8 e4m3" entries are auto's choice for fp8 calls of their shapes (a bf16 entry of
 // the same shape is not), and the calls are right.

@@ -61,7 +61,7 @@ using CutlassLayoutB =
 template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue = false, int kClusterM = 2,
           bool kRowScales = false>
 struct FusedGemmKernel {
-  using TileShape = cute::Shape<cute::_128, cute::Int<kTileN>, cute::Int<static_cast<int>(kTileK)>>;
+  using TileShape = cute::Shape<cute::_128, cute::Int<kTileN>, cute::Int<static_cast<int>(kTileKBytes / sizeof(Element))>>;
   using ClusterShape = cute::Shape<cute::Int<kClusterM>, cute::_1, cute::_1>;
   static constexpr int64_t kRowsPerCluster = kTileRows * kClusterM;  // the scheduler's unit of order
   static_assert(kClusterM == 2 || (kClusterM == 1 && !kReduceInEpilogue),

@@ -14,8 +14,11 @@ constexpr int64_t kClusterRows = 2 * kTileRows;
 // would leave its second CTA without rows, and 128-wide tiles give twice the units of work to spread
 // over the SMs (fused_gemm_instances.h).
 constexpr int kOneRowTileN = 128;
-// Depth of a tile along K (one step of the mainloop).
-constexpr int64_t kTileK = 64;
+// Depth of a tile along K (one step of the mainloop) in bytes: a row of it is TMA's widest swizzle,
+// so a 16-bit tile is 64 elements deep and an fp8 one 128.
+constexpr int64_t kTileKBytes = 128;
+// The depth in elements of 16 bits (the tile widths a 16-bit problem chooses between: pick_tile_n).
+constexpr int64_t kTileK = kTileKBytes / 2;
 // A reduce-scatter's tiles are always this wide, so that every rank stages the same layout.
 constexpr int64_t kRsTileN = 256;
 // Bytes of one staged reduce-scatter tile (kTileRows x kRsTileN elements of 2 bytes).
