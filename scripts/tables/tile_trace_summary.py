@@ -8,7 +8,9 @@ mainloop producer had its first tile), then per kind of tile (staged: a reduce-s
 rows; own: one that adds the peers' chunks; split: a K-split of the last round; plain) the mean time
 of its mainloop, of the wait inside fixup, of fixup as a whole and of its epilogue, in µs; then, for
 each round (the k-th unit of every CTA), when its first and last tiles ended; then the call's
-marks (<op>_<shape>_rank<r>.calls): when the stream and the host reached each.
+marks (<op>_<shape>_rank<r>.calls): when the stream and the host reached each. A ping-pong kernel's
+records (fp8 with row-wise scales on a few rounds of tiles) have no fixup marks, and its two tiles
+in flight per CTA share the time: only each round's ends are given for it.
 """
 import csv
 import glob
@@ -37,10 +39,15 @@ def summarize(path):
     counts = defaultdict(int)
     rounds = defaultdict(list)
     end = 0
+    pingpong = all(int(r["fixup_enter_ns"]) < 0 for r in rows)
     for seq in per_cta.values():
-        seq.sort(key=lambda r: int(r["fixup_enter_ns"]))
+        seq.sort(key=lambda r: int(r["epilogue_done_ns" if pingpong else "fixup_enter_ns"]))
         prev = int(seq[0]["start_ns"])
         for k, r in enumerate(seq):
+            if pingpong:
+                rounds[k].append(int(r["epilogue_done_ns"]))
+                end = max(end, int(r["epilogue_done_ns"]))
+                continue
             enter, exit_, done = int(r["fixup_enter_ns"]), int(r["fixup_exit_ns"]), int(r["epilogue_done_ns"])
             wait = int(r["wait_done_ns"])
             s = stats[kind(r)]
@@ -60,7 +67,10 @@ def summarize(path):
     if prologue:
         print(f"  the mainloop producer past the kernel's prologue: {prologue[0] / 1e3:.1f} / "
               f"{prologue[len(prologue) // 2] / 1e3:.1f} / {prologue[-1] / 1e3:.1f} µs after the CTA's start (min / median / max)")
-    print("  kind    tiles  mainloop   wait  fixup  epilogue (mean µs)")
+    if pingpong:
+        print("  ping-pong kernel: no fixup marks, two tiles in flight a CTA")
+    else:
+        print("  kind    tiles  mainloop   wait  fixup  epilogue (mean µs)")
     for k in ("staged", "own", "plain", "split"):
         if counts[k]:
             n = counts[k]

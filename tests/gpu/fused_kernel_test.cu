@@ -32,6 +32,7 @@ struct KernelCase {
   bool col_major;
   bool expect_split;  // on a GPU of 132 SMs (H100 SXM, H200); checked against the plan where that holds
   bool row_scales = false;  // fp8: row-wise scales (one per row of A, one per column of B) for the alpha
+  int tile_n = 0;           // 0: the kernel's choice
 };
 
 // fp8 row-wise scales, exact in fp32: 0.5 to 1.25, a different cycle for A's rows and B's columns.
@@ -88,6 +89,7 @@ std::vector<char> run_checked(Communicator& comm, const KernelCase& c, uint64_t 
   g.b_layout = c.col_major ? Layout::kColMajor : Layout::kRowMajor;
   g.M = c.M, g.N = c.N, g.K = c.K;
   g.a = a.p, g.b = b.p, g.c = out.p;
+  g.tile_n = c.tile_n;
   if (fp8 && c.row_scales) {
     g.row_scales = row_scales.f(), g.col_scales = col_scales.f();
   } else if (fp8) {
@@ -175,13 +177,19 @@ TEST(FusedKernel, Fp8MatchesTheDequantisedReference) {
         {520, 272, 528, DType::kFP8E4M3, true, true},      // ragged in K too
         {128, 4096, 4096, DType::kFP8E4M3, true, true},    // one tile row: one-CTA clusters, split 4 ways
         {72, 528, 1024, DType::kFP8E4M3, true, true},      // one ragged tile row
-        // Row-wise scales, applied by the epilogue: the same shapes' kinds.
+        // Row-wise scales, applied by the epilogue: the same shapes' kinds (the ping-pong schedule where
+        // there are at most three 128-wide cluster tiles a cluster: pick_row_scaled_tile_n), then each
+        // shape of more than one tile row in the other schedule.
         {256, 256, 4096, DType::kFP8E4M3, true, true, true},
         {1000, 528, 1024, DType::kFP8E4M3, true, true, true},
         {4096, 3584, 1024, DType::kFP8E4M3, true, true, true},
         {520, 272, 528, DType::kFP8E4M3, true, true, true},
         {128, 4096, 4096, DType::kFP8E4M3, true, true, true},
         {72, 528, 1024, DType::kFP8E4M3, true, true, true},
+        {256, 256, 4096, DType::kFP8E4M3, true, true, true, 256},
+        {1000, 528, 1024, DType::kFP8E4M3, true, true, true, 256},
+        {4096, 3584, 1024, DType::kFP8E4M3, true, true, true, kernels::fused::kPingpongTileN},
+        {520, 272, 528, DType::kFP8E4M3, true, true, true, 256},
     };
     for (const KernelCase& c : cases) {
       for (int max_splits : {kernels::fused::kMaxTailSplits, 1}) {

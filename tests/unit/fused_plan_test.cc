@@ -35,6 +35,21 @@ TEST(FusedPlan, AProblemOfOneTileRowTakesItsOwnTiles) {
   EXPECT_NE(pick_tile_n(129, 4096, 4096, 132, kMaxTailSplits), kernels::fused::kOneRowTileN);
 }
 
+TEST(FusedPlan, RowScaledFp8TakesThePingpongTilesUpToThreeACluster) {
+  using kernels::fused::kPingpongTileN;
+  using kernels::fused::pick_row_scaled_tile_n;
+  // 66 clusters: 1024 x 5120 makes 4 x 40 = 160 cluster tiles 128 wide (2.4 a cluster), 2048 x 3584
+  // makes 8 x 28 = 224 (3.4): the ping-pong's is measured faster at the first, the cooperative 256-wide
+  // at the second (docs/performance.md).
+  EXPECT_EQ(pick_row_scaled_tile_n(1024, 5120, 132), kPingpongTileN);
+  EXPECT_EQ(pick_row_scaled_tile_n(256, 4096, 132), kPingpongTileN);
+  EXPECT_EQ(pick_row_scaled_tile_n(1536, 4224, 132), kPingpongTileN);  // 6 x 33 = 198, three a cluster
+  EXPECT_EQ(pick_row_scaled_tile_n(1536, 4352, 132), 256);             // 6 x 34 = 204
+  EXPECT_EQ(pick_row_scaled_tile_n(2048, 3584, 132), 256);
+  EXPECT_EQ(pick_row_scaled_tile_n(16384, 8192, 132), 256);
+  EXPECT_EQ(pick_row_scaled_tile_n(128, 8192, 132), kernels::fused::kOneRowTileN);  // one tile row
+}
+
 TEST(FusedPlan, TileWidthCountsTheSplitLastRound) {
   // 4096 x 3584: 256-wide, 3 rounds and 26 tiles split 2 ways (3.5 x 256 = 896) against 192-wide, 4
   // rounds and 40 tiles, too many to split (5 x 192 = 960).

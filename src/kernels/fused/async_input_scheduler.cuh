@@ -1,8 +1,8 @@
 // A persistent tile scheduler for a GEMM whose A rows arrive chunk by chunk (the fused all-gather).
 //
-// It plugs into CUTLASS's Hopper warp-specialized kernels in place of PersistentTileSchedulerSm90 (the
-// kernel picks it through TileSchedulerSelector and the AsyncInputSchedule tag). What it changes is the
-// order of the output tiles only:
+// It plugs into CUTLASS's Hopper warp-specialized kernels, cooperative and ping-pong, in place of
+// PersistentTileSchedulerSm90 (the kernel picks it through TileSchedulerSelector and the
+// AsyncInputSchedule tag). What it changes is the order of the output tiles only:
 //  - each persistent cluster walks cluster tiles t = cluster_id, cluster_id + clusters, ...;
 //  - t maps to rows of cluster tiles in order, starting at `first_m_cluster` (the first cluster row
 //    that starts inside this rank's own shard) and wrapping around, so the local rows, which need no
@@ -15,17 +15,10 @@
 // mainloop's job (async_input_mainloop.cuh).
 //
 // Where the last round of tiles would leave most clusters idle, its tiles are split along K
-// (tail_split.h): clusters take work units rather than tiles, the tail's units all fall in the last
-// round, and fixup() has every split but the last store its fp32 partial sums to the workspace and
-// count up a per-thread counter, and the last split wait for the others and add them in split order
-// (so the result is the same bits on every run). A tile's splits are in one round of a persistent
-// grid, so each is resident or will be once a cluster that does not wait ends; the wait is bounded
-// all the same.
-//
-// This file holds CUTLASS's interface and the tile order; the Params it builds on the host are
-// async_input_params.h; fixup()'s two jobs
-// are tail_split_fixup.cuh (the last round's splits) and reduce_scatter_fixup.cuh (a reduce-scatter's
-// staging and reduction), and the done signal is done_signal.cuh.
+// (tail_split.h): clusters take work units rather than tiles, the tail's units all in the last round,
+// and fixup() sums a tile's splits in its last one (tail_split_fixup.cuh; a reduce-scatter's staging
+// and reduction are reduce_scatter_fixup.cuh). The host builds the Params (async_input_params.h); the
+// done signal is done_signal.cuh.
 #pragma once
 
 #include <algorithm>
@@ -43,7 +36,7 @@
 #include "kernels/fused/reduce_scatter_tiles.h"
 #include "kernels/fused/tail_split.h"
 #include "kernels/fused/tail_split_fixup.cuh"
-#include "kernels/fused/tile_trace.h"
+#include "kernels/fused/tile_trace.cuh"
 
 namespace asynctp::kernels::fused {
 
@@ -154,37 +147,52 @@ class AsyncInputTileScheduler {
 
   CUTLASS_DEVICE explicit AsyncInputTileScheduler(Params const& params) : params_(params) {
 #if defined(__CUDA_ARCH__)
+    current_ = static_cast<int32_t>(blockIdx.z);
     // The CTA's start goes in its first unit's record (tile_trace.h), not in a register of every thread.
-    const int32_t first = static_cast<int32_t>(blockIdx.z);
-    if (params.trace != nullptr && threadIdx.x == 0 && first < params.units) {
-      trace_record(params, first)[kTraceStart] = global_timer_ns();
-    }
+    if (params.trace != nullptr && threadIdx.x == 0 && current_ < params.units) trace_now(params.trace, current_, kTraceStart);
 #endif
   }
 
   // The producer warpgroup asks after the kernel's prologue (pipelines set up, cluster synchronized):
-  // the mainloop producer's lane 0 marks the time in the CTA's first record.
+  // the mainloop producer's lane 0 marks the time in the CTA's first record. (The ping-pong kernel's
+  // second consumer warpgroup has advanced one unit before it asks.)
   template <class ClusterShape>
   CUTLASS_DEVICE WorkTileInfo initial_work_tile_info(ClusterShape) {
 #if defined(__CUDA_ARCH__)
-    const WorkTileInfo work = visit(WorkTileInfo::invalid_work_tile(), static_cast<int32_t>(blockIdx.z));
-    if (params_.trace != nullptr && threadIdx.x == 0 && work.is_valid()) {
-      trace_record(params_, work.unit)[kTraceProducerStart] = global_timer_ns();
-    }
+    const WorkTileInfo work = get_current_work();
+    if (params_.trace != nullptr && threadIdx.x == 0 && work.is_valid()) trace_now(params_.trace, work.unit, kTraceProducerStart);
     return work;
 #else
     return WorkTileInfo::invalid_work_tile();
 #endif
   }
 
+  // The ping-pong kernel's walk (the cooperative one's is fetch_next_work): the producer takes every
+  // unit of the CTA in turn, each consumer warpgroup every other one; a consumer warp that finds no
+  // more work says so, once. A consumer warpgroup steps past the tile whose epilogue it ran by two
+  // units (its one-unit step comes before its first tile), and its thread 0 records the tile.
+  CUTLASS_DEVICE void advance_to_next_work(uint32_t advance_count = 1) {
+#if defined(__CUDA_ARCH__)
+    if (params_.trace != nullptr && advance_count > 1 && threadIdx.x >= cutlass::NumThreadsPerWarpGroup &&
+        threadIdx.x % cutlass::NumThreadsPerWarpGroup == 0) {
+      trace_epilogue_done(params_.trace, tile_of(params_, current_));
+    }
+#endif
+    current_ += stride() * static_cast<int32_t>(advance_count);
+  }
+
+  CUTLASS_DEVICE WorkTileInfo get_current_work() const {
+    const WorkTileInfo work = visit(WorkTileInfo::invalid_work_tile(), current_);
+#if defined(__CUDA_ARCH__)
+    if (params_.done != nullptr && !work.is_valid() && threadIdx.x >= cutlass::NumThreadsPerWarpGroup) signal_done();
+#endif
+    return work;
+  }
+
   CUTLASS_DEVICE auto fetch_next_work(WorkTileInfo work) {
     // Consumer thread 0 (the first thread after the producer warpgroup) comes here after each epilogue.
     if (params_.trace != nullptr && threadIdx.x == cutlass::NumThreadsPerWarpGroup && work.is_valid()) {
-      uint64_t* r = trace_record(params_, work.unit);
-      r[kTraceTile] = static_cast<uint64_t>(work.M_idx) << 32 | static_cast<uint32_t>(work.N_idx);
-      r[kTraceUnit] = static_cast<uint64_t>(blockIdx.z) << 32 | static_cast<uint64_t>(work.split()) << 16 |
-                      static_cast<uint64_t>(work.splits()) << 1 | (work.staged() ? 1u : 0u);
-      r[kTraceEpilogueDone] = global_timer_ns();
+      trace_epilogue_done(params_.trace, work);
     }
     const WorkTileInfo next = visit(work, work.unit + stride());
     if (params_.done != nullptr && !next.is_valid() && threadIdx.x >= cutlass::NumThreadsPerWarpGroup) signal_done();
@@ -242,15 +250,8 @@ class AsyncInputTileScheduler {
   // A consumer warp with no more work (done_signal.cuh).
   CUTLASS_DEVICE void signal_done() const { fused::signal_done(*params_.done, params_.rs); }
 
-  CUTLASS_DEVICE static uint64_t* trace_record(Params const& params, int32_t unit) {
-    const uint32_t cta = cute::block_rank_in_cluster();
-    return params.trace + (static_cast<size_t>(unit) * kTraceCtasPerCluster + cta) * kTraceWords;
-  }
-
   CUTLASS_DEVICE static void trace_mark(Params const& params, WorkTileInfo const& work, uint32_t thread, int word) {
-#if defined(__CUDA_ARCH__)
-    if (params.trace != nullptr && thread == 0) trace_record(params, work.unit)[word] = global_timer_ns();
-#endif
+    if (params.trace != nullptr && thread == 0) trace_now(params.trace, work.unit, word);
   }
 
   // Whether the tile's accumulators are now whole (false: a split that handed its sums over;
@@ -382,6 +383,7 @@ class AsyncInputTileScheduler {
   }
 
   Params params_;
+  int32_t current_ = 0;  // the ping-pong kernel's unit (advance_to_next_work); unused by the cooperative one
 };
 
 }  // namespace asynctp::kernels::fused

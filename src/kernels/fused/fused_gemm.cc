@@ -41,6 +41,9 @@ int tile_n_for(const FusedGemmArgs& a) {
                   "; expected ", kOneRowTileN, ", 192 or 256");
     if (a.dtype != Element::kFP8E4M3 || forced != 192) return forced;  // fp8 has no 192-wide tiles
   }
+  if (a.dtype == Element::kFP8E4M3 && a.row_scales != nullptr) {
+    return a.M <= kTileRows ? kOneRowTileN : pick_row_scaled_tile_n(a.M, a.N, grid_sms(a));
+  }
   if (a.dtype == Element::kFP8E4M3) return a.M <= kTileRows ? kOneRowTileN : 256;  // its two instantiations
   return pick_tile_n(a.M, a.N, a.K, grid_sms(a), a.split_workspace != nullptr ? a.max_splits : 1);
 }
@@ -85,13 +88,13 @@ void launch_typed(const FusedGemmArgs& a, int tile_n, cudaStream_t stream) {
   }
 }
 
-// Launches (or, kLoad, only loads) fp8's instantiation with row-wise scales of width kTileN.
-template <bool kLoad, int kTileN>
+// Launches (or, kLoad, only loads) fp8's instantiation with row-wise scales of kind kKind.
+template <bool kLoad, RowScaledKind kKind>
 void launch_row_scaled(const FusedGemmArgs& a, cudaStream_t stream) {
   if constexpr (kLoad) {
-    load_row_scaled_gemm_instance<kTileN>();
+    load_row_scaled_gemm_instance<kKind>();
   } else {
-    launch_row_scaled_gemm_instance<kTileN>(a, stream);
+    launch_row_scaled_gemm_instance<kKind>(a, stream);
   }
 }
 
@@ -99,7 +102,13 @@ template <bool kLoad>
 void launch_dispatch(const FusedGemmArgs& a, int tile_n, cudaStream_t stream) {
   const bool row_b = a.b_layout == Layout::kRowMajor;
   if (a.row_scales != nullptr) {  // fp8, B column-major, no reduce-scatter (fused_gemm_unsupported)
-    tile_n == kOneRowTileN ? launch_row_scaled<kLoad, kOneRowTileN>(a, stream) : launch_row_scaled<kLoad, 256>(a, stream);
+    if (tile_n == 256) {
+      launch_row_scaled<kLoad, RowScaledKind::kWide>(a, stream);
+    } else if (a.M <= kTileRows) {  // kOneRowTileN
+      launch_row_scaled<kLoad, RowScaledKind::kOneRow>(a, stream);
+    } else {  // kPingpongTileN
+      launch_row_scaled<kLoad, RowScaledKind::kPingpong>(a, stream);
+    }
   } else if (a.dtype == Element::kFP8E4M3) {  // B column-major only (fused_gemm_unsupported keeps the others out)
     launch_typed<kLoad, Element::kFP8E4M3, Layout::kColMajor>(a, tile_n, stream);
   } else if (a.dtype == Element::kBF16) {
@@ -146,11 +155,22 @@ int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits) {
   return cost(192) < 0.95 * cost(256) ? 192 : 256;
 }
 
+static_assert(kPingpongTileN == kOneRowTileN, "fp8 row-wise tile_n 128 names the one-row kind or the ping-pong one by M");
+
+int pick_row_scaled_tile_n(int64_t M, int64_t N, int sms) {
+  if (M <= kTileRows) return kOneRowTileN;
+  const int64_t clusters = std::max(1, sms / static_cast<int>(kClusterRows / kTileRows));
+  const int64_t tiles = (M + kClusterRows - 1) / kClusterRows * ((N + kPingpongTileN - 1) / kPingpongTileN);
+  return tiles <= 3 * clusters ? kPingpongTileN : 256;
+}
+
 const char* fused_gemm_unsupported(const FusedGemmArgs& a) {
   if (a.dtype == Element::kFP8E4M3) {
     if (a.b_layout != Layout::kColMajor) return "the fused kernel takes fp8 B column-major only";
-    if (a.tile_n != 0 && a.tile_n != 256 && !(a.tile_n == kOneRowTileN && a.M <= kTileRows)) {
-      return "the fused kernel's fp8 tiles are 256 wide, or 128 for a problem of one tile row";
+    if (a.row_scales != nullptr ? a.tile_n != 0 && a.tile_n != 256 && a.tile_n != kPingpongTileN
+                                : a.tile_n != 0 && a.tile_n != 256 && !(a.tile_n == kOneRowTileN && a.M <= kTileRows)) {
+      return "the fused kernel's fp8 tiles are 256 wide, or 128 for a problem of one tile row (or, with row-wise "
+             "scales, of any size)";
     }
     if (a.N % 16 != 0 || a.K % 16 != 0) return "the fused kernel needs fp8 N and K to be multiples of 16";
     if ((a.row_scales == nullptr) != (a.col_scales == nullptr)) return "the fused kernel takes row and column scales together";
@@ -204,8 +224,9 @@ void load_fused_gemm_kernels() {
   fp8.rs.rank = 0;
   fp8.rs.reduce_in_epilogue = true;
   launch_dispatch</*kLoad=*/true>(fp8, kRsTileN, nullptr);
-  launch_row_scaled</*kLoad=*/true, 256>(fp8, nullptr);
-  launch_row_scaled</*kLoad=*/true, kOneRowTileN>(fp8, nullptr);
+  launch_row_scaled</*kLoad=*/true, RowScaledKind::kWide>(fp8, nullptr);
+  launch_row_scaled</*kLoad=*/true, RowScaledKind::kOneRow>(fp8, nullptr);
+  launch_row_scaled</*kLoad=*/true, RowScaledKind::kPingpong>(fp8, nullptr);
 }
 
 void run_fused_gemm(const FusedGemmArgs& args, cudaStream_t stream) {
@@ -222,9 +243,10 @@ void run_fused_gemm(const FusedGemmArgs& args, cudaStream_t stream) {
   ASYNCTP_CHECK(!a.rs.reduce_in_epilogue || (a.rs.rank >= 0 && a.rs.world == 2),
                 "fused reduce-scatter: the reduction in the epilogue takes two ranks, not ", a.rs.world);
   const int tile_n = a.tile_n != 0 ? a.tile_n : a.rs.rank >= 0 ? static_cast<int>(kRsTileN) : tile_n_for(a);
-  ASYNCTP_CHECK(tile_n != kOneRowTileN || (a.M <= kTileRows && a.rs.rank < 0),
+  const bool row_scaled = a.row_scales != nullptr;  // fp8: 128-wide tiles at any M (the ping-pong's above one row)
+  ASYNCTP_CHECK(tile_n != kOneRowTileN || row_scaled || (a.M <= kTileRows && a.rs.rank < 0),
                 "fused GEMM: ", kOneRowTileN, "-wide tiles are for problems of one tile row (M <= ", kTileRows,
-                ", not a reduce-scatter's); M is ", a.M);
+                ", not a reduce-scatter's) or fp8 with row-wise scales; M is ", a.M);
   ASYNCTP_CHECK(a.dtype != Element::kFP8E4M3 || tile_n == kOneRowTileN || tile_n == 256,
                 "fused GEMM: the fp8 kernel's tiles are 256 wide, or ", kOneRowTileN, " for one tile row; tile_n is ", tile_n);
   launch_dispatch</*kLoad=*/false>(a, tile_n, stream);

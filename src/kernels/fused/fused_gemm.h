@@ -40,7 +40,7 @@ struct FusedGemmArgs {
   const float* col_scales = nullptr;
   ChunkFlags chunks;              // chunks.flags null: every row of `a` is in place (a plain GEMM)
   int band_m = 0;                 // tile order (async_input_scheduler.cuh); 0 picks the default
-  int tile_n = 0;  // 192 or 256, or kOneRowTileN where M <= kTileRows; 0 picks it (pick_tile_n; a reduce-scatter's is kRsTileN)
+  int tile_n = 0;  // 192 or 256, or kOneRowTileN where M <= kTileRows; 0 picks it (pick_tile_n; a reduce-scatter's is kRsTileN; fp8 row-wise: pick_row_scaled_tile_n)
   // Lets the kernel split its last round of tiles along K (tail_split.h): tail_split_workspace_bytes(
   // split_sms) bytes whose counters start at zero (algo::Resources::tail_split_workspace). Null:
   // every tile is computed whole. split_wait bounds the wait of a tile's last split for the others.
@@ -65,6 +65,12 @@ const char* fused_gemm_unsupported(const FusedGemmArgs& args);
 // along K where tail_split.h would), times the tile's width, cost less (by 5% for the narrower; no
 // more than `max_splits` ways). ASYNCTP_FUSED_TILE_N=128|192|256 overrides it for measurement.
 int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits);
+
+// fp8 with row-wise scales: kOneRowTileN for a problem of one tile row; else kPingpongTileN (the
+// ping-pong schedule, its tiles never split) while the problem has at most three such cluster tiles
+// per cluster, where it runs faster than the 256-wide cooperative tiles with their split tail; else
+// 256 (docs/design/fused_all_gather_matmul.md, "fp8").
+int pick_row_scaled_tile_n(int64_t M, int64_t N, int sms);
 
 // SMs of the current device.
 int sm_count();

@@ -2,13 +2,14 @@
 // generated .cu file per instantiation (fused_gemm_instances.h).
 //
 // The kernel is CUTLASS's Hopper warp-specialized cooperative GEMM (one producer warpgroup issuing
-// TMA loads, two consumer warpgroups issuing WGMMA on a 128 x kTileN x 64 tile, a TMA epilogue) with two of
+// TMA loads, two consumer warpgroups issuing WGMMA on a 128 x kTileN tile 128 bytes deep, a TMA epilogue) with two of
 // our chunks in it: the async-input mainloop (waits for a tile's rows, reads the local shard in
 // place) and the async-input tile scheduler (own rows first), launched in 2x1x1 clusters, or 1x1x1 for
 // problems of one tile row (docs/performance.md has its figures beside cuBLAS).
 // The two-rank reduce-scatter's instantiations (kReduceInEpilogue) also take a source C and wrap the
 // epilogue in reduce_scatter_epilogue.cuh; fp8's with row-wise scales (kRowScales) apply them in the
-// epilogue.
+// epilogue, and on problems of a few rounds of tiles run CUTLASS's ping-pong kernel instead
+// (kPingpong: a tile per consumer warpgroup, 128 wide).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -59,7 +60,7 @@ using CutlassLayoutB =
 // second CTA along M would have no rows: fused_gemm_instances.h). kRowScales: fp8 with row-wise
 // scales, applied by the epilogue (FusedGemmArgs::row_scales).
 template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue = false, int kClusterM = 2,
-          bool kRowScales = false>
+          bool kRowScales = false, bool kPingpong = false>
 struct FusedGemmKernel {
   using TileShape = cute::Shape<cute::_128, cute::Int<kTileN>, cute::Int<static_cast<int>(kTileKBytes / sizeof(Element))>>;
   using ClusterShape = cute::Shape<cute::Int<kClusterM>, cute::_1, cute::_1>;
@@ -72,6 +73,7 @@ struct FusedGemmKernel {
   static_assert(cute::size<0>(TileShape{}) == kTileRows, "kTileRows (tile_shape.h) must match the tile's M");
   static_assert(!kReduceInEpilogue || kTileN == kRsTileN, "a reduce-scatter's tiles are kRsTileN wide");
   static_assert(!kRowScales || (sizeof(Element) == 1 && !kReduceInEpilogue), "row-wise scales are the all-gather's fp8");
+  static_assert(!kPingpong || (kRowScales && kClusterM == 2), "the ping-pong schedule is the row-wise fp8 all-gather's");
 
   // D = alpha * A @ B, or with a source (the reduce-scatter's peer copy) D = alpha * A @ B + beta * C.
   // With C, CUTLASS reuses C's shared memory for D: 33 KB against 17 KB, which still leaves the
@@ -95,17 +97,25 @@ struct FusedGemmKernel {
       EpilogueTile, float, float,
       ElementC, cutlass::layout::RowMajor, kAlignD,
       ElementD, cutlass::layout::RowMajor, kAlignD,
-      cutlass::epilogue::TmaWarpSpecializedCooperative, Fusion>::CollectiveOp;
+      std::conditional_t<kPingpong, cutlass::epilogue::TmaWarpSpecialized, cutlass::epilogue::TmaWarpSpecializedCooperative>,
+      Fusion>::CollectiveOp;
+  // The row-wise epilogue's subtiles: 16 wide for the cooperative 256-wide tile (see RowScaled); the
+  // ping-pong's one warpgroup per 128-wide tile takes CUTLASS's choice.
+  using RowScaledTile = std::conditional_t<kPingpong, cutlass::epilogue::collective::EpilogueTileAuto,
+                                           cute::Shape<cute::_128, cute::_16>>;
   using Epilogue = std::conditional_t<
       kReduceInEpilogue, ReduceScatterEpilogue<BuiltEpilogue<ElementD>, BuiltEpilogue<void>>,
-      std::conditional_t<kRowScales, RowWindowEpilogue<BuiltEpilogue<void, RowScaled, cute::Shape<cute::_128, cute::_16>>>,
+      std::conditional_t<kRowScales, RowWindowEpilogue<BuiltEpilogue<void, RowScaled, RowScaledTile>>,
                          RowWindowEpilogue<BuiltEpilogue<void>>>>;
 
   // fp8 accumulates fast (WGMMA's own accumulation, no promotion to a second set of fp32
   // registers): with the promotion, 128 x 256 tiles spill 1.8 KB of registers a thread.
-  using MainloopSchedule = std::conditional_t<sizeof(Element) == 1,
-                                              cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum,
-                                              cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
+  // kPingpong: each consumer warpgroup holds a whole tile of its own, and one's epilogue runs while the
+  // other's mainloop does (CUTLASS's ping-pong kernel), which hides the row-wise epilogue's extra work.
+  using MainloopSchedule = std::conditional_t<
+      kPingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum,
+      std::conditional_t<sizeof(Element) == 1, cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum,
+                         cutlass::gemm::KernelTmaWarpSpecializedCooperative>>;
   using BaseMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
       Element, cutlass::layout::RowMajor, kAlign,
@@ -179,19 +189,21 @@ void launch_on_clusters(const Gemm& gemm, CUfunction fn, uint32_t begin_epoch, c
 }  // namespace detail
 
 template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue = false, int kClusterM = 2,
-          bool kRowScales = false>
+          bool kRowScales = false, bool kPingpong = false>
 void load_fused_gemm() {
-  using Kernel = typename FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue, kClusterM, kRowScales>::Kernel;
+  using Kernel =
+      typename FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue, kClusterM, kRowScales, kPingpong>::Kernel;
   (void)detail::hardware_info<Kernel>();  // the occupancy query loads the kernel
   ASYNCTP_CUDA_CHECK(cudaFuncSetAttribute(cutlass::device_kernel<Kernel>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(Kernel::SharedStorageSize)));
 }
 
 // CUTLASS's arguments for one launch.
-template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue, int kClusterM, bool kRowScales>
-typename FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue, kClusterM, kRowScales>::Gemm::Arguments
+template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue, int kClusterM, bool kRowScales,
+          bool kPingpong>
+typename FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue, kClusterM, kRowScales, kPingpong>::Gemm::Arguments
 cutlass_arguments(const FusedGemmArgs& a) {
-  using K = FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue, kClusterM, kRowScales>;
+  using K = FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue, kClusterM, kRowScales, kPingpong>;
   using Kernel = typename K::Kernel;
   using ElementD = typename K::ElementD;
   static_assert(kClusterM != 2 || K::kRowsPerCluster == kClusterRows,
@@ -282,7 +294,9 @@ cutlass_arguments(const FusedGemmArgs& a) {
   args.scheduler.band_m = a.band_m > 0 ? a.band_m : 1;
   args.scheduler.workspace = a.split_workspace;
   args.scheduler.workspace_sms = a.split_sms;
-  args.scheduler.max_splits = a.max_splits;
+  // The ping-pong kernel moves each warpgroup's place in the pipeline by a whole tile's steps along K,
+  // so its tiles are never split.
+  args.scheduler.max_splits = kPingpong ? 1 : a.max_splits;
   args.scheduler.wait = a.split_wait;
   args.scheduler.rs = a.rs;
   args.scheduler.trace = a.trace;
@@ -291,9 +305,9 @@ cutlass_arguments(const FusedGemmArgs& a) {
 }
 
 template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue = false, int kClusterM = 2,
-          bool kRowScales = false>
+          bool kRowScales = false, bool kPingpong = false>
 void launch_fused_gemm(const FusedGemmArgs& a, cudaStream_t stream) {
-  using K = FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue, kClusterM, kRowScales>;
+  using K = FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue, kClusterM, kRowScales, kPingpong>;
   using Gemm = typename K::Gemm;
   // Building the kernel's parameters encodes five TMA descriptors on the host; a call with the same
   // arguments as one of the last few reuses them, so a training loop pays that once. Only a set-up
@@ -315,7 +329,7 @@ void launch_fused_gemm(const FusedGemmArgs& a, cudaStream_t stream) {
   if (hit != cache.end()) {
     std::rotate(hit, hit + 1, cache.end());
   } else {
-    const auto args = cutlass_arguments<Element, LayoutB, kTileN, kReduceInEpilogue, kClusterM, kRowScales>(a);
+    const auto args = cutlass_arguments<Element, LayoutB, kTileN, kReduceInEpilogue, kClusterM, kRowScales, kPingpong>(a);
     auto fresh = std::make_unique<Cached>();
     fresh->args = a;
     fresh->device = device;

@@ -17,7 +17,7 @@ namespace asynctp::kernels::fused {
 
 // Beyond 4 ways the last split's reads of the partial sums (128 KiB each) cost more than they save.
 constexpr int kMaxTailSplits = 4;
-// A split takes at least this many 64-deep K steps, so that the pipeline fills.
+// A split takes at least this many K steps (tiles 128 bytes deep), so that the pipeline fills.
 constexpr int64_t kMinKTilesPerSplit = 4;
 // Largest tile (128 x 256) and the consumer threads that hold it (two warpgroups).
 constexpr int64_t kMaxTileElements = 128 * 256;

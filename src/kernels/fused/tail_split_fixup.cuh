@@ -1,6 +1,8 @@
 // Internal, device side of tail_split.h: a split tile's partial sums meet in its last split. Thread i
 // of every split holds the same elements of the tile, so each thread hands over its own registers
-// through its own counter, and no thread waits for another of its CTA.
+// through its own counter, and no thread waits for another of its CTA. A tile's splits are in one
+// round of the persistent grid, so each is resident or will be once a cluster that does not wait ends;
+// the wait is bounded all the same. The sum goes in split order: the same bits on every run.
 #pragma once
 
 #include <cute/tensor.hpp>
