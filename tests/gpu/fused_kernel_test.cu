@@ -110,7 +110,8 @@ std::vector<char> run_checked(Communicator& comm, const KernelCase& c, uint64_t 
   return host_copy(out, c.M * c.N * out_es);
 }
 
-// Whether the kernel's plan splits this case on this GPU (the tile width as run_fused_gemm picks it).
+// Whether the cooperative kernel's plan splits this case on this GPU, in the tile width pick_tile_n
+// gives it.
 bool plan_splits(const KernelCase& c, int sms) {
   using namespace kernels::fused;
   const int tile_n = pick_tile_n(c.M, c.N, c.K, sms, kMaxTailSplits);
@@ -140,7 +141,10 @@ TEST(FusedKernel, SplitLastRoundMatchesReferenceAndRepeatsBitForBit) {
         {100, 520, 1000, DType::kFP16, false, true},     // one ragged tile row: 5 tiles, split 4 ways
     };
     int split_cases = 0;
-    for (const KernelCase& c : cases) {
+    for (KernelCase c : cases) {
+      // The cooperative kernel's tiles, which split: at these sizes the ping-pong schedule (which does
+      // not) would be the default above one tile row.
+      c.tile_n = kernels::fused::pick_tile_n(c.M, c.N, c.K, sms, kernels::fused::kMaxTailSplits);
       if (sms == 132) {
         RANK_CHECK(plan_splits(c, sms) == c.expect_split, c.M, "x", c.N, "x", c.K, ": the plan ",
                    c.expect_split ? "does not split" : "splits");
@@ -153,6 +157,19 @@ TEST(FusedKernel, SplitLastRoundMatchesReferenceAndRepeatsBitForBit) {
       (void)run_checked(*comm, c, 23, 1, fp32, s);                                // every tile whole
     }
     RANK_CHECK(split_cases >= 3, "only ", split_cases, " cases split on ", sms, " SMs");
+    // The ping-pong schedule's 128-wide tiles, never split: ragged, one cluster tile, and many rounds
+    // (each consumer warpgroup takes every other unit of its CTA).
+    const std::vector<KernelCase> pingpong = {
+        {1000, 520, 1000, DType::kFP16, true, false, false, kernels::fused::kPingpongTileN},
+        {256, 128, 4096, DType::kBF16, false, false, false, kernels::fused::kPingpongTileN},
+        {4096, 6656, 1024, DType::kBF16, true, false, false, kernels::fused::kPingpongTileN},
+        {520, 264, 520, DType::kFP16, false, false, false, kernels::fused::kPingpongTileN},
+    };
+    for (const KernelCase& c : pingpong) {
+      const auto first = run_checked(*comm, c, 11, kernels::fused::kMaxTailSplits, fp32, s);
+      const auto second = run_checked(*comm, c, 11, kernels::fused::kMaxTailSplits, fp32, s);
+      RANK_CHECK(first == second, "ping-pong ", c.M, "x", c.N, "x", c.K, ": two launches gave different bits");
+    }
     cudaStreamDestroy(s);
     return 0;
   });
@@ -171,15 +188,19 @@ TEST(FusedKernel, Fp8MatchesTheDequantisedReference) {
     RANK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     reference::Fp32Gemm fp32;
     const std::vector<KernelCase> cases = {
-        {256, 256, 4096, DType::kFP8E4M3, true, true},     // one tile, split along K
-        {1000, 528, 1024, DType::kFP8E4M3, true, true},    // ragged in M and N
+        {256, 256, 4096, DType::kFP8E4M3, true, true},     // one cluster tile (the ping-pong's)
+        {1000, 528, 1024, DType::kFP8E4M3, true, true},    // ragged in M and N (the ping-pong's)
         {4096, 3584, 1024, DType::kFP8E4M3, true, true},   // three whole rounds, then a split tail
-        {520, 272, 528, DType::kFP8E4M3, true, true},      // ragged in K too
+        {520, 272, 528, DType::kFP8E4M3, true, true},      // ragged in K too (the ping-pong's)
         {128, 4096, 4096, DType::kFP8E4M3, true, true},    // one tile row: one-CTA clusters, split 4 ways
         {72, 528, 1024, DType::kFP8E4M3, true, true},      // one ragged tile row
-        // Row-wise scales, applied by the epilogue: the same shapes' kinds (the ping-pong schedule where
-        // there are at most three 128-wide cluster tiles a cluster: pick_row_scaled_tile_n), then each
-        // shape of more than one tile row in the other schedule.
+        // Each shape of more than one tile row in the schedule the kernel would not pick: the
+        // cooperative one's splits along K (one cluster tile split 4 ways), and the ping-pong's rounds.
+        {256, 256, 4096, DType::kFP8E4M3, true, true, false, 256},
+        {1000, 528, 1024, DType::kFP8E4M3, true, true, false, 256},
+        {4096, 3584, 1024, DType::kFP8E4M3, true, true, false, kernels::fused::kPingpongTileN},
+        {520, 272, 528, DType::kFP8E4M3, true, true, false, 256},
+        // Row-wise scales, applied by the epilogue: the same cases.
         {256, 256, 4096, DType::kFP8E4M3, true, true, true},
         {1000, 528, 1024, DType::kFP8E4M3, true, true, true},
         {4096, 3584, 1024, DType::kFP8E4M3, true, true, true},
@@ -220,11 +241,12 @@ TEST(FusedKernel, Fp8MatchesTheDequantisedReference) {
   });
 }
 
-// Every instantiation (dtype, B layout, tile width), as the all-gather's GEMM of two "ranks" on one
-// GPU: rows [0, M/2) are local; rows [M/2, M) hold stale values until, well after the launch, a copy
-// engine writes the right ones and then raises their flag (M = 1024, or 128 for the instantiations of
-// one tile row, whose one tile then reads both halves from the gathered buffer). The kernel must still be running when the
-// flag goes up (it waits) and must then read the new rows.
+// Every 16-bit instantiation (dtype, B layout, tile width, and the ping-pong schedule's), as the
+// all-gather's GEMM of two "ranks" on one GPU: rows [0, M/2) are local; rows [M/2, M) hold stale values
+// until, well after the launch, a copy engine writes the right ones and then raises their flag
+// (M = 1024, or 128 for the instantiations of one tile row, whose one tile then reads both halves from
+// the gathered buffer). The kernel must still be running when the flag goes up (it waits) and must
+// then read the new rows.
 TEST(FusedKernel, EveryInstantiationWaitsForItsRowsFlag) {
   REQUIRE_GPUS(1);
   RUN_RANKS(1, [](RankContext& ctx) {
@@ -239,8 +261,9 @@ TEST(FusedKernel, EveryInstantiationWaitsForItsRowsFlag) {
     int n = 0;
     for (DType dt : {DType::kBF16, DType::kFP16})
       for (bool col : {false, true})
-        for (int tile_n : {kernels::fused::kOneRowTileN, 192, 256}) {
-          const int64_t M = tile_n == kernels::fused::kOneRowTileN ? 128 : 1024, m = M / 2;
+        for (const auto& [tile_n, M] : {std::pair<int, int64_t>{kernels::fused::kOneRowTileN, 128}, {192, 1024},
+                                       {256, 1024}, {kernels::fused::kPingpongTileN, 1024}}) {
+          const int64_t m = M / 2;
           const size_t es = dtype_size(dt);
           const uint64_t seed = next_case_seed();
           Buf a(M * K * es), gathered(M * K * es), b(K * N * es), out(M * N * es);
@@ -280,7 +303,7 @@ TEST(FusedKernel, EveryInstantiationWaitsForItsRowsFlag) {
           kernels::fused::run_fused_gemm(g, s);
           std::this_thread::sleep_for(std::chrono::milliseconds(50));
           const std::string what = std::string(dtype_name(dt)) + (col ? " B=col" : " B=row") + " tiles 128x" +
-                                   std::to_string(tile_n);
+                                   std::to_string(tile_n) + (M > kernels::fused::kTileRows && tile_n == 128 ? " ping-pong" : "");
           RANK_CHECK(cudaStreamQuery(s) == cudaErrorNotReady, what, ": the kernel finished before its rows' flag was raised");
           const char* src = static_cast<const char*>(a.p) + m * K * es;
           char* dst = static_cast<char*>(gathered.p) + m * K * es;

@@ -35,19 +35,25 @@ TEST(FusedPlan, AProblemOfOneTileRowTakesItsOwnTiles) {
   EXPECT_NE(pick_tile_n(129, 4096, 4096, 132, kMaxTailSplits), kernels::fused::kOneRowTileN);
 }
 
-TEST(FusedPlan, RowScaledFp8TakesThePingpongTilesUpToThreeACluster) {
-  using kernels::fused::kPingpongTileN;
-  using kernels::fused::pick_row_scaled_tile_n;
-  // 66 clusters: 1024 x 5120 makes 4 x 40 = 160 cluster tiles 128 wide (2.4 a cluster), 2048 x 3584
-  // makes 8 x 28 = 224 (3.4): the ping-pong's is measured faster at the first, the cooperative 256-wide
-  // at the second (docs/performance.md).
-  EXPECT_EQ(pick_row_scaled_tile_n(1024, 5120, 132), kPingpongTileN);
-  EXPECT_EQ(pick_row_scaled_tile_n(256, 4096, 132), kPingpongTileN);
-  EXPECT_EQ(pick_row_scaled_tile_n(1536, 4224, 132), kPingpongTileN);  // 6 x 33 = 198, three a cluster
-  EXPECT_EQ(pick_row_scaled_tile_n(1536, 4352, 132), 256);             // 6 x 34 = 204
-  EXPECT_EQ(pick_row_scaled_tile_n(2048, 3584, 132), 256);
-  EXPECT_EQ(pick_row_scaled_tile_n(16384, 8192, 132), 256);
-  EXPECT_EQ(pick_row_scaled_tile_n(128, 8192, 132), kernels::fused::kOneRowTileN);  // one tile row
+TEST(FusedPlan, ThePingpongScheduleTakesOneClusterTileAClusterIn16BitsAndThreeInFp8) {
+  using kernels::fused::pingpong_takes;
+  constexpr Element kBF16 = Element::kBF16, kFP8 = Element::kFP8E4M3;
+  // 66 clusters. In fp8, 1024 x 5120 makes 4 x 40 = 160 cluster tiles 128 wide (2.4 a cluster) and
+  // 2048 x 3584 makes 8 x 28 = 224 (3.4): the ping-pong's is measured faster at the first, the
+  // cooperative 256-wide at the second. In bf16 the ping-pong's is faster up to one a cluster (512 x
+  // 4096: 64) and slower at 512 x 5120 (80) (docs/performance.md).
+  EXPECT_TRUE(pingpong_takes(1024, 5120, 132, kFP8));
+  EXPECT_TRUE(pingpong_takes(1536, 4224, 132, kFP8));   // 6 x 33 = 198, three a cluster
+  EXPECT_FALSE(pingpong_takes(1536, 4352, 132, kFP8));  // 6 x 34 = 204
+  EXPECT_FALSE(pingpong_takes(2048, 3584, 132, kFP8));
+  EXPECT_TRUE(pingpong_takes(512, 4096, 132, kBF16));
+  EXPECT_TRUE(pingpong_takes(256, 8448, 132, kBF16));   // 66: one a cluster
+  EXPECT_FALSE(pingpong_takes(256, 8576, 132, kBF16));  // 67
+  EXPECT_FALSE(pingpong_takes(512, 5120, 132, kBF16));
+  EXPECT_FALSE(pingpong_takes(16384, 8192, 132, kFP8));
+  EXPECT_FALSE(pingpong_takes(128, 8192, 132, kFP8));   // one tile row: its own instantiation
+  EXPECT_TRUE(pingpong_takes(512, 4096, 66, kFP8));     // half the SMs (two ranks on one GPU): 64 <= 99
+  EXPECT_FALSE(pingpong_takes(1024, 4096, 66, kFP8));   // 128
 }
 
 TEST(FusedPlan, TileWidthCountsTheSplitLastRound) {

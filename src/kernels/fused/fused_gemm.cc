@@ -41,10 +41,9 @@ int tile_n_for(const FusedGemmArgs& a) {
                   "; expected ", kOneRowTileN, ", 192 or 256");
     if (a.dtype != Element::kFP8E4M3 || forced != 192) return forced;  // fp8 has no 192-wide tiles
   }
-  if (a.dtype == Element::kFP8E4M3 && a.row_scales != nullptr) {
-    return a.M <= kTileRows ? kOneRowTileN : pick_row_scaled_tile_n(a.M, a.N, grid_sms(a));
-  }
-  if (a.dtype == Element::kFP8E4M3) return a.M <= kTileRows ? kOneRowTileN : 256;  // its two instantiations
+  if (a.M <= kTileRows) return kOneRowTileN;
+  if (pingpong_takes(a.M, a.N, grid_sms(a), a.dtype)) return kPingpongTileN;
+  if (a.dtype == Element::kFP8E4M3) return 256;  // no 192-wide fp8 tiles
   return pick_tile_n(a.M, a.N, a.K, grid_sms(a), a.split_workspace != nullptr ? a.max_splits : 1);
 }
 
@@ -68,9 +67,19 @@ void launch_one_row(const FusedGemmArgs& a, cudaStream_t stream) {
   }
 }
 
+// Launches (or, kLoad, only loads) the ping-pong schedule's instantiation.
+template <bool kLoad, Element kElement, Layout kLayoutB>
+void launch_pingpong(const FusedGemmArgs& a, cudaStream_t stream) {
+  if constexpr (kLoad) {
+    load_pingpong_gemm_instance<kElement, kLayoutB>();
+  } else {
+    launch_pingpong_gemm_instance<kElement, kLayoutB>(a, stream);
+  }
+}
+
 // The instantiation for kElement and kLayoutB that `a` needs: the two-rank reduce-scatter's, whose
-// epilogue does the reduction, the one for a problem of one tile row, or the fused GEMM's of width
-// `tile_n`.
+// epilogue does the reduction, the one for a problem of one tile row, the ping-pong schedule's (tile_n
+// kPingpongTileN above one tile row), or the fused GEMM's of width `tile_n`.
 template <bool kLoad, Element kElement, Layout kLayoutB>
 void launch_typed(const FusedGemmArgs& a, int tile_n, cudaStream_t stream) {
   if (a.rs.rank >= 0 && a.rs.reduce_in_epilogue) {
@@ -79,8 +88,10 @@ void launch_typed(const FusedGemmArgs& a, int tile_n, cudaStream_t stream) {
     } else {
       launch_rs_gemm_instance<kElement, kLayoutB>(a, stream);
     }
-  } else if (tile_n == kOneRowTileN) {
+  } else if (tile_n == kOneRowTileN && a.M <= kTileRows) {
     launch_one_row<kLoad, kElement, kLayoutB>(a, stream);
+  } else if (tile_n == kPingpongTileN) {
+    launch_pingpong<kLoad, kElement, kLayoutB>(a, stream);
   } else if (tile_n == 192) {
     if constexpr (kElement != Element::kFP8E4M3) launch_one<kLoad, kElement, kLayoutB, 192>(a, stream);  // none for fp8
   } else {
@@ -155,22 +166,20 @@ int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits) {
   return cost(192) < 0.95 * cost(256) ? 192 : 256;
 }
 
-static_assert(kPingpongTileN == kOneRowTileN, "fp8 row-wise tile_n 128 names the one-row kind or the ping-pong one by M");
+static_assert(kPingpongTileN == kOneRowTileN, "tile_n 128 names the one-row instantiation or the ping-pong one by M");
 
-int pick_row_scaled_tile_n(int64_t M, int64_t N, int sms) {
-  if (M <= kTileRows) return kOneRowTileN;
+bool pingpong_takes(int64_t M, int64_t N, int sms, Element dtype) {
+  if (M <= kTileRows) return false;
   const int64_t clusters = std::max(1, sms / static_cast<int>(kClusterRows / kTileRows));
   const int64_t tiles = (M + kClusterRows - 1) / kClusterRows * ((N + kPingpongTileN - 1) / kPingpongTileN);
-  return tiles <= 3 * clusters ? kPingpongTileN : 256;
+  return tiles <= (dtype == Element::kFP8E4M3 ? 3 : 1) * clusters;
 }
 
 const char* fused_gemm_unsupported(const FusedGemmArgs& a) {
   if (a.dtype == Element::kFP8E4M3) {
     if (a.b_layout != Layout::kColMajor) return "the fused kernel takes fp8 B column-major only";
-    if (a.row_scales != nullptr ? a.tile_n != 0 && a.tile_n != 256 && a.tile_n != kPingpongTileN
-                                : a.tile_n != 0 && a.tile_n != 256 && !(a.tile_n == kOneRowTileN && a.M <= kTileRows)) {
-      return "the fused kernel's fp8 tiles are 256 wide, or 128 for a problem of one tile row (or, with row-wise "
-             "scales, of any size)";
+    if (a.tile_n != 0 && a.tile_n != 256 && a.tile_n != kPingpongTileN) {
+      return "the fused kernel's fp8 tiles are 256 or 128 wide";
     }
     if (a.N % 16 != 0 || a.K % 16 != 0) return "the fused kernel needs fp8 N and K to be multiples of 16";
     if ((a.row_scales == nullptr) != (a.col_scales == nullptr)) return "the fused kernel takes row and column scales together";
@@ -211,11 +220,16 @@ void load_fused_gemm_kernels() {
           a.rs.rank = reduce_in_epilogue ? 0 : -1;
           a.rs.reduce_in_epilogue = reduce_in_epilogue;
           if (reduce_in_epilogue && tile_n != kRsTileN) continue;
-          launch_dispatch</*kLoad=*/true>(a, tile_n, nullptr);
+          launch_dispatch</*kLoad=*/true>(a, tile_n, nullptr);  // a.M = 0: kOneRowTileN is one tile row's
         }
       }
     }
   }
+  launch_pingpong</*kLoad=*/true, Element::kBF16, Layout::kRowMajor>(FusedGemmArgs{}, nullptr);
+  launch_pingpong</*kLoad=*/true, Element::kBF16, Layout::kColMajor>(FusedGemmArgs{}, nullptr);
+  launch_pingpong</*kLoad=*/true, Element::kFP16, Layout::kRowMajor>(FusedGemmArgs{}, nullptr);
+  launch_pingpong</*kLoad=*/true, Element::kFP16, Layout::kColMajor>(FusedGemmArgs{}, nullptr);
+  launch_pingpong</*kLoad=*/true, Element::kFP8E4M3, Layout::kColMajor>(FusedGemmArgs{}, nullptr);
   FusedGemmArgs fp8;
   fp8.dtype = Element::kFP8E4M3;
   fp8.b_layout = Layout::kColMajor;
@@ -243,12 +257,8 @@ void run_fused_gemm(const FusedGemmArgs& args, cudaStream_t stream) {
   ASYNCTP_CHECK(!a.rs.reduce_in_epilogue || (a.rs.rank >= 0 && a.rs.world == 2),
                 "fused reduce-scatter: the reduction in the epilogue takes two ranks, not ", a.rs.world);
   const int tile_n = a.tile_n != 0 ? a.tile_n : a.rs.rank >= 0 ? static_cast<int>(kRsTileN) : tile_n_for(a);
-  const bool row_scaled = a.row_scales != nullptr;  // fp8: 128-wide tiles at any M (the ping-pong's above one row)
-  ASYNCTP_CHECK(tile_n != kOneRowTileN || row_scaled || (a.M <= kTileRows && a.rs.rank < 0),
-                "fused GEMM: ", kOneRowTileN, "-wide tiles are for problems of one tile row (M <= ", kTileRows,
-                ", not a reduce-scatter's) or fp8 with row-wise scales; M is ", a.M);
   ASYNCTP_CHECK(a.dtype != Element::kFP8E4M3 || tile_n == kOneRowTileN || tile_n == 256,
-                "fused GEMM: the fp8 kernel's tiles are 256 wide, or ", kOneRowTileN, " for one tile row; tile_n is ", tile_n);
+                "fused GEMM: the fp8 kernel's tiles are 256 or ", kOneRowTileN, " wide; tile_n is ", tile_n);
   launch_dispatch</*kLoad=*/false>(a, tile_n, stream);
 }
 

@@ -40,7 +40,7 @@ struct FusedGemmArgs {
   const float* col_scales = nullptr;
   ChunkFlags chunks;              // chunks.flags null: every row of `a` is in place (a plain GEMM)
   int band_m = 0;                 // tile order (async_input_scheduler.cuh); 0 picks the default
-  int tile_n = 0;  // 192 or 256, or kOneRowTileN where M <= kTileRows; 0 picks it (pick_tile_n; a reduce-scatter's is kRsTileN; fp8 row-wise: pick_row_scaled_tile_n)
+  int tile_n = 0;  // 192 or 256; kOneRowTileN (M <= kTileRows) or kPingpongTileN (above: the ping-pong schedule); 0 picks it (pingpong_takes, pick_tile_n; a reduce-scatter's is kRsTileN)
   // Lets the kernel split its last round of tiles along K (tail_split.h): tail_split_workspace_bytes(
   // split_sms) bytes whose counters start at zero (algo::Resources::tail_split_workspace). Null:
   // every tile is computed whole. split_wait bounds the wait of a tile's last split for the others.
@@ -66,11 +66,12 @@ const char* fused_gemm_unsupported(const FusedGemmArgs& args);
 // more than `max_splits` ways). ASYNCTP_FUSED_TILE_N=128|192|256 overrides it for measurement.
 int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits);
 
-// fp8 with row-wise scales: kOneRowTileN for a problem of one tile row; else kPingpongTileN (the
-// ping-pong schedule, its tiles never split) while the problem has at most three such cluster tiles
-// per cluster, where it runs faster than the 256-wide cooperative tiles with their split tail; else
-// 256 (docs/design/fused_all_gather_matmul.md, "fp8").
-int pick_row_scaled_tile_n(int64_t M, int64_t N, int sms);
+// Whether an all-gather's M x N GEMM of more than one tile row on `sms` SMs runs the ping-pong
+// schedule's kPingpongTileN-wide tiles (never split along K): where it has at most one such cluster
+// tile per cluster in 16 bits, three in fp8. There the ping-pong runs faster than the cooperative
+// tiles with their split tail; beyond, slower (docs/design/fused_all_gather_matmul.md, "The ping-pong
+// schedule for a few rounds of tiles").
+bool pingpong_takes(int64_t M, int64_t N, int sms, Element dtype);
 
 // SMs of the current device.
 int sm_count();

@@ -8,7 +8,7 @@
 // problems of one tile row (docs/performance.md has its figures beside cuBLAS).
 // The two-rank reduce-scatter's instantiations (kReduceInEpilogue) also take a source C and wrap the
 // epilogue in reduce_scatter_epilogue.cuh; fp8's with row-wise scales (kRowScales) apply them in the
-// epilogue, and on problems of a few rounds of tiles run CUTLASS's ping-pong kernel instead
+// epilogue. The all-gather's problems of a few rounds of tiles run CUTLASS's ping-pong kernel instead
 // (kPingpong: a tile per consumer warpgroup, 128 wide).
 #pragma once
 
@@ -73,7 +73,7 @@ struct FusedGemmKernel {
   static_assert(cute::size<0>(TileShape{}) == kTileRows, "kTileRows (tile_shape.h) must match the tile's M");
   static_assert(!kReduceInEpilogue || kTileN == kRsTileN, "a reduce-scatter's tiles are kRsTileN wide");
   static_assert(!kRowScales || (sizeof(Element) == 1 && !kReduceInEpilogue), "row-wise scales are the all-gather's fp8");
-  static_assert(!kPingpong || (kRowScales && kClusterM == 2), "the ping-pong schedule is the row-wise fp8 all-gather's");
+  static_assert(!kPingpong || (kClusterM == 2 && !kReduceInEpilogue), "the ping-pong schedule is the all-gather's");
 
   // D = alpha * A @ B, or with a source (the reduce-scatter's peer copy) D = alpha * A @ B + beta * C.
   // With C, CUTLASS reuses C's shared memory for D: 33 KB against 17 KB, which still leaves the
@@ -111,10 +111,12 @@ struct FusedGemmKernel {
   // fp8 accumulates fast (WGMMA's own accumulation, no promotion to a second set of fp32
   // registers): with the promotion, 128 x 256 tiles spill 1.8 KB of registers a thread.
   // kPingpong: each consumer warpgroup holds a whole tile of its own, and one's epilogue runs while the
-  // other's mainloop does (CUTLASS's ping-pong kernel), which hides the row-wise epilogue's extra work.
+  // other's mainloop does (CUTLASS's ping-pong kernel).
   using MainloopSchedule = std::conditional_t<
-      kPingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum,
-      std::conditional_t<sizeof(Element) == 1, cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum,
+      sizeof(Element) == 1,
+      std::conditional_t<kPingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum,
+                         cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum>,
+      std::conditional_t<kPingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
                          cutlass::gemm::KernelTmaWarpSpecializedCooperative>>;
   using BaseMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,

@@ -14,9 +14,9 @@ constexpr int64_t kClusterRows = 2 * kTileRows;
 // would leave its second CTA without rows, and 128-wide tiles give twice the units of work to spread
 // over the SMs (fused_gemm_instances.h).
 constexpr int kOneRowTileN = 128;
-// fp8 with row-wise scales on problems of a few rounds of tiles runs tiles this wide in 2 x 1 clusters
-// under CUTLASS's ping-pong schedule (pick_row_scaled_tile_n); at one tile row, kOneRowTileN's
-// one-CTA clusters take the same width.
+// An all-gather's problem of a few rounds of tiles runs tiles this wide in 2 x 1 clusters under
+// CUTLASS's ping-pong schedule (pingpong_takes); at one tile row, kOneRowTileN's one-CTA clusters take
+// the same width.
 constexpr int kPingpongTileN = 128;
 // Depth of a tile along K (one step of the mainloop) in bytes: a row of it is TMA's widest swizzle,
 // so a 16-bit tile is 64 elements deep and an fp8 one 128.
