@@ -69,6 +69,12 @@ inline bool fused_rs_takes_rows(int64_t rows_per_rank) { return rows_per_rank % 
 const char* fused_rs_unsupported(const MatmulReduceScatterPlan& plan, const TensorRef& a, const TensorRef& b,
                                  const TensorRef& output);
 
+// The width of the fused reduce-scatter's tiles for its M x N x k_local partial product on `world_size`
+// ranks with `sms` SMs each (kernels::fused::reduce_scatter_tile_n, once the way of reducing is
+// chosen): 256 where the two ranks reduce in the epilogue, else 192 or 256. One rank, which reduces
+// nothing, gets what three or more would.
+int fused_rs_tile_n(int world_size, DType dtype, int64_t M, int64_t N, int64_t k_local, int sms);
+
 // Chunks each rank's rows are pushed in by the fused reduce-scatter: `requested`, else rows / 512
 // between 1 and 4; never more than the rows hold 256-row clusters.
 int resolve_fused_rs_chunks(int requested, int64_t rows_per_rank);

@@ -47,7 +47,7 @@ bool reduce_in_epilogue(int world_size, int64_t tiles, int sms) {
 // What the fused reduce-scatter's pushes read from the host: with the peers' inboxes, the key of their
 // recorded replay (StreamReplay::key_of), so 64-bit fields only (no padding).
 struct PushWork {
-  int64_t me, ws, rows, chunk_rows, used_chunks, n, epilogue;
+  int64_t me, ws, rows, chunk_rows, used_chunks, n, tile_n, epilogue;
   uint64_t rank_bytes;
   const char* staging;  // slot d: this rank's tiles of rank d's rows
 };
@@ -57,7 +57,7 @@ struct PushWork {
 // destination, forked from `origin` and joined back.
 void enqueue_pushes_of(OverlapResources& pr, const PushWork& w, const std::vector<const void*>& inboxes,
                        cudaStream_t origin) {
-  const kernels::fused::StagedLayout layout(w.epilogue != 0, w.n);
+  const kernels::fused::StagedLayout layout(w.epilogue != 0, w.n, w.tile_n);
   kernels::fused::ReduceScatterTiles counts;  // what the kernel counts per chunk
   counts.rows_per_rank = static_cast<int32_t>(w.rows);
   counts.rows_per_chunk = static_cast<int32_t>(w.chunk_rows);
@@ -118,6 +118,12 @@ void run_pushed_from_kernel(Communicator& comm, OverlapResources& pr, SymmetricB
 }
 
 }  // namespace
+
+int fused_rs_tile_n(int world_size, DType dtype, int64_t M, int64_t N, int64_t k_local, int sms) {
+  const bool epilogue = reduce_in_epilogue(world_size, M / kernels::fused::kTileRows *
+                                                           kernels::fused::StagedLayout::tiles_along(N), sms);
+  return kernels::fused::reduce_scatter_tile_n(epilogue, element_of(dtype), M, N, k_local, sms);
+}
 
 int resolve_fused_rs_chunks(int requested, int64_t rows_per_rank) {
   const int64_t clusters = std::max<int64_t>(1, rows_per_rank / kernels::fused::kClusterRows);
@@ -182,8 +188,10 @@ void run_fused_rs(Communicator& comm, const MatmulReduceScatterPlan& plan, const
 
   OverlapResources& pr = OverlapResources::of(comm, stream);
   kernels::fused::load_fused_gemm_kernels();
+  g.tile_n = fused_rs_tile_n(ws, plan.dtype, plan.M, plan.N, plan.k_local, m.sm_budget);
   const int64_t tiles_n = kernels::fused::StagedLayout::tiles_along(plan.N);
-  const kernels::fused::StagedLayout layout(reduce_in_epilogue(ws, plan.M / kernels::fused::kTileRows * tiles_n, m.sm_budget), plan.N);
+  const kernels::fused::StagedLayout layout(reduce_in_epilogue(ws, plan.M / kernels::fused::kTileRows * tiles_n, m.sm_budget),
+                                            plan.N, g.tile_n);
   // The kernel's last warp zeroes the counts it pushes into before it says done (done_signal), which
   // the peer waits for before it pushes again.
   const bool push = layout.epilogue && push_from_kernel() && pr.done_signal() != nullptr;
@@ -203,7 +211,7 @@ void run_fused_rs(Communicator& comm, const MatmulReduceScatterPlan& plan, const
   rs.world = ws;
   rs.rows_per_rank = static_cast<int32_t>(rows);
   rs.rows_per_chunk = static_cast<int32_t>(chunk_rows);
-  rs.tiles_n = static_cast<int32_t>(tiles_n);
+  rs.tiles_n = static_cast<int32_t>(layout.tiles_n);
   rs.reduce_in_epilogue = layout.epilogue;
   rs.inbox = reinterpret_cast<const uint32_t*>(inbox.local());
   rs.epoch = pr.epoch();
@@ -222,7 +230,8 @@ void run_fused_rs(Communicator& comm, const MatmulReduceScatterPlan& plan, const
   // Each chunk of each peer's rows, once the kernel has staged all its tiles, to that peer's inbox;
   // rank me+1 first, as the kernel computes them. One stream per destination, forked from `origin`.
   // The pushes read only `work` and the peers' inboxes, which make their replay's key.
-  const PushWork work{me, ws, rows, chunk_rows, used_chunks, plan.N, layout.epilogue ? 1 : 0, rank_bytes, staging};
+  const PushWork work{me, ws, rows, chunk_rows, used_chunks, plan.N, layout.tile_n, layout.epilogue ? 1 : 0, rank_bytes,
+                      staging};
   std::vector<const void*> inboxes;
   for (int d = 0; d < ws; ++d) inboxes.push_back(inbox.peer(d));
   const auto enqueue_pushes = [&pr, work, inboxes](cudaStream_t origin) {

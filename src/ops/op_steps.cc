@@ -6,6 +6,7 @@
 #include "asynctp/communicator.h"
 #include "asynctp/version.h"
 #include "common/check.h"
+#include "common/env.h"
 #include "ops/cross_rank_check.h"
 
 namespace asynctp::ops {
@@ -28,6 +29,11 @@ algo::AgreeFn agree(Communicator& comm, const char* op, Signature signature, con
   return [&comm, op, signature = std::move(signature), stream] {
     agree_across_ranks(comm, op, signature, std::string(), stream);
   };
+}
+
+void add_fused_rs_fields(Signature& signature, const Communicator& comm) {
+  signature.add("one hardware queue per device (CUDA_DEVICE_MAX_CONNECTIONS=1)", detail::one_device_connection() ? 1 : 0);
+  signature.add("the fused kernel's SMs (CommunicatorOptions::sm_budget)", impl_of(comm).sm_budget);
 }
 
 void note_capture(Communicator& comm, const Communicator::Impl::OrderedCall& call) {

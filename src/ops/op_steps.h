@@ -46,6 +46,11 @@ OpOptions choose(Communicator& comm, const OpOptions& requested, std::string& re
 algo::AgreeFn agree(Communicator& comm, const char* op, Signature signature, const OpOptions& options,
                     cudaStream_t stream, std::string refusal, const NamedInputs& inputs);
 
+// What a fused reduce-scatter's ranks must have alike beyond the call's arguments: whether it runs
+// pipelined (one hardware queue: algo::fused_rs_unsupported), and the SMs its kernel may use, which
+// the way of reducing and the tiles' width, and so the staged layout, follow (algo::fused_rs_tile_n).
+void add_fused_rs_fields(Signature& signature, const Communicator& comm);
+
 // A call captured in a CUDA graph may be replayed at any time later: from then on the communicator
 // keeps what it outgrows instead of freeing it (Communicator::Impl::graphs_captured).
 void note_capture(Communicator& comm, const Communicator::Impl::OrderedCall& call);

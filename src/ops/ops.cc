@@ -108,11 +108,7 @@ void matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const TensorR
   unless_refused(refusal, [&] { check_runs_here(comm, op, options.algorithm); });
 
   ops::Signature signature = ops::signature_of(op, a, {b}, scatter_dim, options, static_cast<int64_t>(reduce_op));
-  // Fused runs pipelined where the device has one hardware queue (algo::fused_rs_unsupported): every
-  // rank must run the same.
-  if (options.algorithm == Algorithm::kFused) {
-    signature.add("one hardware queue per device (CUDA_DEVICE_MAX_CONNECTIONS=1)", detail::one_device_connection() ? 1 : 0);
-  }
+  if (options.algorithm == Algorithm::kFused) add_fused_rs_fields(signature, comm);
   const algo::AgreeFn agreed =
       agree(comm, op, std::move(signature), options, stream, refusal, NamedInputs{{"a", a}, {"b", b}});
   ops::run_matmul_reduce_scatter(comm, plan, options.algorithm, options.chunks_per_rank, a, b, output, stream, agreed);

@@ -93,6 +93,7 @@ void scaled_matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const 
   ops::unless_refused(refusal, [&] { ops::check_runs_here(comm, op, options.algorithm); });
   ops::Signature signature = ops::signature_of(op, a, {b}, scatter_dim, options, static_cast<int64_t>(reduce_op));
   add_scaling(signature, plan.scaling);
+  if (options.algorithm == Algorithm::kFused) ops::add_fused_rs_fields(signature, comm);
   const algo::AgreeFn agreed = ops::agree(comm, op, std::move(signature), options, stream, refusal, {});
   ops::run_scaled_matmul_reduce_scatter(comm, plan, options.algorithm, options.chunks_per_rank, a, b, a_scale, b_scale,
                                         output, stream, agreed);

@@ -133,7 +133,8 @@ TEST(FusedKernel, SplitLastRoundMatchesReferenceAndRepeatsBitForBit) {
     const std::vector<KernelCase> cases = {
         {256, 256, 4096, DType::kBF16, false, true},     // one tile, split 4 ways
         {1000, 520, 1000, DType::kFP16, true, true},     // ragged in M, N and K
-        {4096, 6656, 1024, DType::kBF16, true, true},    // 6 full rounds and 20 tail tiles, split 3 ways
+        {4096, 6656, 4096, DType::kBF16, true, true},    // 6 full rounds and 20 tail tiles, split 2 ways
+        {4096, 6656, 1024, DType::kBF16, true, false},   // the same tail in 16 steps along K: whole
         {520, 264, 520, DType::kBF16, false, true},      // K of 9 steps: splits of 4 and 5
         {512, 8448, 512, DType::kFP16, false, false},    // 66 tiles: one full round, nothing to split
         {16384, 4096, 128, DType::kBF16, true, false},   // too shallow in K to split

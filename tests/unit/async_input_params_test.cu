@@ -40,13 +40,18 @@ TEST(AsyncInputParams, AProblemOfLessThanOneRoundSplitsOverTheIdleSlots) {
 }
 
 TEST(AsyncInputParams, ALastRoundAtMostHalfFullIsSplitAndTheGridFillsTheSlots) {
-  // 4096 x 6656: 16 x 26 = 416 cluster tiles, 6 rounds and 20 tiles; K = 1024 is 16 steps: 3 ways.
-  const AsyncInputParams p = params_for(4096, 6656, 1024, workspace);
+  // 4096 x 6656: 16 x 26 = 416 cluster tiles, 6 rounds and 20 tiles; K = 16384 is 256 steps: 3 ways
+  // (1/3 + 2 x 12/256 of a round: shorter than 2 ways' or 4's, which 66 slots do not hold).
+  AsyncInputParams p = params_for(4096, 6656, 16384, workspace);
   EXPECT_EQ(p.whole, 396);
   EXPECT_EQ(p.tail, 20);
   EXPECT_EQ(p.splits, 3);
   EXPECT_EQ(p.units, 456);
   EXPECT_EQ(async_input_clusters(p, h100()), 66);
+  // K = 1024, 16 steps: after full rounds a split would cost more than it saves (tail_split.h).
+  p = params_for(4096, 6656, 1024, workspace);
+  EXPECT_EQ(p.splits, 1);
+  EXPECT_EQ(p.units, 416);
 }
 
 TEST(AsyncInputParams, NothingIsSplitWithoutRoomOrWhereTheRoundIsFull) {

@@ -61,11 +61,31 @@ TEST(FusedPlan, TileWidthCountsTheSplitLastRound) {
   // rounds and 40 tiles, too many to split (5 x 192 = 960).
   EXPECT_EQ(pick_tile_n(4096, 3584, 8192, 132, kMaxTailSplits), 256);
   // 2048 x 3584: 256-wide, 1 round and 46 tiles (2 x 256 = 512) against 192-wide, 2 rounds and 20
-  // tiles split 3 ways (2.33 x 192 = 448).
+  // tiles split 3 ways (2 + 1/3 + 2 x 12 / 128 = 2.52 rounds; 484).
   EXPECT_EQ(pick_tile_n(2048, 3584, 8192, 132, kMaxTailSplits), 192);
-  // 6 rounds and 20 tiles split 3 ways (1621) against 8 rounds and 32 split 2 ways (1632).
+  // 6 rounds and 20 tiles split 3 ways (1645) against 8 rounds and 32 split 2 ways (1641).
   EXPECT_EQ(pick_tile_n(4096, 6656, 16384, 132, kMaxTailSplits), 256);
   EXPECT_EQ(pick_tile_n(16384, 8192, 8192, 132, kMaxTailSplits), 256);
+  // 512 x 7168 x 2048: one round of 56 tiles 256 wide against 76 192-wide, whose 10 after the full
+  // round would split only at a loss in 32 steps along K: 256 (measured 32 µs against 41).
+  EXPECT_EQ(pick_tile_n(512, 7168, 2048, 132, kMaxTailSplits), 256);
+}
+
+TEST(FusedPlan, ATailAfterFullRoundsSplitsOnlyWhereKIsDeepEnough) {
+  using kernels::fused::split_tail_rounds;
+  // Each split beyond the first costs 12 K steps after full rounds, nothing in a problem of one round.
+  EXPECT_DOUBLE_EQ(split_tail_rounds(3, 256, true), 1.0 / 3.0 + 24.0 / 256.0);
+  EXPECT_DOUBLE_EQ(split_tail_rounds(3, 256, false), 1.0 / 3.0);
+  // 768 x 7168 x 2048, 256 wide: 84 tiles, 18 after a full round, 32 steps: 2 ways is 0.875 of a round.
+  EXPECT_EQ(plan_tail_split(84, 66, 32).splits, 1);
+  EXPECT_DOUBLE_EQ(tail_split_rounds(plan_tail_split(84, 66, 32), 66), 2.0);
+  // 1024 x 5120 x 5120, 256 wide: 14 after a full round, 80 steps: 3 ways (0.63) is shorter than 2
+  // (0.65) or 4 (0.70).
+  const auto s = plan_tail_split(80, 66, 80);
+  EXPECT_EQ(s.splits, 3);
+  EXPECT_DOUBLE_EQ(tail_split_rounds(s, 66), 1.0 + 1.0 / 3.0 + 24.0 / 80.0);
+  // Less than one round: as far as allowed, however shallow (16 steps: 4 ways).
+  EXPECT_EQ(plan_tail_split(16, 66, 16).splits, kMaxTailSplits);
 }
 
 TEST(FusedPlan, TailSplitTakesOnlyALastRoundAtMostHalfFull) {
@@ -75,7 +95,7 @@ TEST(FusedPlan, TailSplitTakesOnlyALastRoundAtMostHalfFull) {
   EXPECT_EQ(s.tail, 20);
   EXPECT_EQ(s.splits, 3);
   EXPECT_EQ(s.units(), 456);
-  EXPECT_DOUBLE_EQ(tail_split_rounds(s, 66), 6.0 + 1.0 / 3.0);
+  EXPECT_DOUBLE_EQ(tail_split_rounds(s, 66), 6.0 + 1.0 / 3.0 + 2.0 * 12.0 / 256.0);
   // One tile: split as far as allowed; and only as far as K has 4 steps per split.
   s = plan_tail_split(1, 66, 64);
   EXPECT_EQ(s.splits, kMaxTailSplits);
@@ -190,6 +210,17 @@ TEST(FusedPlan, ReduceScatterChunksCoverTheRowsInWholeClusters) {
   }
 }
 
+TEST(FusedPlan, AReduceScatterTakesNarrowerTilesOnlyWhereItReducesInFixup) {
+  using kernels::fused::reduce_scatter_tile_n;
+  // 512 x 5120 x 5120 on 132 SMs (256 rows on each of two ranks): 40 cluster tiles 256 wide on 66
+  // clusters, 54 192 wide: one round either way, 3/4 as long in 192.
+  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kBF16, 512, 5120, 5120, 132), 192);
+  EXPECT_EQ(reduce_scatter_tile_n(true, Element::kBF16, 512, 5120, 5120, 132), 256);  // the epilogue's
+  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kFP8E4M3, 512, 5120, 5120, 132), 256);
+  // 4096 x 3584 x 8192 on two ranks: 3.69 rounds 256 wide (the tail split 2 ways) against 5 192 wide.
+  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kBF16, 4096, 3584, 4096, 132), 256);
+}
+
 TEST(FusedPlan, ReduceScatterStagedLayoutAndCounts) {
   using kernels::fused::StagedLayout;
   // A rank's 2048 rows of 3584 columns (4096x3584x8192 on two ranks) in chunks of 512 rows: 4 x 14
@@ -213,6 +244,10 @@ TEST(FusedPlan, ReduceScatterStagedLayoutAndCounts) {
   EXPECT_EQ(narrow.tiles_n, 4);
   EXPECT_EQ(narrow.bytes_before(256), size_t{2} * 4 * 65536);
   EXPECT_EQ(StagedLayout(true, 1000).bytes_before(256), size_t{256} * 1000 * 2);
+  // 192-wide tiles through fixup(): 48 KiB slots, 19 along 3584 columns (the last one 128 wide).
+  const StagedLayout fixup192(false, 3584, 192);
+  EXPECT_EQ(fixup192.tiles_n, 19);
+  EXPECT_EQ(fixup192.bytes_before(512), size_t{4} * 19 * 49152);
   // 1280 rows in chunks of 768 (RowChunks(1280, 2)): the last chunk is 512 rows, 4 tile rows.
   rs.rows_per_rank = 1280, rs.rows_per_chunk = 768, rs.tiles_n = 4;
   EXPECT_EQ(rs.rows_in_chunk(1), 512);

@@ -278,8 +278,8 @@ CaseResult run_case(RankContext& ctx, Communicator& comm, const CaseSetup& args,
   kernels::fused::FusedGemmArgs g;
   g.dtype = element_of(args.dtype), g.b_layout = layout_of(args.b_layout), g.M = gm, g.N = N, g.K = gk;
   g.a = ga.p, g.b = gb.p, g.c = gc.p;
-  // rs: the partial GEMM with the reduce-scatter's tile width, no staging or reduction.
-  if (!ag) g.tile_n = static_cast<int>(kernels::fused::kRsTileN);
+  // rs: the partial GEMM with the reduce-scatter's tile width at this world size, no staging or reduction.
+  if (!ag) g.tile_n = algo::fused_rs_tile_n(ws, args.dtype, gm, N, gk, impl_of(comm).sm_budget);
   // fp8: the fused kernel's fp8 form accumulates fast and takes a tensor-wise alpha from the device,
   // or row-wise scales (the all-gather's only; the reduce-scatter's partial GEMM is timed with them too).
   const bool fp8_fused = scaled && args.fast_accum;

@@ -61,7 +61,8 @@ const char* const kUsage =
     "by a spin barrier on shared host memory.\n"
     "Overlap efficiency = max(GEMM alone, communication alone) / time. With fused in --algorithms, the\n"
     "fused kernel is also timed as a plain GEMM beside cuBLAS (ag: every chunk in place; rs: the\n"
-    "partial GEMM with the reduce-scatter's 256-wide tiles, nothing staged or reduced). fused runs\n"
+    "partial GEMM in the reduce-scatter's tiles at this world size, 256 or 192 wide, as at three\n"
+    "ranks where there is one, nothing staged or reduced). fused runs\n"
     "gather-dim last, scatter-dim last, and rs with rows per rank not a multiple of 256 through\n"
     "pipelined.\n";
 

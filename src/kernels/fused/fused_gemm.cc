@@ -252,8 +252,9 @@ void run_fused_gemm(const FusedGemmArgs& args, cudaStream_t stream) {
   if (a.max_splits <= 0) a.max_splits = max_splits;
   ASYNCTP_CHECK(a.tile_n == 0 || a.tile_n == kOneRowTileN || a.tile_n == 192 || a.tile_n == 256,
                 "fused GEMM: tile_n is ", a.tile_n, "; expected 0, ", kOneRowTileN, ", 192 or 256");
-  ASYNCTP_CHECK(a.rs.rank < 0 || a.tile_n == 0 || a.tile_n == kRsTileN, "fused reduce-scatter: tile_n must be ",
-                kRsTileN);
+  ASYNCTP_CHECK(a.rs.rank < 0 || a.tile_n == 0 || a.tile_n == kRsTileN || (a.tile_n == 192 && !a.rs.reduce_in_epilogue),
+                "fused reduce-scatter: tile_n is ", a.tile_n, "; expected ", kRsTileN,
+                ", or 192 where the reduction runs in fixup() (reduce_scatter_tile_n)");
   ASYNCTP_CHECK(!a.rs.reduce_in_epilogue || (a.rs.rank >= 0 && a.rs.world == 2),
                 "fused reduce-scatter: the reduction in the epilogue takes two ranks, not ", a.rs.world);
   const int tile_n = a.tile_n != 0 ? a.tile_n : a.rs.rank >= 0 ? static_cast<int>(kRsTileN) : tile_n_for(a);

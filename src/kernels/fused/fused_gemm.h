@@ -40,7 +40,7 @@ struct FusedGemmArgs {
   const float* col_scales = nullptr;
   ChunkFlags chunks;              // chunks.flags null: every row of `a` is in place (a plain GEMM)
   int band_m = 0;                 // tile order (async_input_scheduler.cuh); 0 picks the default
-  int tile_n = 0;  // 192 or 256; kOneRowTileN (M <= kTileRows) or kPingpongTileN (above: the ping-pong schedule); 0 picks it (pingpong_takes, pick_tile_n; a reduce-scatter's is kRsTileN)
+  int tile_n = 0;  // 192 or 256; kOneRowTileN (M <= kTileRows) or kPingpongTileN (above: the ping-pong schedule); 0 picks it (pingpong_takes, pick_tile_n; a reduce-scatter's: reduce_scatter_tile_n)
   // Lets the kernel split its last round of tiles along K (tail_split.h): tail_split_workspace_bytes(
   // split_sms) bytes whose counters start at zero (algo::Resources::tail_split_workspace). Null:
   // every tile is computed whole. split_wait bounds the wait of a tile's last split for the others.
@@ -50,7 +50,7 @@ struct FusedGemmArgs {
   // SMs the persistent grid may fill (whole 2-SM clusters; the communicator's sm_budget); 0: every SM.
   int sms = 0;
   int32_t unused1 = 0;
-  ReduceScatterTiles rs;  // rs.rank >= 0: the partial product of a reduce-scatter (tiles kRsTileN wide)
+  ReduceScatterTiles rs;  // rs.rank >= 0: the partial product of a reduce-scatter (tiles tile_n wide, 0: kRsTileN)
   WaitContext split_wait{};
   uint64_t* trace = nullptr;  // a tile timeline (tile_trace.h); null: none
   const DoneSignal* done = nullptr;  // in device memory; non-null: the kernel tells the peers it is done (done_signal.h)

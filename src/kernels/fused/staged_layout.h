@@ -8,24 +8,36 @@
 #include <cstdint>
 
 #include "kernels/fused/fused_gemm.h"
+#include "kernels/fused/tail_split.h"
 
 namespace asynctp::kernels::fused {
 
+// The width of a reduce-scatter's tiles for an M x N x K partial product on `sms` SMs, which every rank
+// computes alike (the staged layout and the counts follow it): kRsTileN where the two-rank reduction
+// runs in the epilogue (its instantiations are that wide) and in fp8 (no narrower cooperative fp8
+// tiles); else pick_tile_n's 192 or 256, as an all-gather's cooperative kernel takes, counted with
+// the split last round whether or not this rank has the split's workspace.
+inline int reduce_scatter_tile_n(bool reduce_in_epilogue, Element dtype, int64_t M, int64_t N, int64_t K, int sms) {
+  if (reduce_in_epilogue || dtype == Element::kFP8E4M3 || M <= kTileRows) return static_cast<int>(kRsTileN);
+  return pick_tile_n(M, N, K, sms, kMaxTailSplits);
+}
+
 // Where rows of one rank sit in the staging buffer and in the inbox, from the start of that rank's
 // slot: through the epilogue the partial sums are row-major like the product; through fixup() each
-// 128 x kRsTileN tile is a slot of its own (reduce_scatter_tiles.h).
+// 128 x tile_n tile is a slot of its own (reduce_scatter_tiles.h).
 struct StagedLayout {
   bool epilogue = false;
-  int64_t N = 0, tiles_n = 0;
+  int64_t N = 0, tile_n = kRsTileN, tiles_n = 0;
 
-  StagedLayout(bool reduce_in_epilogue, int64_t n) : epilogue(reduce_in_epilogue), N(n), tiles_n(tiles_along(n)) {}
+  StagedLayout(bool reduce_in_epilogue, int64_t n, int64_t tile_width = kRsTileN)
+      : epilogue(reduce_in_epilogue), N(n), tile_n(tile_width), tiles_n(tiles_along(n, tile_width)) {}
 
-  // A reduce-scatter's tiles along N (kRsTileN wide, the last one partial where they do not divide).
-  static int64_t tiles_along(int64_t n) { return (n + kRsTileN - 1) / kRsTileN; }
+  // A reduce-scatter's tiles along N (the last one partial where they do not divide).
+  static int64_t tiles_along(int64_t n, int64_t tile_width = kRsTileN) { return (n + tile_width - 1) / tile_width; }
 
   size_t bytes_before(int64_t row) const {
     if (epilogue) return static_cast<size_t>(row * N) * sizeof(uint16_t);  // bf16 or fp16
-    return static_cast<size_t>(row / kTileRows * tiles_n) * kRsTileBytes;
+    return static_cast<size_t>(row / kTileRows * tiles_n) * static_cast<size_t>(kTileRows * tile_n) * sizeof(uint16_t);
   }
   // What the kernel's staged counter of a chunk reaches once all its tiles are staged.
   uint32_t count(ReduceScatterTiles const& rs, int chunk) const {

@@ -19,6 +19,13 @@ namespace asynctp::kernels::fused {
 constexpr int kMaxTailSplits = 4;
 // A split takes at least this many K steps (tiles 128 bytes deep), so that the pipeline fills.
 constexpr int64_t kMinKTilesPerSplit = 4;
+// A tail after full rounds starts as the clusters finish their last whole tiles, at times that spread,
+// and a split tile ends with its latest split: on an H100 each split beyond the first costs about
+// what this many K steps do (docs/design/fused_all_gather_matmul.md, "The last round, split along K"). A
+// problem of less than one round starts every split at once, and its splits cost only their K steps.
+constexpr int64_t kSplitSpreadKTiles = 12;
+// A tail after full rounds is split only where that brings it under this share of a round.
+constexpr double kSplitTailMaxRounds = 0.8;
 // Largest tile (128 x 256) and the consumer threads that hold it (two warpgroups).
 constexpr int64_t kMaxTileElements = 128 * 256;
 constexpr int64_t kConsumerThreads = 256;
@@ -27,12 +34,21 @@ struct TailSplit {
   int64_t whole = 0;   // cluster tiles computed whole, by every cluster in turn
   int64_t tail = 0;    // cluster tiles after those, each split `splits` ways along K
   int64_t splits = 1;  // 1: nothing is split
+  double tail_rounds = 0;  // the split tail's length in rounds of whole tiles, as estimated
   int64_t units() const { return whole + tail * splits; }
 };
 
+// The estimated length, in rounds of whole tiles, of a last round split `splits` ways along K steps
+// `k_tiles` deep, after full rounds (`after_full_rounds`) or as the whole problem.
+inline double split_tail_rounds(int64_t splits, int64_t k_tiles, bool after_full_rounds) {
+  const double spread = after_full_rounds ? static_cast<double>((splits - 1) * kSplitSpreadKTiles) / k_tiles : 0.0;
+  return 1.0 / static_cast<double>(splits) + spread;
+}
+
 // The plan for `cluster_tiles` tiles on `clusters` clusters with `k_tiles` steps along K. A tail is
-// split only where at most half the clusters would have work in the last round; every split of it
-// then runs in that round, at the same time. `max_splits` 1 splits nothing.
+// split only where at most half the clusters would have work in the last round (every split of it then
+// runs in that round, at the same time), the number of ways that makes it shortest, and after full
+// rounds only where that is under kSplitTailMaxRounds. `max_splits` 1 splits nothing.
 inline TailSplit plan_tail_split(int64_t cluster_tiles, int64_t clusters, int64_t k_tiles,
                                  int64_t max_splits = kMaxTailSplits) {
   TailSplit s;
@@ -40,19 +56,27 @@ inline TailSplit plan_tail_split(int64_t cluster_tiles, int64_t clusters, int64_
   if (clusters <= 0 || cluster_tiles <= 0) return s;
   const int64_t tail = cluster_tiles % clusters;
   if (tail == 0) return s;
-  const int64_t splits = std::min<int64_t>({max_splits, kMaxTailSplits, clusters / tail, k_tiles / kMinKTilesPerSplit});
-  if (splits < 2) return s;
+  const bool after_full_rounds = cluster_tiles > clusters;
+  const int64_t most = std::min<int64_t>({max_splits, kMaxTailSplits, clusters / tail, k_tiles / kMinKTilesPerSplit});
+  int64_t best = 1;
+  double best_rounds = 1.0;
+  for (int64_t splits = 2; splits <= most; ++splits) {
+    const double rounds = split_tail_rounds(splits, k_tiles, after_full_rounds);
+    if (rounds < best_rounds) best = splits, best_rounds = rounds;
+  }
+  if (best < 2 || (after_full_rounds && best_rounds >= kSplitTailMaxRounds)) return s;
   s.whole = cluster_tiles - tail;
   s.tail = tail;
-  s.splits = splits;
+  s.splits = best;
+  s.tail_rounds = best_rounds;
   return s;
 }
 
-// The kernel's length in rounds of whole tiles: full rounds, then the tail's share of a round.
+// The kernel's length in rounds of whole tiles: full rounds, then the split tail's estimate.
 inline double tail_split_rounds(const TailSplit& s, int64_t clusters) {
   if (clusters <= 0) return 0;
   const double full = static_cast<double>((s.whole + clusters - 1) / clusters);
-  return s.tail > 0 ? full + 1.0 / static_cast<double>(s.splits) : full;
+  return s.tail > 0 ? full + s.tail_rounds : full;
 }
 
 // Workspace for any plan on a GPU of `sms` SMs: the tail's partial sums (at most one tile per SM,

@@ -23,9 +23,8 @@ constexpr int kPingpongTileN = 128;
 constexpr int64_t kTileKBytes = 128;
 // The depth in elements of 16 bits (the tile widths a 16-bit problem chooses between: pick_tile_n).
 constexpr int64_t kTileK = kTileKBytes / 2;
-// A reduce-scatter's tiles are always this wide, so that every rank stages the same layout.
+// A reduce-scatter's tiles are this wide where they reduce in the epilogue, and in fp8; elsewhere 192
+// or this (reduce_scatter_tile_n in staged_layout.h), alike on every rank.
 constexpr int64_t kRsTileN = 256;
-// Bytes of one staged reduce-scatter tile (kTileRows x kRsTileN elements of 2 bytes).
-constexpr int64_t kRsTileBytes = kTileRows * kRsTileN * 2;
 
 }  // namespace asynctp::kernels::fused
