@@ -255,6 +255,39 @@ int check_pushed_from_kernel(Communicator& comm) {
   return 0;
 }
 
+// The fused reduce-scatter's way of reducing and its tiles' width follow the kernel's SMs, and the
+// ranks stage for each other in that layout: ranks whose sm_budget differs are refused together,
+// with nothing written.
+TEST(FusedOps, ReduceScatterSmBudgetsThatDifferFailOnEveryRank_MultiRank) {
+  RUN_EVERY_WORLD_SIZE([](RankContext& ctx) {
+    if (ctx.world_size == 1) return 0;
+    CommunicatorOptions o;
+    o.sm_budget = ctx.rank == 0 ? 32 : 64;
+    auto comm = Communicator::create(ctx, o);
+    Stream st;
+    const int64_t rows = 256, N = 384, K = 64 * ctx.world_size;
+    Buf a(rows * ctx.world_size * K * 2), b(K * N * 2), out(rows * N * 2);
+    RANK_CUDA(cudaMemsetAsync(a.p, 0, rows * ctx.world_size * K * 2, st.s));
+    RANK_CUDA(cudaMemsetAsync(b.p, 0, K * N * 2, st.s));
+    RANK_CUDA(cudaMemsetAsync(out.p, 0x5A, rows * N * 2, st.s));
+    std::string message;
+    try {
+      matmul_reduce_scatter(*comm, TensorRef::dense(a.p, DType::kBF16, {rows * ctx.world_size, K}),
+                            TensorRef::dense(b.p, DType::kBF16, {K, N}), 0, ReduceOp::kSum,
+                            TensorRef::dense(out.p, DType::kBF16, {rows, N}), st.s, with(Algorithm::kFused));
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    RANK_CHECK(contains(message, "ranks disagree on the fused kernel's SMs (CommunicatorOptions::sm_budget)"),
+               "got: ", message);
+    std::vector<unsigned char> host(rows * N * 2);
+    RANK_CUDA(cudaMemcpyAsync(host.data(), out.p, host.size(), cudaMemcpyDeviceToHost, st.s));
+    comm->synchronize(st.s);
+    for (unsigned char v : host) RANK_CHECK(v == 0x5A, "the output was written to");
+    return 0;
+  });
+}
+
 TEST(FusedOps, ReduceScatterCasesPushedFromTheKernel_2Ranks) {
   REQUIRE_GPUS(2);
   ForcedReduction forced("epilogue");
