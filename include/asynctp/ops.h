@@ -63,7 +63,7 @@ constexpr int kMaxChunksPerRank = 16;
 
 // kFused, all_gather_matmul: gather_dim 0 runs one persistent GEMM per B that multiplies the gathered
 // rows as they arrive (docs/design/fused_all_gather_matmul.md); gather_dim last runs kPipelined. One node only, like kPipelined.
-// kFused, matmul_reduce_scatter: scatter_dim 0 with rows per rank a multiple of 256 runs one persistent
+// kFused, matmul_reduce_scatter: scatter_dim 0 with rows per rank a multiple of 128 runs one persistent
 // GEMM that reduces the peers' tiles of this rank's rows before its epilogue, in fp32 and in a fixed
 // order (docs/design/fused_matmul_reduce_scatter.md); other cases run kPipelined.
 //

@@ -42,7 +42,7 @@ void fused_all_gather_scaled_matmul(Communicator& comm, const AllGatherMatmulPla
                                     const TensorRef& gathered_a, cudaStream_t stream, const AgreeFn& agree,
                                     int chunks_per_rank);
 
-// matmul_reduce_scatter (scatter_dim 0, rows per rank a multiple of 256): one persistent GEMM whose
+// matmul_reduce_scatter (scatter_dim 0, rows per rank a multiple of 128): one persistent GEMM whose
 // tiles of other ranks' rows are staged and pushed by the copy engine chunk by chunk, and whose own
 // tiles add the peers' chunks before the epilogue. Only where fused_rs_unsupported is "" (ops::
 // algorithm_that_runs runs `pipelined` elsewhere).
@@ -55,28 +55,32 @@ void fused_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPl
 // and fused_rs_unsupported take); the rest runs pipelined (ops dispatch). Each rank's partial product
 // is scaled by its own a_scale * b_scale, made on the stream first, before the ranks' are summed.
 const char* fused_scaled_rs_unsupported(const MatmulReduceScatterPlan& plan, const TensorRef& a, const TensorRef& b,
-                                        const TensorRef& output);
+                                        const TensorRef& output, int sms);
 void fused_scaled_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPlan& plan, const TensorRef& a,
                                         const TensorRef& b, const TensorRef& a_scale, const TensorRef& b_scale,
                                         const TensorRef& output, cudaStream_t stream, const AgreeFn& agree,
                                         int chunks_per_rank);
 
-// Whether the fused reduce-scatter takes rows per rank this many: whole 256-row clusters, so that no
-// cluster holds two ranks' rows.
-inline bool fused_rs_takes_rows(int64_t rows_per_rank) { return rows_per_rank % kernels::fused::kClusterRows == 0; }
+// Whether the fused reduce-scatter takes rows per rank this many: whole 128-row tiles, so that no tile
+// holds two ranks' rows (and no cluster: an odd number of tile rows a rank runs one-CTA clusters,
+// kernels::fused::reduce_scatter_tile_n).
+inline bool fused_rs_takes_rows(int64_t rows_per_rank) { return rows_per_rank % kernels::fused::kTileRows == 0; }
 
-// Why the fused kernel does not take this reduce-scatter ("" where it does).
+// Why the fused kernel does not take this reduce-scatter on `sms` SMs a rank (the communicator's
+// sm_budget, alike on every rank) ("" where it does): rows per rank an odd number of 128-row tiles run
+// 128 x 128 tiles in one-CTA clusters, taken up to two rounds of them.
 const char* fused_rs_unsupported(const MatmulReduceScatterPlan& plan, const TensorRef& a, const TensorRef& b,
-                                 const TensorRef& output);
+                                 const TensorRef& output, int sms);
 
 // The width of the fused reduce-scatter's tiles for its M x N x k_local partial product on `world_size`
 // ranks with `sms` SMs each (kernels::fused::reduce_scatter_tile_n, once the way of reducing is
-// chosen): 256 where the two ranks reduce in the epilogue, else 192 or 256. One rank, which reduces
-// nothing, gets what three or more would.
+// chosen): 128 in one-CTA clusters where the rows per rank are an odd number of tile rows; 256 where
+// the two ranks reduce in the epilogue; else 192 or 256. One rank, which reduces nothing, gets what
+// three or more would.
 int fused_rs_tile_n(int world_size, DType dtype, int64_t M, int64_t N, int64_t k_local, int sms);
 
 // Chunks each rank's rows are pushed in by the fused reduce-scatter: `requested`, else rows / 512
-// between 1 and 4; never more than the rows hold 256-row clusters.
+// between 1 and 4; never more than the rows hold whole 256-row clusters (at least one).
 int resolve_fused_rs_chunks(int requested, int64_t rows_per_rank);
 
 // Gives `g` what shapes the kernel's grid: the SMs this rank's kernel may use (the communicator's

@@ -31,18 +31,25 @@ namespace {
 // (docs/design/fused_matmul_reduce_scatter.md, "Two ways of reducing").
 constexpr int64_t kEpilogueFromRounds = 5;
 
-// Whether the reduction runs in the epilogue (two ranks, tiles of at least kEpilogueFromRounds
-// rounds on the SMs the kernel may use) or in fixup() (reduce_scatter_tiles.h). ASYNCTP_FUSED_RS_REDUCE=
-// fixup|epilogue overrides it for measurement, and must be set alike on every rank (the staged
-// tiles' layout follows it); epilogue takes two ranks.
-bool reduce_in_epilogue(int world_size, int64_t tiles, int sms) {
+// Whether the reduction runs in the epilogue (two ranks, rows per rank in whole 256-row clusters, which
+// its instantiations take, and tiles of at least kEpilogueFromRounds rounds on the SMs the kernel may
+// use) or in fixup() (reduce_scatter_tiles.h). ASYNCTP_FUSED_RS_REDUCE=fixup|epilogue overrides the
+// rounds' rule for measurement, and must be set alike on every rank (the staged tiles' layout follows
+// it); epilogue takes two ranks.
+bool reduce_in_epilogue(int world_size, int64_t rows_per_rank, int64_t tiles, int sms) {
   static const int forced = detail::knob_word(detail::Knob::kFusedRsReduce) + 1;  // 0 unset, 1 epilogue, 2 fixup
   if (forced == 1) {
     ASYNCTP_CHECK(world_size == 2, "ASYNCTP_FUSED_RS_REDUCE=epilogue takes two ranks; this communicator has ", world_size);
   }
+  if (rows_per_rank % kernels::fused::kClusterRows != 0) return false;
   if (forced != 0) return forced == 1;
   return world_size == 2 && tiles >= kEpilogueFromRounds * sms;
 }
+
+// Rounds of 128 x 128 tiles (one-CTA clusters: rows per rank an odd number of tile rows) up to which the
+// fused reduce-scatter runs; beyond, pipelined's cuBLASLt GEMMs measured faster (docs/performance.md,
+// "The reduce-scatter at an odd number of tile rows a rank").
+constexpr int64_t kOneCtaRounds = 2;
 
 // What the fused reduce-scatter's pushes read from the host: with the peers' inboxes, the key of their
 // recorded replay (StreamReplay::key_of), so 64-bit fields only (no padding).
@@ -120,9 +127,10 @@ void run_pushed_from_kernel(Communicator& comm, OverlapResources& pr, SymmetricB
 }  // namespace
 
 int fused_rs_tile_n(int world_size, DType dtype, int64_t M, int64_t N, int64_t k_local, int sms) {
-  const bool epilogue = reduce_in_epilogue(world_size, M / kernels::fused::kTileRows *
-                                                           kernels::fused::StagedLayout::tiles_along(N), sms);
-  return kernels::fused::reduce_scatter_tile_n(epilogue, element_of(dtype), M, N, k_local, sms);
+  const int64_t rows_per_rank = M / world_size;
+  const bool epilogue = reduce_in_epilogue(world_size, rows_per_rank,
+                                           M / kernels::fused::kTileRows * kernels::fused::StagedLayout::tiles_along(N), sms);
+  return kernels::fused::reduce_scatter_tile_n(epilogue, element_of(dtype), M, N, k_local, rows_per_rank, sms);
 }
 
 int resolve_fused_rs_chunks(int requested, int64_t rows_per_rank) {
@@ -134,9 +142,14 @@ int resolve_fused_rs_chunks(int requested, int64_t rows_per_rank) {
 }
 
 const char* fused_rs_unsupported(const MatmulReduceScatterPlan& plan, const TensorRef& a, const TensorRef& b,
-                                 const TensorRef& output) {
+                                 const TensorRef& output, int sms) {
   if (plan.scatter_last) return "scatter_dim last";
-  if (!fused_rs_takes_rows(plan.out_rows)) return "rows per rank not a multiple of 256";
+  if (!fused_rs_takes_rows(plan.out_rows)) return "rows per rank not a multiple of 128";
+  if (plan.out_rows % kernels::fused::kClusterRows != 0) {
+    const int64_t tiles = plan.M / kernels::fused::kTileRows *
+                          ((plan.N + kernels::fused::kOneRowTileN - 1) / kernels::fused::kOneRowTileN);
+    if (tiles > kOneCtaRounds * sms) return "rows per rank an odd number of 128-row tiles, in more than two rounds of tiles";
+  }
   // The kernel's own tiles wait for the peers' pushes, which wait for what the peers' kernels stage:
   // with one hardware queue, the queue holds the pushes behind the kernel that waits for them.
   if (detail::one_device_connection()) return "one hardware queue per device (CUDA_DEVICE_MAX_CONNECTIONS=1)";
@@ -190,8 +203,8 @@ void run_fused_rs(Communicator& comm, const MatmulReduceScatterPlan& plan, const
   kernels::fused::load_fused_gemm_kernels();
   g.tile_n = fused_rs_tile_n(ws, plan.dtype, plan.M, plan.N, plan.k_local, m.sm_budget);
   const int64_t tiles_n = kernels::fused::StagedLayout::tiles_along(plan.N);
-  const kernels::fused::StagedLayout layout(reduce_in_epilogue(ws, plan.M / kernels::fused::kTileRows * tiles_n, m.sm_budget),
-                                            plan.N, g.tile_n);
+  const kernels::fused::StagedLayout layout(
+      reduce_in_epilogue(ws, rows, plan.M / kernels::fused::kTileRows * tiles_n, m.sm_budget), plan.N, g.tile_n);
   // The kernel's last warp zeroes the counts it pushes into before it says done (done_signal), which
   // the peer waits for before it pushes again.
   const bool push = layout.epilogue && push_from_kernel() && pr.done_signal() != nullptr;
@@ -296,22 +309,22 @@ void run_fused_rs(Communicator& comm, const MatmulReduceScatterPlan& plan, const
 void fused_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPlan& plan, const TensorRef& a,
                                  const TensorRef& b, const TensorRef& output, cudaStream_t stream,
                                  const AgreeFn& agree, int chunks_per_rank) {
-  const char* why = fused_rs_unsupported(plan, a, b, output);
+  const char* why = fused_rs_unsupported(plan, a, b, output, impl_of(comm).sm_budget);
   ASYNCTP_CHECK(*why == '\0', "fused matmul_reduce_scatter: ", why, "; such a call runs pipelined (ops::algorithm_that_runs)");
   run_fused_rs(comm, plan, a, b, output, stream, agree, chunks_per_rank, nullptr, nullptr);
 }
 
 const char* fused_scaled_rs_unsupported(const MatmulReduceScatterPlan& plan, const TensorRef& a, const TensorRef& b,
-                                        const TensorRef& output) {
+                                        const TensorRef& output, int sms) {
   const char* why = fused_scaling_unsupported(plan.scaling, plan.dtype, /*rowwise_too=*/false);
-  return *why != '\0' ? why : fused_rs_unsupported(plan, a, b, output);
+  return *why != '\0' ? why : fused_rs_unsupported(plan, a, b, output, sms);
 }
 
 void fused_scaled_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPlan& plan, const TensorRef& a,
                                         const TensorRef& b, const TensorRef& a_scale, const TensorRef& b_scale,
                                         const TensorRef& output, cudaStream_t stream, const AgreeFn& agree,
                                         int chunks_per_rank) {
-  const char* why = fused_scaled_rs_unsupported(plan, a, b, output);
+  const char* why = fused_scaled_rs_unsupported(plan, a, b, output, impl_of(comm).sm_budget);
   ASYNCTP_CHECK(*why == '\0', "fused scaled_matmul_reduce_scatter: ", why, " runs pipelined (ops dispatch)");
   run_fused_rs(comm, plan, a, b, output, stream, agree, chunks_per_rank, static_cast<const float*>(a_scale.data),
                static_cast<const float*>(b_scale.data));

@@ -44,8 +44,8 @@ Algorithm algorithm_that_runs(const algo::AllGatherMatmulPlan& plan, Algorithm c
 }
 
 Algorithm algorithm_that_runs(const algo::MatmulReduceScatterPlan& plan, const TensorRef& a, const TensorRef& b,
-                              const TensorRef& output, Algorithm chosen) {
-  if (chosen == Algorithm::kFused && *algo::fused_rs_unsupported(plan, a, b, output) != '\0') {
+                              const TensorRef& output, int sms, Algorithm chosen) {
+  if (chosen == Algorithm::kFused && *algo::fused_rs_unsupported(plan, a, b, output, sms) != '\0') {
     return Algorithm::kPipelined;
   }
   return chosen;
@@ -74,7 +74,7 @@ void run_matmul_reduce_scatter(Communicator& comm, const algo::MatmulReduceScatt
                                int chunks_per_rank, const TensorRef& a, const TensorRef& b, const TensorRef& output,
                                cudaStream_t stream, const algo::AgreeFn& agree) {
   run_guarded(comm, "matmul_reduce_scatter", [&] {
-    switch (algorithm_that_runs(plan, a, b, output, chosen)) {
+    switch (algorithm_that_runs(plan, a, b, output, impl_of(comm).sm_budget, chosen)) {
       case Algorithm::kPipelined:
         algo::pipelined_matmul_reduce_scatter(comm, plan, a, b, output, stream, agree, chunks_per_rank);
         return;
@@ -113,7 +113,8 @@ void run_scaled_matmul_reduce_scatter(Communicator& comm, const algo::MatmulRedu
                                       const TensorRef& a_scale, const TensorRef& b_scale, const TensorRef& output,
                                       cudaStream_t stream, const algo::AgreeFn& agree) {
   run_guarded(comm, "scaled_matmul_reduce_scatter", [&] {
-    if (chosen == Algorithm::kFused && *algo::fused_scaled_rs_unsupported(plan, a, b, output) == '\0') {
+    const int sms = impl_of(comm).sm_budget;
+    if (chosen == Algorithm::kFused && *algo::fused_scaled_rs_unsupported(plan, a, b, output, sms) == '\0') {
       algo::fused_scaled_matmul_reduce_scatter(comm, plan, a, b, a_scale, b_scale, output, stream, agree,
                                                chunks_per_rank);
       return;

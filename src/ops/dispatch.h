@@ -20,13 +20,14 @@ namespace asynctp::ops {
 // columns, so none can start early). It depends only on the agreed plan, so every rank takes the same
 // path.
 Algorithm algorithm_that_runs(const algo::AllGatherMatmulPlan& plan, Algorithm chosen);
-// The same for matmul_reduce_scatter: fused runs pipelined where the fused kernel does not take the
-// problem (algo::fused_rs_unsupported: scatter along the last dim, rows per rank not whole 256-row
-// clusters, shapes or pointers the kernel's loads cannot take, one hardware queue per device; the plan
-// has refused pointers off 16-byte boundaries on every rank, and the ranks agree on the queues, so
-// this too is alike on every rank).
+// The same for matmul_reduce_scatter on `sms` SMs a rank: fused runs pipelined where the fused kernel
+// does not take the problem (algo::fused_rs_unsupported: scatter along the last dim, rows per rank not
+// whole 128-row tiles, or an odd number of them in more than two rounds of tiles, shapes or pointers
+// the kernel's loads cannot take, one hardware queue per device; the plan has refused pointers off
+// 16-byte boundaries on every rank, and the ranks agree on the queues and the SMs, so this too is
+// alike on every rank).
 Algorithm algorithm_that_runs(const algo::MatmulReduceScatterPlan& plan, const TensorRef& a, const TensorRef& b,
-                              const TensorRef& output, Algorithm chosen);
+                              const TensorRef& output, int sms, Algorithm chosen);
 
 void run_all_gather_matmul(Communicator& comm, const algo::AllGatherMatmulPlan& plan, Algorithm chosen,
                            int chunks_per_rank, const TensorRef& a_shard, const SymmetricBuffer* a_symmetric,

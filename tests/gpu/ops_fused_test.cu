@@ -138,9 +138,9 @@ TEST(FusedOps, CapturedGraphReplays1000TimesWithChangingInputs) {
   });
 }
 
-// matmul_reduce_scatter: every option with rows per rank that the kernel takes (multiples of 256, up
-// to more tiles than one round holds, N not a multiple of the tile, K of one step, tiles 192 and 256
-// wide), and the cases that run pipelined instead (odd rows, scatter_dim last), every chunk count.
+// matmul_reduce_scatter: every option with rows per rank that the kernel takes (multiples of 128, up
+// to more tiles than one round holds, N not a multiple of the tile, K of one step, tiles 128, 192 and
+// 256 wide), and the cases that run pipelined instead (odd rows, scatter_dim last), every chunk count.
 int reduce_scatter_cases_on(RankContext& ctx, Communicator& comm) {
   Stream st;
   reference::Fp32Gemm fp32;
@@ -158,8 +158,30 @@ int reduce_scatter_cases_on(RankContext& ctx, Communicator& comm) {
         }
   // 384 columns are two tiles either way, and 192-wide ones leave no part of a tile idle.
   const char* forced = std::getenv("ASYNCTP_FUSED_RS_REDUCE");
-  RANK_CHECK(ws == 1 || widths.count(192) == 1 || (forced != nullptr && std::string(forced) == "epilogue"),
-             "no case ran the reduce-scatter's 192-wide tiles");
+  const bool forced_epilogue = forced != nullptr && std::string(forced) == "epilogue";
+  RANK_CHECK(ws == 1 || widths.count(192) == 1 || forced_epilogue, "no case ran the reduce-scatter's 192-wide tiles");
+  // An odd number of 128-row tiles a rank: one-CTA clusters of 128 x 128 tiles, reduced in fixup(), so
+  // not where the epilogue is forced. Each must run the fused kernel, not pipelined (3 tiles along N,
+  // the last one partial, within two rounds on every world size's SMs).
+  const auto fused_calls = [&comm] {
+    const algo::OverlapResources* pr = algo::Resources::of(comm).overlap.get();
+    return pr == nullptr ? uint64_t{0} : pr->fused_reductions(false) + pr->fused_reductions(true);
+  };
+  for (int64_t rows : {128, 384}) {
+    if (forced_epilogue) break;
+    for (bool col : {false, true})
+      for (DType dt : {DType::kBF16, DType::kFP16}) {
+        const uint64_t before = fused_calls();
+        run_rs_case(comm, RsCase{rows * ws, 264, 136 * ws, false, col, ReduceOp::kSum, dt, rows == 384}, st.s, fp32,
+                    with(Algorithm::kFused));
+        if (ws > 1) {
+          RANK_CHECK(algo::fused_rs_tile_n(ws, dt, rows * ws, 264, 136, impl_of(comm).sm_budget) ==
+                         kernels::fused::kOneRowTileN, rows, " rows a rank: not the one-CTA clusters' tiles");
+          RANK_CHECK(fused_calls() == before + 1, rows, " rows a rank ran pipelined, not fused");
+        }
+        ++n;
+      }
+  }
   for (int chunks : {1, 2, 3, kMaxChunksPerRank}) {
     run_rs_case(comm, RsCase{1024 * ws, 264, 136 * ws, false, chunks % 2 == 0, ReduceOp::kSum, DType::kBF16, false},
                 st.s, fp32, with(Algorithm::kFused, chunks));

@@ -150,23 +150,30 @@ TEST(FusedPlan, ReduceScatterChunksPerRank) {
 }
 
 TEST(FusedPlan, ReduceScatterBandsNeverSpanTwoRanksOrChunks) {
+  using kernels::fused::kClusterRows;
+  using kernels::fused::kTileRows;
   using kernels::fused::reduce_scatter_band_m;
-  EXPECT_EQ(reduce_scatter_band_m(2048, 512), 2);
-  EXPECT_EQ(reduce_scatter_band_m(8192, 2048), 8);
-  EXPECT_EQ(reduce_scatter_band_m(4096, 4096), 8);
+  EXPECT_EQ(reduce_scatter_band_m(2048, 512, kClusterRows), 2);
+  EXPECT_EQ(reduce_scatter_band_m(8192, 2048, kClusterRows), 8);
+  EXPECT_EQ(reduce_scatter_band_m(4096, 4096, kClusterRows), 8);
   // 1280 rows in chunks of 768 (5 and 3 cluster rows): a band of 3 would hold the last chunk's two
   // rows and the next rank's first.
-  EXPECT_EQ(reduce_scatter_band_m(1280, 768), 1);
-  EXPECT_EQ(reduce_scatter_band_m(1536, 1536), 6);
-  EXPECT_EQ(reduce_scatter_band_m(256 * 14, 256 * 14), 7);
-  for (int64_t rank = 1; rank <= 40; ++rank) {
-    for (int chunks = 1; chunks <= 4; ++chunks) {
-      const int64_t chunk = (rank + chunks - 1) / chunks;
-      const int band = reduce_scatter_band_m(rank * 256, chunk * 256);
-      EXPECT_EQ(rank % band, 0);
-      EXPECT_EQ(chunk % band, 0);
-      EXPECT_EQ((rank % chunk) % band, 0);  // the last, shorter chunk too
-      EXPECT_LE(band, 8);
+  EXPECT_EQ(reduce_scatter_band_m(1280, 768, kClusterRows), 1);
+  EXPECT_EQ(reduce_scatter_band_m(1536, 1536, kClusterRows), 6);
+  EXPECT_EQ(reduce_scatter_band_m(256 * 14, 256 * 14, kClusterRows), 7);
+  // One-CTA clusters count tile rows: 1152 rows (9) in chunks of 768 (6) make bands of 3.
+  EXPECT_EQ(reduce_scatter_band_m(1152, 768, kTileRows), 3);
+  EXPECT_EQ(reduce_scatter_band_m(128, 256, kTileRows), 1);
+  for (int64_t cluster_rows : {kClusterRows, kTileRows}) {
+    for (int64_t rank = 1; rank <= 40; ++rank) {
+      for (int chunks = 1; chunks <= 4; ++chunks) {
+        const int64_t chunk = (rank + chunks - 1) / chunks;
+        const int band = reduce_scatter_band_m(rank * cluster_rows, chunk * cluster_rows, cluster_rows);
+        EXPECT_EQ(rank % band, 0);
+        EXPECT_EQ(chunk % band, 0);
+        EXPECT_EQ((rank % chunk) % band, 0);  // the last, shorter chunk too
+        EXPECT_LE(band, 8);
+      }
     }
   }
 }
@@ -214,11 +221,20 @@ TEST(FusedPlan, AReduceScatterTakesNarrowerTilesOnlyWhereItReducesInFixup) {
   using kernels::fused::reduce_scatter_tile_n;
   // 512 x 5120 x 5120 on 132 SMs (256 rows on each of two ranks): 40 cluster tiles 256 wide on 66
   // clusters, 54 192 wide: one round either way, 3/4 as long in 192.
-  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kBF16, 512, 5120, 5120, 132), 192);
-  EXPECT_EQ(reduce_scatter_tile_n(true, Element::kBF16, 512, 5120, 5120, 132), 256);  // the epilogue's
-  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kFP8E4M3, 512, 5120, 5120, 132), 256);
+  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kBF16, 512, 5120, 5120, 256, 132), 192);
+  EXPECT_EQ(reduce_scatter_tile_n(true, Element::kBF16, 512, 5120, 5120, 256, 132), 256);  // the epilogue's
+  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kFP8E4M3, 512, 5120, 5120, 256, 132), 256);
   // 4096 x 3584 x 8192 on two ranks: 3.69 rounds 256 wide (the tail split 2 ways) against 5 192 wide.
-  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kBF16, 4096, 3584, 4096, 132), 256);
+  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kBF16, 4096, 3584, 4096, 2048, 132), 256);
+  // An odd number of tile rows a rank: 128-wide tiles in one-CTA clusters, in fp8 too.
+  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kBF16, 256, 4096, 4096, 128, 132), kernels::fused::kOneRowTileN);
+  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kFP8E4M3, 1152, 4096, 4096, 384, 132), kernels::fused::kOneRowTileN);
+  EXPECT_TRUE(algo::fused_rs_takes_rows(128));
+  EXPECT_TRUE(algo::fused_rs_takes_rows(384));
+  EXPECT_FALSE(algo::fused_rs_takes_rows(130));
+  EXPECT_EQ(algo::fused_rs_tile_n(2, DType::kBF16, 256, 4096, 4096, 132), kernels::fused::kOneRowTileN);
+  EXPECT_EQ(algo::fused_rs_tile_n(2, DType::kBF16, 1024, 5120, 5120, 132), 192);  // 160 tiles: in fixup()
+  EXPECT_EQ(algo::fused_rs_tile_n(2, DType::kBF16, 16384, 8192, 4096, 132), 256);  // 4096 tiles: in the epilogue
 }
 
 TEST(FusedPlan, ReduceScatterStagedLayoutAndCounts) {

@@ -288,7 +288,10 @@ CaseResult run_case(RankContext& ctx, Communicator& comm, const CaseSetup& args,
   } else if (fp8_fused) {
     g.alpha_ptr = scales.product();
   }
-  if ((scaled ? fp8_fused : args.time_fused_gemm) && *kernels::fused::fused_gemm_unsupported(g) == '\0') {
+  // Above one tile row a reduce-scatter's 128-wide tiles run one-CTA clusters, which only its own launch
+  // (rs.rank set) takes; a plain GEMM of that width would run the ping-pong schedule, so none is timed.
+  const bool rs_own_clusters = !ag && g.tile_n == kernels::fused::kOneRowTileN && gm > kernels::fused::kTileRows;
+  if ((scaled ? fp8_fused : args.time_fused_gemm) && !rs_own_clusters && *kernels::fused::fused_gemm_unsupported(g) == '\0') {
     algo::attach_grid(comm, g, stream);
     timed.push_back([&] { kernels::fused::run_fused_gemm(g, stream); });
     results.push_back(&result.fused_gemm_us);

@@ -63,7 +63,7 @@ const char* const kUsage =
     "fused kernel is also timed as a plain GEMM beside cuBLAS (ag: every chunk in place; rs: the\n"
     "partial GEMM in the reduce-scatter's tiles at this world size, 256 or 192 wide, as at three\n"
     "ranks where there is one, nothing staged or reduced). fused runs\n"
-    "gather-dim last, scatter-dim last, and rs with rows per rank not a multiple of 256 through\n"
+    "gather-dim last, scatter-dim last, and rs with rows per rank not a multiple of 128 through\n"
     "pipelined.\n";
 
 std::vector<Shape> seed_shapes() {

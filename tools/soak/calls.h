@@ -25,7 +25,7 @@ struct Call {
 // A random legal call with every dim of the global problem at most `max_dim` (a multiple of 8 times
 // the world size, >= 256 * world size): dtype, B layout, dim, shapes, number of B, return_a and the
 // reduction vary. Half of the reduce-scatters along dim 0 have rows per rank a multiple of 256 (the
-// fused kernel's case) and a third of the all-gathers along dim 0 have them a multiple of 128.
+// fused kernel's 2 x 1 clusters; 128 takes it too, in one-CTA clusters) and a third of the all-gathers along dim 0 have them a multiple of 128.
 Call draw_call(std::mt19937_64& rng, bool ag, int world_size, int64_t max_dim);
 
 std::string describe(const Call& c);

@@ -25,7 +25,10 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 // bands are a matter of correctness: reduce_scatter_band_m.)
 // ASYNCTP_FUSED_BAND_M overrides it for measurement (docs/design/fused_all_gather_matmul.md).
 int band_m_for(const FusedGemmArgs& a) {
-  if (a.rs.rank >= 0) return reduce_scatter_band_m(a.rs.rows_per_rank, a.rs.rows_per_chunk);
+  if (a.rs.rank >= 0) {
+    return reduce_scatter_band_m(a.rs.rows_per_rank, a.rs.rows_per_chunk,
+                                 a.tile_n == kOneRowTileN ? kTileRows : kClusterRows);
+  }
   static const int forced = detail::knob_int(detail::Knob::kFusedBandM, 0);
   if (forced > 0) return forced;
   constexpr int kDeepest = 8;
@@ -78,8 +81,9 @@ void launch_pingpong(const FusedGemmArgs& a, cudaStream_t stream) {
 }
 
 // The instantiation for kElement and kLayoutB that `a` needs: the two-rank reduce-scatter's, whose
-// epilogue does the reduction, the one for a problem of one tile row, the ping-pong schedule's (tile_n
-// kPingpongTileN above one tile row), or the fused GEMM's of width `tile_n`.
+// epilogue does the reduction, the one-CTA clusters' (a problem of one tile row, or a reduce-scatter's
+// of kOneRowTileN-wide tiles), the ping-pong schedule's (tile_n kPingpongTileN, an all-gather's above
+// one tile row), or the fused GEMM's of width `tile_n`.
 template <bool kLoad, Element kElement, Layout kLayoutB>
 void launch_typed(const FusedGemmArgs& a, int tile_n, cudaStream_t stream) {
   if (a.rs.rank >= 0 && a.rs.reduce_in_epilogue) {
@@ -88,7 +92,7 @@ void launch_typed(const FusedGemmArgs& a, int tile_n, cudaStream_t stream) {
     } else {
       launch_rs_gemm_instance<kElement, kLayoutB>(a, stream);
     }
-  } else if (tile_n == kOneRowTileN && a.M <= kTileRows) {
+  } else if (tile_n == kOneRowTileN && (a.M <= kTileRows || a.rs.rank >= 0)) {
     launch_one_row<kLoad, kElement, kLayoutB>(a, stream);
   } else if (tile_n == kPingpongTileN) {
     launch_pingpong<kLoad, kElement, kLayoutB>(a, stream);
@@ -142,8 +146,8 @@ int sm_count() {
 
 int grid_sms(const FusedGemmArgs& args) { return args.sms > 0 ? std::min(args.sms, sm_count()) : sm_count(); }
 
-int reduce_scatter_band_m(int64_t rows_per_rank, int64_t rows_per_chunk) {
-  int64_t a = rows_per_rank / kClusterRows, b = rows_per_chunk / kClusterRows;
+int reduce_scatter_band_m(int64_t rows_per_rank, int64_t rows_per_chunk, int64_t cluster_rows) {
+  int64_t a = rows_per_rank / cluster_rows, b = rows_per_chunk / cluster_rows;
   while (b != 0) a %= b, std::swap(a, b);  // a = gcd
   for (int64_t band = std::min<int64_t>(8, a); band > 1; --band) {
     if (a % band == 0) return static_cast<int>(band);
@@ -252,9 +256,13 @@ void run_fused_gemm(const FusedGemmArgs& args, cudaStream_t stream) {
   if (a.max_splits <= 0) a.max_splits = max_splits;
   ASYNCTP_CHECK(a.tile_n == 0 || a.tile_n == kOneRowTileN || a.tile_n == 192 || a.tile_n == 256,
                 "fused GEMM: tile_n is ", a.tile_n, "; expected 0, ", kOneRowTileN, ", 192 or 256");
-  ASYNCTP_CHECK(a.rs.rank < 0 || a.tile_n == 0 || a.tile_n == kRsTileN || (a.tile_n == 192 && !a.rs.reduce_in_epilogue),
-                "fused reduce-scatter: tile_n is ", a.tile_n, "; expected ", kRsTileN,
-                ", or 192 where the reduction runs in fixup() (reduce_scatter_tile_n)");
+  ASYNCTP_CHECK(a.rs.rank < 0 || a.tile_n == 0 || a.tile_n == kRsTileN ||
+                    ((a.tile_n == 192 || a.tile_n == kOneRowTileN) && !a.rs.reduce_in_epilogue),
+                "fused reduce-scatter: tile_n is ", a.tile_n, "; expected ", kRsTileN, ", or 192 or ", kOneRowTileN,
+                " where the reduction runs in fixup() (reduce_scatter_tile_n)");
+  ASYNCTP_CHECK(a.rs.rank < 0 || a.rs.rows_per_rank % (a.tile_n == kOneRowTileN ? kTileRows : kClusterRows) == 0,
+                "fused reduce-scatter: ", a.rs.rows_per_rank, " rows per rank are not whole clusters of ",
+                a.tile_n == kOneRowTileN ? kTileRows : kClusterRows, " rows (reduce_scatter_tile_n)");
   ASYNCTP_CHECK(!a.rs.reduce_in_epilogue || (a.rs.rank >= 0 && a.rs.world == 2),
                 "fused reduce-scatter: the reduction in the epilogue takes two ranks, not ", a.rs.world);
   const int tile_n = a.tile_n != 0 ? a.tile_n : a.rs.rank >= 0 ? static_cast<int>(kRsTileN) : tile_n_for(a);

@@ -39,8 +39,9 @@ ASYNCTP_AG_GEMM_DECLARE(kFP16, kColMajor, 192)
 ASYNCTP_AG_GEMM_DECLARE(kFP8E4M3, kColMajor, 256)  // fp8: B column-major, a bf16 product
 #undef ASYNCTP_AG_GEMM_DECLARE
 
-// Problems of one tile row (M <= kTileRows, not a reduce-scatter's product): tiles 128 x kOneRowTileN
-// in one-CTA clusters (tile_shape.h); fp8 as the wider fp8 instantiation takes it.
+// Problems of one tile row (M <= kTileRows), and a reduce-scatter's product of an odd number of tile
+// rows a rank (reduced in fixup(): reduce_scatter_tile_n): tiles 128 x kOneRowTileN in one-CTA clusters
+// (tile_shape.h); fp8 as the wider fp8 instantiation takes it.
 template <Element kElement, Layout kLayoutB>
 void launch_one_row_gemm_instance(const FusedGemmArgs& args, cudaStream_t stream);
 template <Element kElement, Layout kLayoutB>

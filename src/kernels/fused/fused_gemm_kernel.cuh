@@ -57,7 +57,8 @@ using CutlassLayoutB =
     std::conditional_t<kLayoutB == Layout::kRowMajor, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
 
 // kClusterM: CTAs per cluster along M, sharing B's loads (2), or one (a problem of one tile row, where a
-// second CTA along M would have no rows: fused_gemm_instances.h). kRowScales: fp8 with row-wise
+// second CTA along M would have no rows, and a reduce-scatter's of an odd number of tile rows a rank,
+// where it would hold two ranks' rows: fused_gemm_instances.h). kRowScales: fp8 with row-wise
 // scales, applied by the epilogue (FusedGemmArgs::row_scales).
 template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue = false, int kClusterM = 2,
           bool kRowScales = false, bool kPingpong = false>
@@ -66,7 +67,7 @@ struct FusedGemmKernel {
   using ClusterShape = cute::Shape<cute::Int<kClusterM>, cute::_1, cute::_1>;
   static constexpr int64_t kRowsPerCluster = kTileRows * kClusterM;  // the scheduler's unit of order
   static_assert(kClusterM == 2 || (kClusterM == 1 && !kReduceInEpilogue),
-                "one-CTA clusters are for the all-gather's problems of one tile row");
+                "one-CTA clusters are for problems of one tile row, and a reduce-scatter's reduced in fixup()");
   using ElementD = ProductElement<Element>;
   static constexpr int kAlign = 16 / sizeof(Element);    // elements per 16 bytes: what TMA needs
   static constexpr int kAlignD = 16 / sizeof(ElementD);

@@ -12,12 +12,17 @@
 
 namespace asynctp::kernels::fused {
 
-// The width of a reduce-scatter's tiles for an M x N x K partial product on `sms` SMs, which every rank
-// computes alike (the staged layout and the counts follow it): kRsTileN where the two-rank reduction
-// runs in the epilogue (its instantiations are that wide) and in fp8 (no narrower cooperative fp8
-// tiles); else pick_tile_n's 192 or 256, as an all-gather's cooperative kernel takes, counted with
-// the split last round whether or not this rank has the split's workspace.
-inline int reduce_scatter_tile_n(bool reduce_in_epilogue, Element dtype, int64_t M, int64_t N, int64_t K, int sms) {
+// The width of a reduce-scatter's tiles for an M x N x K partial product of `rows_per_rank` rows a rank
+// on `sms` SMs, which every rank computes alike (the staged layout and the counts follow it):
+//  - rows per rank an odd multiple of kTileRows: kOneRowTileN, in one-CTA clusters (the instantiation
+//    of problems of one tile row), since a 2 x 1 cluster would hold two ranks' rows;
+//  - where the two-rank reduction runs in the epilogue (its instantiations), and in fp8 (no narrower
+//    cooperative fp8 tiles): kRsTileN;
+//  - else pick_tile_n's 192 or 256, as an all-gather's cooperative kernel takes, counted with the split
+//    last round whether or not this rank has the split's workspace.
+inline int reduce_scatter_tile_n(bool reduce_in_epilogue, Element dtype, int64_t M, int64_t N, int64_t K,
+                                 int64_t rows_per_rank, int sms) {
+  if (rows_per_rank % kClusterRows != 0) return kOneRowTileN;
   if (reduce_in_epilogue || dtype == Element::kFP8E4M3 || M <= kTileRows) return static_cast<int>(kRsTileN);
   return pick_tile_n(M, N, K, sms, kMaxTailSplits);
 }
@@ -45,8 +50,9 @@ struct StagedLayout {
   }
 };
 
-// A rank's rows cut into `chunks` bands of whole clusters (a band of tiles stays within a chunk):
-// `used` chunks of `rows` rows each, the last one shorter where they do not divide.
+// A rank's rows cut into `chunks` bands of whole 2 x 1 clusters (a band of tiles stays within a chunk):
+// `used` chunks of `rows` rows each, the last one shorter where they do not divide (an odd number of
+// tile rows, in one-CTA clusters, ends a rank's last chunk).
 struct RowChunks {
   int64_t rows = 0;
   int used = 0;

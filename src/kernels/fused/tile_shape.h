@@ -12,7 +12,8 @@ constexpr int64_t kTileRows = 128;
 constexpr int64_t kClusterRows = 2 * kTileRows;
 // A problem of one tile row (M <= kTileRows) runs in one-CTA clusters of tiles this wide: a 2x1 cluster
 // would leave its second CTA without rows, and 128-wide tiles give twice the units of work to spread
-// over the SMs (fused_gemm_instances.h).
+// over the SMs (fused_gemm_instances.h). So does a reduce-scatter's of an odd number of tile rows a
+// rank, where a 2x1 cluster would hold two ranks' rows.
 constexpr int kOneRowTileN = 128;
 // An all-gather's problem of a few rounds of tiles runs tiles this wide in 2 x 1 clusters under
 // CUTLASS's ping-pong schedule (pingpong_takes); at one tile row, kOneRowTileN's one-CTA clusters take

@@ -30,13 +30,11 @@ const char* trace_dir() {
   return dir.empty() ? nullptr : dir.c_str();
 }
 
-// Records a launch can write: every cluster tile (at the narrowest tile), each split kMaxTailSplits
-// ways at most, one record per CTA. A problem of one tile row has tiles of its own (pick_tile_n).
+// Records a launch can write: kTraceCtasPerCluster per unit of work (tile_trace.cuh), and at most a
+// unit per tile of the narrowest kind (128 x 128, in one-CTA clusters), each split kMaxTailSplits ways.
 size_t records_for(const FusedGemmArgs& a) {
-  const bool one_row = a.M <= kTileRows;
-  const int64_t rows = one_row ? kTileRows : kClusterRows, narrowest = one_row ? kOneRowTileN : 192;
-  const int64_t clusters = (a.M + rows - 1) / rows * ((a.N + narrowest - 1) / narrowest);
-  return static_cast<size_t>(clusters * kMaxTailSplits * kTraceCtasPerCluster);
+  const int64_t tiles = (a.M + kTileRows - 1) / kTileRows * ((a.N + kOneRowTileN - 1) / kOneRowTileN);
+  return static_cast<size_t>(tiles * kMaxTailSplits * kTraceCtasPerCluster);
 }
 
 struct TraceBuffer {
