@@ -61,10 +61,11 @@ const char* const kUsage =
     "by a spin barrier on shared host memory.\n"
     "Overlap efficiency = max(GEMM alone, communication alone) / time. With fused in --algorithms, the\n"
     "fused kernel is also timed as a plain GEMM beside cuBLAS (ag: every chunk in place; rs: the\n"
-    "partial GEMM in the reduce-scatter's tiles at this world size, 256 or 192 wide, as at three\n"
-    "ranks where there is one, nothing staged or reduced). fused runs\n"
-    "gather-dim last, scatter-dim last, and rs with rows per rank not a multiple of 128 through\n"
-    "pipelined.\n";
+    "partial GEMM in the reduce-scatter's tiles at this world size, 256 or 192 wide, or 128 in\n"
+    "one-CTA clusters at an odd number of 128-row tiles a rank, which only a problem of one tile\n"
+    "row times; as at three ranks where there is one; nothing staged or reduced). fused runs\n"
+    "gather-dim last, scatter-dim last, and rs with rows per rank not a multiple of 128 (or an odd\n"
+    "number of 128-row tiles in more than two rounds of 128 x 128 tiles) through pipelined.\n";
 
 std::vector<Shape> seed_shapes() {
   return {{4096, 3584, 8192}, {2048, 3584, 8192}, {4096, 6656, 16384}, {16384, 8192, 8192}};
