@@ -171,6 +171,20 @@ TEST(FusedKernel, SplitLastRoundMatchesReferenceAndRepeatsBitForBit) {
       const auto second = run_checked(*comm, c, 11, kernels::fused::kMaxTailSplits, fp32, s);
       RANK_CHECK(first == second, "ping-pong ", c.M, "x", c.N, "x", c.K, ": two launches gave different bits");
     }
+    // An odd number of tile rows within a round: 128 x 128 tiles in one-CTA clusters, the kernel's
+    // choice (one_cta_takes), split over the idle SMs like a problem of one tile row.
+    const std::vector<KernelCase> one_cta = {
+        {384, 4096, 1024, DType::kBF16, false, false},
+        {300, 520, 1000, DType::kFP16, true, false},
+    };
+    for (const KernelCase& c : one_cta) {
+      RANK_CHECK(kernels::fused::one_cta_takes(c.M, c.N, sms, element_of(c.dtype)), c.M, "x", c.N,
+                 ": not one-CTA clusters on ", sms, " SMs");
+      const auto first = run_checked(*comm, c, 11, kernels::fused::kMaxTailSplits, fp32, s);
+      const auto second = run_checked(*comm, c, 11, kernels::fused::kMaxTailSplits, fp32, s);
+      RANK_CHECK(first == second, "one-CTA ", c.M, "x", c.N, "x", c.K, ": two launches gave different bits");
+      (void)run_checked(*comm, c, 23, 1, fp32, s);  // every tile whole
+    }
     cudaStreamDestroy(s);
     return 0;
   });

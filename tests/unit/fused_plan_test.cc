@@ -56,6 +56,17 @@ TEST(FusedPlan, ThePingpongScheduleTakesOneClusterTileAClusterIn16BitsAndThreeIn
   EXPECT_FALSE(pingpong_takes(1024, 4096, 66, kFP8));   // 128
 }
 
+TEST(FusedPlan, AnOddNumberOfTileRowsWithinARoundTakesOneCtaClusters) {
+  using kernels::fused::one_cta_takes;
+  EXPECT_TRUE(one_cta_takes(384, 4096, 132, Element::kBF16));   // 3 x 32 = 96 tiles of 128 x 128
+  EXPECT_TRUE(one_cta_takes(300, 520, 132, Element::kFP16));    // 3 x 5, ragged
+  EXPECT_TRUE(one_cta_takes(640, 2048, 132, Element::kBF16));   // 5 x 16
+  EXPECT_FALSE(one_cta_takes(512, 4096, 132, Element::kBF16));  // 4 tile rows: whole 2 x 1 clusters
+  EXPECT_FALSE(one_cta_takes(384, 8192, 132, Element::kBF16));  // 192 tiles: more than a round
+  EXPECT_FALSE(one_cta_takes(128, 4096, 132, Element::kBF16));  // one tile row: its own rule
+  EXPECT_FALSE(one_cta_takes(384, 4096, 132, Element::kFP8E4M3));
+}
+
 TEST(FusedPlan, TileWidthCountsTheSplitLastRound) {
   // 4096 x 3584: 256-wide, 3 rounds and 26 tiles split 2 ways (3.5 x 256 = 896) against 192-wide, 4
   // rounds and 40 tiles, too many to split (5 x 192 = 960).

@@ -44,7 +44,7 @@ int tile_n_for(const FusedGemmArgs& a) {
                   "; expected ", kOneRowTileN, ", 192 or 256");
     if (a.dtype != Element::kFP8E4M3 || forced != 192) return forced;  // fp8 has no 192-wide tiles
   }
-  if (a.M <= kTileRows) return kOneRowTileN;
+  if (a.M <= kTileRows || one_cta_takes(a.M, a.N, grid_sms(a), a.dtype)) return kOneRowTileN;
   if (pingpong_takes(a.M, a.N, grid_sms(a), a.dtype)) return kPingpongTileN;
   if (a.dtype == Element::kFP8E4M3) return 256;  // no 192-wide fp8 tiles
   return pick_tile_n(a.M, a.N, a.K, grid_sms(a), a.split_workspace != nullptr ? a.max_splits : 1);
@@ -58,6 +58,12 @@ void launch_one(const FusedGemmArgs& a, cudaStream_t stream) {
   } else {
     launch_fused_gemm_instance<kElement, kLayoutB, kTileN>(a, stream);
   }
+}
+
+// Whether a kOneRowTileN-wide launch of `a` runs one-CTA clusters (the instantiations of problems of one
+// tile row), not the ping-pong schedule's 2 x 1.
+bool one_cta_clusters(const FusedGemmArgs& a) {
+  return a.M <= kTileRows || a.rs.rank >= 0 || one_cta_takes(a.M, a.N, grid_sms(a), a.dtype);
 }
 
 // Launches (or, kLoad, only loads) the instantiation for problems of one tile row.
@@ -81,9 +87,8 @@ void launch_pingpong(const FusedGemmArgs& a, cudaStream_t stream) {
 }
 
 // The instantiation for kElement and kLayoutB that `a` needs: the two-rank reduce-scatter's, whose
-// epilogue does the reduction, the one-CTA clusters' (a problem of one tile row, or a reduce-scatter's
-// of kOneRowTileN-wide tiles), the ping-pong schedule's (tile_n kPingpongTileN, an all-gather's above
-// one tile row), or the fused GEMM's of width `tile_n`.
+// epilogue does the reduction, the one-CTA clusters' (one_cta_clusters), the ping-pong schedule's
+// (tile_n kPingpongTileN elsewhere), or the fused GEMM's of width `tile_n`.
 template <bool kLoad, Element kElement, Layout kLayoutB>
 void launch_typed(const FusedGemmArgs& a, int tile_n, cudaStream_t stream) {
   if (a.rs.rank >= 0 && a.rs.reduce_in_epilogue) {
@@ -92,7 +97,7 @@ void launch_typed(const FusedGemmArgs& a, int tile_n, cudaStream_t stream) {
     } else {
       launch_rs_gemm_instance<kElement, kLayoutB>(a, stream);
     }
-  } else if (tile_n == kOneRowTileN && (a.M <= kTileRows || a.rs.rank >= 0)) {
+  } else if (tile_n == kOneRowTileN && one_cta_clusters(a)) {
     launch_one_row<kLoad, kElement, kLayoutB>(a, stream);
   } else if (tile_n == kPingpongTileN) {
     launch_pingpong<kLoad, kElement, kLayoutB>(a, stream);
@@ -170,7 +175,13 @@ int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits) {
   return cost(192) < 0.95 * cost(256) ? 192 : 256;
 }
 
-static_assert(kPingpongTileN == kOneRowTileN, "tile_n 128 names the one-row instantiation or the ping-pong one by M");
+static_assert(kPingpongTileN == kOneRowTileN, "tile_n 128 names one-CTA clusters or the ping-pong schedule by the problem");
+
+bool one_cta_takes(int64_t M, int64_t N, int sms, Element dtype) {
+  if (dtype == Element::kFP8E4M3 || M <= kTileRows) return false;
+  const int64_t tile_rows = (M + kTileRows - 1) / kTileRows;
+  return tile_rows % 2 == 1 && tile_rows * ((N + kOneRowTileN - 1) / kOneRowTileN) <= sms;
+}
 
 bool pingpong_takes(int64_t M, int64_t N, int sms, Element dtype) {
   if (M <= kTileRows) return false;

@@ -40,7 +40,10 @@ struct FusedGemmArgs {
   const float* col_scales = nullptr;
   ChunkFlags chunks;              // chunks.flags null: every row of `a` is in place (a plain GEMM)
   int band_m = 0;                 // tile order (async_input_scheduler.cuh); 0 picks the default
-  int tile_n = 0;  // 192 or 256; kOneRowTileN (M <= kTileRows) or kPingpongTileN (above: the ping-pong schedule); 0 picks it (pingpong_takes, pick_tile_n; a reduce-scatter's: reduce_scatter_tile_n)
+  // 192 or 256; or 128: kOneRowTileN in one-CTA clusters (M <= kTileRows, one_cta_takes, a reduce-scatter's
+  // odd tile rows a rank), else kPingpongTileN (the ping-pong schedule); 0 picks it (one_cta_takes,
+  // pingpong_takes, pick_tile_n; a reduce-scatter's: reduce_scatter_tile_n).
+  int tile_n = 0;
   // Lets the kernel split its last round of tiles along K (tail_split.h): tail_split_workspace_bytes(
   // split_sms) bytes whose counters start at zero (algo::Resources::tail_split_workspace). Null:
   // every tile is computed whole. split_wait bounds the wait of a tile's last split for the others.
@@ -65,6 +68,12 @@ const char* fused_gemm_unsupported(const FusedGemmArgs& args);
 // along K where tail_split.h would), times the tile's width, cost less (by 5% for the narrower; no
 // more than `max_splits` ways). ASYNCTP_FUSED_TILE_N=128|192|256 overrides it for measurement.
 int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits);
+
+// Whether an all-gather's 16-bit M x N GEMM of an odd number of tile rows above one (384 rows, 640, ...)
+// runs kOneRowTileN-wide tiles in one-CTA clusters, as a problem of one tile row does: where those
+// tiles fit one round on `sms` SMs. A 2 x 1 cluster's last row of tiles there is half empty
+// (docs/design/fused_all_gather_matmul.md, "One-CTA clusters at an odd number of tile rows").
+bool one_cta_takes(int64_t M, int64_t N, int sms, Element dtype);
 
 // Whether an all-gather's M x N GEMM of more than one tile row on `sms` SMs runs the ping-pong
 // schedule's kPingpongTileN-wide tiles (never split along K): where it has at most one such cluster
