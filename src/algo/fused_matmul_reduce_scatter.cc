@@ -51,6 +51,17 @@ bool reduce_in_epilogue(int world_size, int64_t rows_per_rank, int64_t tiles, in
 // "The reduce-scatter at an odd number of tile rows a rank").
 constexpr int64_t kOneCtaRounds = 2;
 
+// The staged layout of a reduce-scatter's M x N x k_local partial product on `world_size` ranks with
+// `sms` SMs each: the way of reducing, then the tiles' width (kernels::fused::reduce_scatter_tile_n).
+kernels::fused::StagedLayout staged_layout_of(int world_size, DType dtype, int64_t M, int64_t N, int64_t k_local,
+                                              int sms) {
+  const int64_t rows_per_rank = M / world_size;
+  const int64_t tiles = M / kernels::fused::kTileRows * kernels::fused::StagedLayout::tiles_along(N);
+  const bool epilogue = reduce_in_epilogue(world_size, rows_per_rank, tiles, sms);
+  return kernels::fused::StagedLayout(
+      epilogue, N, kernels::fused::reduce_scatter_tile_n(epilogue, element_of(dtype), M, N, k_local, rows_per_rank, sms));
+}
+
 // What the fused reduce-scatter's pushes read from the host: with the peers' inboxes, the key of their
 // recorded replay (StreamReplay::key_of), so 64-bit fields only (no padding).
 struct PushWork {
@@ -127,10 +138,7 @@ void run_pushed_from_kernel(Communicator& comm, OverlapResources& pr, SymmetricB
 }  // namespace
 
 int fused_rs_tile_n(int world_size, DType dtype, int64_t M, int64_t N, int64_t k_local, int sms) {
-  const int64_t rows_per_rank = M / world_size;
-  const bool epilogue = reduce_in_epilogue(world_size, rows_per_rank,
-                                           M / kernels::fused::kTileRows * kernels::fused::StagedLayout::tiles_along(N), sms);
-  return kernels::fused::reduce_scatter_tile_n(epilogue, element_of(dtype), M, N, k_local, rows_per_rank, sms);
+  return staged_layout_of(world_size, dtype, M, N, k_local, sms).tile_n;
 }
 
 int resolve_fused_rs_chunks(int requested, int64_t rows_per_rank) {
@@ -201,10 +209,8 @@ void run_fused_rs(Communicator& comm, const MatmulReduceScatterPlan& plan, const
 
   OverlapResources& pr = OverlapResources::of(comm, stream);
   kernels::fused::load_fused_gemm_kernels();
-  g.tile_n = fused_rs_tile_n(ws, plan.dtype, plan.M, plan.N, plan.k_local, m.sm_budget);
-  const int64_t tiles_n = kernels::fused::StagedLayout::tiles_along(plan.N);
-  const kernels::fused::StagedLayout layout(
-      reduce_in_epilogue(ws, rows, plan.M / kernels::fused::kTileRows * tiles_n, m.sm_budget), plan.N, g.tile_n);
+  const kernels::fused::StagedLayout layout = staged_layout_of(ws, plan.dtype, plan.M, plan.N, plan.k_local, m.sm_budget);
+  g.tile_n = static_cast<int>(layout.tile_n);
   // The kernel's last warp zeroes the counts it pushes into before it says done (done_signal), which
   // the peer waits for before it pushes again.
   const bool push = layout.epilogue && push_from_kernel() && pr.done_signal() != nullptr;

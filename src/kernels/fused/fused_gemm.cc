@@ -19,16 +19,16 @@ namespace {
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
+// Rows of a reduce-scatter's cluster: one tile's in its kOneRowTileN-wide one-CTA clusters, else two.
+int64_t rs_cluster_rows(const FusedGemmArgs& a) { return a.tile_n == kOneRowTileN ? kTileRows : kClusterRows; }
+
 // Cluster rows the scheduler walks down before moving along N: deeper bands reuse B in L2 (a plain
 // GEMM gains up to 5% at the large seed shapes with 8), but a band that spans several chunks makes
 // its first tiles wait for the band's last chunk, so a band stays within one chunk. (A reduce-scatter's
 // bands are a matter of correctness: reduce_scatter_band_m.)
 // ASYNCTP_FUSED_BAND_M overrides it for measurement (docs/design/fused_all_gather_matmul.md).
 int band_m_for(const FusedGemmArgs& a) {
-  if (a.rs.rank >= 0) {
-    return reduce_scatter_band_m(a.rs.rows_per_rank, a.rs.rows_per_chunk,
-                                 a.tile_n == kOneRowTileN ? kTileRows : kClusterRows);
-  }
+  if (a.rs.rank >= 0) return reduce_scatter_band_m(a.rs.rows_per_rank, a.rs.rows_per_chunk, rs_cluster_rows(a));
   static const int forced = detail::knob_int(detail::Knob::kFusedBandM, 0);
   if (forced > 0) return forced;
   constexpr int kDeepest = 8;
@@ -271,9 +271,9 @@ void run_fused_gemm(const FusedGemmArgs& args, cudaStream_t stream) {
                     ((a.tile_n == 192 || a.tile_n == kOneRowTileN) && !a.rs.reduce_in_epilogue),
                 "fused reduce-scatter: tile_n is ", a.tile_n, "; expected ", kRsTileN, ", or 192 or ", kOneRowTileN,
                 " where the reduction runs in fixup() (reduce_scatter_tile_n)");
-  ASYNCTP_CHECK(a.rs.rank < 0 || a.rs.rows_per_rank % (a.tile_n == kOneRowTileN ? kTileRows : kClusterRows) == 0,
-                "fused reduce-scatter: ", a.rs.rows_per_rank, " rows per rank are not whole clusters of ",
-                a.tile_n == kOneRowTileN ? kTileRows : kClusterRows, " rows (reduce_scatter_tile_n)");
+  ASYNCTP_CHECK(a.rs.rank < 0 || a.rs.rows_per_rank % rs_cluster_rows(a) == 0, "fused reduce-scatter: ",
+                a.rs.rows_per_rank, " rows per rank are not whole clusters of ", rs_cluster_rows(a),
+                " rows (reduce_scatter_tile_n)");
   ASYNCTP_CHECK(!a.rs.reduce_in_epilogue || (a.rs.rank >= 0 && a.rs.world == 2),
                 "fused reduce-scatter: the reduction in the epilogue takes two ranks, not ", a.rs.world);
   const int tile_n = a.tile_n != 0 ? a.tile_n : a.rs.rank >= 0 ? static_cast<int>(kRsTileN) : tile_n_for(a);
