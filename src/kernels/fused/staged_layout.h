@@ -23,7 +23,7 @@ namespace asynctp::kernels::fused {
 inline int reduce_scatter_tile_n(bool reduce_in_epilogue, Element dtype, int64_t M, int64_t N, int64_t K,
                                  int64_t rows_per_rank, int sms) {
   if (rows_per_rank % kClusterRows != 0) return kOneRowTileN;
-  if (reduce_in_epilogue || dtype == Element::kFP8E4M3 || M <= kTileRows) return static_cast<int>(kRsTileN);
+  if (reduce_in_epilogue || dtype == Element::kFP8E4M3) return static_cast<int>(kRsTileN);
   return pick_tile_n(M, N, K, sms, kMaxTailSplits);
 }
 
