@@ -41,7 +41,7 @@ bool reduce_in_epilogue(int world_size, int64_t rows_per_rank, int64_t tiles, in
   if (forced == 1) {
     ASYNCTP_CHECK(world_size == 2, "ASYNCTP_FUSED_RS_REDUCE=epilogue takes two ranks; this communicator has ", world_size);
   }
-  if (rows_per_rank % kernels::fused::kClusterRows != 0) return false;
+  if (kernels::fused::reduce_scatter_one_cta(rows_per_rank)) return false;
   if (forced != 0) return forced == 1;
   return world_size == 2 && tiles >= kEpilogueFromRounds * sms;
 }
@@ -153,7 +153,7 @@ const char* fused_rs_unsupported(const MatmulReduceScatterPlan& plan, const Tens
                                  const TensorRef& output, int sms) {
   if (plan.scatter_last) return "scatter_dim last";
   if (!fused_rs_takes_rows(plan.out_rows)) return "rows per rank not a multiple of 128";
-  if (plan.out_rows % kernels::fused::kClusterRows != 0) {
+  if (kernels::fused::reduce_scatter_one_cta(plan.out_rows)) {
     const int64_t tiles = plan.M / kernels::fused::kTileRows *
                           ((plan.N + kernels::fused::kOneRowTileN - 1) / kernels::fused::kOneRowTileN);
     if (tiles > kOneCtaRounds * sms) return "rows per rank an odd number of 128-row tiles, in more than two rounds of tiles";

@@ -12,6 +12,10 @@
 
 namespace asynctp::kernels::fused {
 
+// Whether a reduce-scatter of `rows_per_rank` rows a rank (whole 128-row tiles) runs one-CTA clusters: an
+// odd number of tile rows, where a 2 x 1 cluster would hold two ranks' rows.
+inline bool reduce_scatter_one_cta(int64_t rows_per_rank) { return rows_per_rank % kClusterRows != 0; }
+
 // The width of a reduce-scatter's tiles for an M x N x K partial product of `rows_per_rank` rows a rank
 // on `sms` SMs, which every rank computes alike (the staged layout and the counts follow it):
 //  - rows per rank an odd multiple of kTileRows: kOneRowTileN, in one-CTA clusters (the instantiation
@@ -22,7 +26,7 @@ namespace asynctp::kernels::fused {
 //    last round whether or not this rank has the split's workspace.
 inline int reduce_scatter_tile_n(bool reduce_in_epilogue, Element dtype, int64_t M, int64_t N, int64_t K,
                                  int64_t rows_per_rank, int sms) {
-  if (rows_per_rank % kClusterRows != 0) return kOneRowTileN;
+  if (reduce_scatter_one_cta(rows_per_rank)) return kOneRowTileN;
   if (reduce_in_epilogue || dtype == Element::kFP8E4M3) return static_cast<int>(kRsTileN);
   return pick_tile_n(M, N, K, sms, kMaxTailSplits);
 }
