@@ -16,7 +16,7 @@
 extern "C" {
 #endif
 
-#define ASYNCTP_C_API_VERSION 7
+#define ASYNCTP_C_API_VERSION 8
 #define ASYNCTP_C_MAX_DIMS 6
 #define ASYNCTP_C_UNIQUE_ID_BYTES 128
 
@@ -100,15 +100,19 @@ int asynctp_matmul_reduce_scatter(asynctp_comm* comm, const asynctp_tensor* a, c
                                   const asynctp_op_options* options);
 
 /* The scaled ops (asynctp/scaled_ops.h): fp8 A and B, fp32 scales (b_scales one per B). options NULL:
- * the defaults of ScaledOpOptions (B column-major); use_fast_accum 0 or 1. */
+ * the defaults of ScaledOpOptions (B column-major); use_fast_accum 0 or 1. biases and result_scales:
+ * NULL for none, else num_bs of each (bias and result_scale: NULL or one), an element whose data is
+ * NULL standing for none. */
 int asynctp_all_gather_scaled_matmul(asynctp_comm* comm, const asynctp_tensor* a_shard, const asynctp_tensor* bs,
                                      int num_bs, const asynctp_tensor* a_scale, const asynctp_tensor* b_scales,
                                      int gather_dim, const asynctp_tensor* outputs, const asynctp_tensor* gathered_a,
-                                     void* stream, const asynctp_op_options* options, int use_fast_accum);
+                                     void* stream, const asynctp_op_options* options, int use_fast_accum,
+                                     const asynctp_tensor* biases, const asynctp_tensor* result_scales);
 int asynctp_scaled_matmul_reduce_scatter(asynctp_comm* comm, const asynctp_tensor* a, const asynctp_tensor* b,
                                          const asynctp_tensor* a_scale, const asynctp_tensor* b_scale, int scatter_dim,
                                          int reduce_op, const asynctp_tensor* output, void* stream,
-                                         const asynctp_op_options* options, int use_fast_accum);
+                                         const asynctp_op_options* options, int use_fast_accum,
+                                         const asynctp_tensor* bias, const asynctp_tensor* result_scale);
 
 /* For a binding that refuses a call of `op` (the name of one of the four ops above) with its
  * own checks before it reaches the op: shares the refusal with the other ranks through the op's

@@ -6,7 +6,7 @@ import os
 import pathlib
 import threading
 
-C_API_VERSION = 7  # ASYNCTP_C_API_VERSION this module was written for
+C_API_VERSION = 8  # ASYNCTP_C_API_VERSION this module was written for
 MAX_DIMS = 6
 UNIQUE_ID_BYTES = 128
 
@@ -118,12 +118,13 @@ _SIGNATURES = {
     "asynctp_all_gather_scaled_matmul": (
         [_Comm, ctypes.POINTER(Tensor), ctypes.POINTER(Tensor), ctypes.c_int, ctypes.POINTER(Tensor),
          ctypes.POINTER(Tensor), ctypes.c_int, ctypes.POINTER(Tensor), ctypes.POINTER(Tensor), ctypes.c_void_p,
-         ctypes.POINTER(OpOptions), ctypes.c_int],
+         ctypes.POINTER(OpOptions), ctypes.c_int, ctypes.POINTER(Tensor), ctypes.POINTER(Tensor)],
         ctypes.c_int,
     ),
     "asynctp_scaled_matmul_reduce_scatter": (
         [_Comm, ctypes.POINTER(Tensor), ctypes.POINTER(Tensor), ctypes.POINTER(Tensor), ctypes.POINTER(Tensor),
-         ctypes.c_int, ctypes.c_int, ctypes.POINTER(Tensor), ctypes.c_void_p, ctypes.POINTER(OpOptions), ctypes.c_int],
+         ctypes.c_int, ctypes.c_int, ctypes.POINTER(Tensor), ctypes.c_void_p, ctypes.POINTER(OpOptions), ctypes.c_int,
+         ctypes.POINTER(Tensor), ctypes.POINTER(Tensor)],
         ctypes.c_int,
     ),
     "asynctp_refuse_call": ([_Comm, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int], ctypes.c_int),

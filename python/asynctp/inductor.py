@@ -34,7 +34,7 @@ TESTED_TORCH = ("2.11",)
 
 # Bumped whenever the rewrite changes, so that inductor's cache of compiled graphs does not serve
 # graphs rewritten by an older one.
-_REWRITE_VERSION = 2
+_REWRITE_VERSION = 3
 
 _log = logging.getLogger("asynctp.inductor")
 _DTYPES = (torch.bfloat16, torch.float16)
@@ -93,14 +93,19 @@ def _fake_result(target, args):
         return target(*vals)
 
 
-def _scaled_unsupported(biases, result_scales, out_dtypes, fast_accum):
+_SCALED_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float8_e4m3fn)
+
+
+def _scaled_unsupported(a_scale, result_scales, out_dtypes, fast_accum):
     """Why asynctp's scaled ops cannot take a scaled fused op's options, or None where they can."""
-    if any(b is not None for b in biases):
-        return "it adds a bias; asynctp's scaled ops have none yet"
-    if any(s is not None for s in result_scales):
-        return "it scales an fp8 result; asynctp's scaled ops give bf16 or fp16"
-    if any(d not in _DTYPES for d in out_dtypes) or len(set(out_dtypes)) != 1:
-        return f"its output dtypes are {list(out_dtypes)}; asynctp's scaled ops give one of bf16 or fp16"
+    if any(d not in _SCALED_OUT_DTYPES for d in out_dtypes) or len(set(out_dtypes)) != 1:
+        return f"its output dtypes are {list(out_dtypes)}; asynctp's scaled ops give one of bf16, fp16 or fp8 e4m3"
+    fp8_out = out_dtypes[0] == torch.float8_e4m3fn
+    if not fp8_out and any(s is not None for s in result_scales):
+        return "it gives a result scale to a 16-bit output; asynctp's scaled ops take one for fp8 outputs only"
+    scale = _val(a_scale)
+    if fp8_out and scale is not None and scale.numel() > 1:
+        return "its fp8 output has row-wise scales; asynctp's scaled ops give fp8 with tensor-wise ones"
     if len(set(fast_accum)) != 1:
         return "its Bs differ in use_fast_accum; asynctp's scaled op takes one"
     return None
@@ -120,16 +125,16 @@ def _replacement(node, algorithm, chunks_per_rank):
         target = torch.ops.asynctp.matmul_reduce_scatter.default
     elif node.target is symm_mem.fused_all_gather_scaled_matmul.default:
         kw = _arguments(node)
-        why = _scaled_unsupported(kw["biases"], kw["result_scales"], kw["out_dtypes"], kw["use_fast_accum"])
+        why = _scaled_unsupported(kw["A_scale"], kw["result_scales"], kw["out_dtypes"], kw["use_fast_accum"])
         if why:
             return None, why
         # torch's op always returns the gathered A.
         args = (kw["A"], kw["Bs"], kw["A_scale"], kw["B_scales"], kw["gather_dim"], kw["group_name"], True,
-                kw["out_dtypes"][0], kw["use_fast_accum"][0], algorithm)
+                kw["out_dtypes"][0], kw["use_fast_accum"][0], algorithm, list(kw["biases"]), list(kw["result_scales"]))
         return torch.ops.asynctp.all_gather_scaled_matmul.default, args
     elif node.target is symm_mem.fused_scaled_matmul_reduce_scatter.default:
         kw = _arguments(node)
-        why = _scaled_unsupported([kw.get("bias")], [kw.get("result_scale")], [kw.get("out_dtype")],
+        why = _scaled_unsupported(kw["A_scale"], [kw.get("result_scale")], [kw.get("out_dtype")],
                                   [kw.get("use_fast_accum", False)])
         a = _val(kw["A"])
         if not why and (kw["orig_scatter_dim"] != kw["scatter_dim_after_maybe_reshape"] or
@@ -138,7 +143,8 @@ def _replacement(node, algorithm, chunks_per_rank):
         if why:
             return None, why
         args = (kw["A"], kw["B"], kw["A_scale"], kw["B_scale"], kw["reduce_op"], kw["orig_scatter_dim"],
-                kw["group_name"], kw["out_dtype"], kw.get("use_fast_accum", False), algorithm)
+                kw["group_name"], kw["out_dtype"], kw.get("use_fast_accum", False), algorithm, kw.get("bias"),
+                kw.get("result_scale"))
         return torch.ops.asynctp.scaled_matmul_reduce_scatter.default, args
     else:
         return None, None

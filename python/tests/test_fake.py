@@ -95,6 +95,20 @@ def test_all_gather_scaled_matmul_shapes_and_dtypes(gather_dim, out_dtype):
     assert list(out.shape) == [gathered[0], 48] and out.dtype == out_dtype
 
 
+def test_scaled_ops_with_a_bias_and_an_fp8_output():
+    a = meta(32, 64, dtype=torch.float8_e4m3fn)
+    w = meta(48, 64, dtype=torch.float8_e4m3fn)
+    one = meta(1, dtype=torch.float32)
+    _, (out,) = asynctp.all_gather_scaled_matmul(a, [w.t()], one, [one], 0, out_dtype=torch.float8_e4m3fn,
+                                                 biases=[meta(48, dtype=torch.bfloat16)], result_scales=[one])
+    assert list(out.shape) == [32 * WORLD, 48] and out.dtype == torch.float8_e4m3fn
+    out = asynctp.scaled_matmul_reduce_scatter(meta(64, 32, dtype=torch.float8_e4m3fn),
+                                               meta(128, 32, dtype=torch.float8_e4m3fn).t(), one, one, "sum", 0,
+                                               out_dtype=torch.float8_e4m3fn, bias=meta(128, dtype=torch.bfloat16),
+                                               result_scale=one)
+    assert list(out.shape) == [64 // WORLD, 128] and out.dtype == torch.float8_e4m3fn
+
+
 @pytest.mark.parametrize("scatter_dim", [0, -1])
 def test_scaled_matmul_reduce_scatter_shapes_and_dtypes(scatter_dim):
     a = meta(64, 32, dtype=torch.float8_e4m3fn)

@@ -1,6 +1,7 @@
 """The scaled (fp8) ops on real GPUs, one process per rank, against a reference computed by torch from
 the whole fp8 inputs read back as fp32 and scaled by hand: sequential and pipelined over every scaling,
-output dtype and dim, and fused where its kernel takes the call. Skipped, saying why, without PyTorch or
+output dtype and dim, fused where its kernel takes the call, and biases and fp8 outputs with a result
+scale under every algorithm. Skipped, saying why, without PyTorch or
 without enough GPUs."""
 
 import pytest
@@ -24,7 +25,9 @@ def _scales(seed, *shape):
 
 
 def _assert_close(got, ref, what):
-    tol = (1.5e-2 if got.dtype == torch.bfloat16 else 4e-3) * ref.abs().max().item()
+    # One rounding to the output's dtype (fp8 e4m3 keeps 3 bits: 2^-4 relative), with room to spare.
+    unit = {torch.bfloat16: 1.5e-2, torch.float16: 4e-3, FP8: 8e-2}[got.dtype]
+    tol = unit * ref.abs().max().item()
     err = (got.float().cpu() - ref).abs().max().item()
     assert got.shape == ref.shape, f"{what}: shape {tuple(got.shape)}, expected {tuple(ref.shape)}"
     assert err <= tol, f"{what}: max abs error {err:.4g} > {tol:.4g}"
@@ -34,6 +37,44 @@ def _cases(rank, world):
     for algorithm in ("sequential", "pipelined"):
         _algorithm_cases(rank, world, algorithm)
     _fused_kernel_cases(rank, world)
+    for algorithm in ("sequential", "pipelined", "fused"):
+        _epilogue_cases(rank, world, algorithm)
+
+
+def _epilogue_cases(rank, world, algorithm):
+    """A bias (bf16, large beside the products so that an fp8 output's tolerance sees one left out) and
+    an fp8 output with its result scale, tensor-wise scales; the reduce-scatter adds the bias to every
+    rank's product before the sum."""
+    dev = torch.device("cuda", torch.cuda.current_device())
+    m, k, n = 64, 128, 96
+    g = torch.Generator().manual_seed(200)
+    bias = ((torch.randint(8, 16, (n,), generator=g) * (torch.randint(0, 2, (n,), generator=g) * 2 - 1)).float()
+            .to(torch.bfloat16))
+    result_scale = torch.tensor([0.5])
+    sa, sb = _scales(210, 1), _scales(211, 1)
+    shards = [_fp8(220 + r, m, k) for r in range(world)]
+    w = _fp8(230, n, k)
+    product = torch.cat([s.float() for s in shards]) * sa @ (w.float().t() * sb) + bias.float()
+    for out_dtype, scale in ((torch.bfloat16, None), (FP8, result_scale), (FP8, None)):
+        what = f"{algorithm} all_gather_scaled_matmul with a bias, out {out_dtype}, result scale {scale}"
+        _, (out,) = asynctp.all_gather_scaled_matmul(
+            shards[rank].to(dev), [w.to(dev).t()], sa.to(dev), [sb.to(dev)], 0, out_dtype=out_dtype, algorithm=algorithm,
+            biases=[bias.to(dev)], result_scales=[scale.to(dev) if scale is not None else None])
+        assert out.dtype == out_dtype, what
+        _assert_close(out, product * (scale.item() if scale is not None else 1.0), what)
+    a_parts = [_fp8(240 + r, world * m, k) for r in range(world)]
+    w_parts = [_fp8(250 + r, n, k) for r in range(world)]
+    for out_dtype in (torch.bfloat16, FP8):
+        for reduce_op in ("sum", "avg"):
+            what = f"{algorithm} scaled_matmul_reduce_scatter {reduce_op} with a bias, out {out_dtype}"
+            scale = result_scale if out_dtype == FP8 else None
+            out = asynctp.scaled_matmul_reduce_scatter(
+                a_parts[rank].to(dev), w_parts[rank].to(dev).t(), sa.to(dev), sb.to(dev), reduce_op, 0,
+                out_dtype=out_dtype, algorithm=algorithm, bias=bias.to(dev),
+                result_scale=scale.to(dev) if scale is not None else None)
+            full = sum((a.float() * sa) @ (wp.float().t() * sb) + bias.float() for a, wp in zip(a_parts, w_parts))
+            full = full / (world if reduce_op == "avg" else 1) * (scale.item() if scale is not None else 1.0)
+            _assert_close(out, full.chunk(world, dim=0)[rank], what)
 
 
 def _fused_kernel_cases(rank, world):

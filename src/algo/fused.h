@@ -18,15 +18,17 @@ void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan
                              const std::vector<TensorRef>& outputs, const TensorRef& gathered_a, cudaStream_t stream,
                              const AgreeFn& agree, int chunks_per_rank);
 
-// Why the fused kernel's fp8 form does not take a scaled call's scales, accumulation or types ("" where
-// it does): it takes e4m3 A and B, use_fast_accum, a bf16 output, and tensor-wise scales, or row-wise
-// ones too where `rowwise_too` (the all-gather's: its epilogue applies them; a reduce-scatter's staged
-// tiles do not pass through the epilogue).
+// Why the fused kernel's fp8 form does not take a scaled call's scales, accumulation, types or bias
+// ("" where it does): it takes e4m3 A and B, use_fast_accum, a bf16 output, no bias, and tensor-wise
+// scales, or row-wise ones too where `rowwise_too` (the all-gather's: its epilogue applies them; a
+// reduce-scatter's staged tiles do not pass through the epilogue).
 inline const char* fused_scaling_unsupported(const Scaling& s, DType a_dtype, bool rowwise_too) {
   if (s.rowwise && !rowwise_too) return "row-wise scales";
   if (!s.fast_accum) return "without use_fast_accum";
   if (s.b_dtype != DType::kFP8E4M3 || a_dtype != DType::kFP8E4M3) return "an e5m2 input";
+  if (s.fp8_out()) return "an fp8 output";
   if (s.out_dtype != DType::kBF16) return "an fp16 output";
+  if (s.bias) return "a bias";
   return "";
 }
 

@@ -85,8 +85,9 @@ void cublas_gemm(gemm::GemmRunner& runner, const AllGatherMatmulPlan& plan, cons
   gemm::Problem p{plan.M, plan.N[i], plan.K, plan.dtype, plan.b_layout};
   if (scales != nullptr) {
     const float* a_scale = scales->rowwise ? scales->a_rows : scales->a_scale;  // aligned, as the plan checks
-    run_scaled_gemm(runner, ScaledWork::of(plan.scaling, a_scale), p, a, a_scale, b.data, scales->b_scales[i],
-                    c.data, stream, 0);
+    // The fused form takes no bias and no fp8 output (fused_scaling_unsupported).
+    run_scaled_gemm(runner, ScaledWork::of(plan.scaling, a_scale, plan.scaling.out_dtype), p, a, b.data,
+                    gemm::ScaledPointers{a_scale, scales->b_scales[i]}, c.data, stream, 0);
     return;
   }
   runner.run(p, a, b.data, c.data, stream);

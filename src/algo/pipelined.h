@@ -18,13 +18,13 @@ void pipelined_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& 
                                  const std::vector<TensorRef>& outputs, const TensorRef& gathered_a,
                                  cudaStream_t stream, const AgreeFn& agree, int chunks_per_rank);
 
-// The scaled op's (plan.scaling set): the same pipeline with cuBLASLt's fp8 GEMMs; row-wise scales of
-// this rank's rows are gathered first, in one collective.
+// The scaled op's (plan.scaling set): the same pipeline with cuBLASLt's fp8 GEMMs (bias and result
+// scale applied by each); row-wise scales of this rank's rows are gathered first, in one collective.
 void pipelined_all_gather_scaled_matmul(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,
                                         const std::vector<TensorRef>& bs, const TensorRef& a_scale,
                                         const std::vector<TensorRef>& b_scales, const std::vector<TensorRef>& outputs,
-                                        const TensorRef& gathered_a, cudaStream_t stream, const AgreeFn& agree,
-                                        int chunks_per_rank);
+                                        const TensorRef& gathered_a, const std::vector<ScaledEpilogue>& epilogues,
+                                        cudaStream_t stream, const AgreeFn& agree, int chunks_per_rank);
 
 // How the reduce-scatter sums the partials that land on a rank: in the epilogue of its own GEMM (two
 // ranks only), or by a sum kernel after it. kDefault: in the GEMM on two ranks where the partial has
@@ -37,11 +37,13 @@ RsSum rs_sum_from_env();
 void pipelined_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPlan& plan, const TensorRef& a,
                                      const TensorRef& b, const TensorRef& output, cudaStream_t stream,
                                      const AgreeFn& agree, int chunks_per_rank, RsSum sum = rs_sum_from_env());
-// The scaled op's (plan.scaling set): partials in the output's dtype, summed by the kernel.
+// The scaled op's (plan.scaling set): partials (each with the bias) in Scaling::partial_dtype, summed
+// by the kernel, which rounds an fp8 output with its result scale.
 void pipelined_scaled_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPlan& plan,
                                             const TensorRef& a, const TensorRef& b, const TensorRef& a_scale,
-                                            const TensorRef& b_scale, const TensorRef& output, cudaStream_t stream,
-                                            const AgreeFn& agree, int chunks_per_rank);
+                                            const TensorRef& b_scale, const TensorRef& output,
+                                            const ScaledEpilogue& epilogue, cudaStream_t stream, const AgreeFn& agree,
+                                            int chunks_per_rank);
 
 // Throws unless every rank's memory is reachable from every other (the LSA team is the whole world,
 // numbered as the world).

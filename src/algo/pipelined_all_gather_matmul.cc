@@ -28,16 +28,20 @@ struct AgWork {
 };
 
 // The pointers and sizes of a call, beside AgWork: each rank's source buffer (where peers read its
-// shard), then each B and its output, then (scaled) each B's scale; each B's N.
+// shard), then each B and its output, then (scaled) each B's scale, bias and result scale; each B's N.
 struct AgRefs {
-  // [0, ws): sources; ws + 2i: bs[i]; ws + 2i + 1: outputs[i]; ws + 2n + i: b_scales[i]
+  // [0, ws): sources; ws + 2i: bs[i]; ws + 2i + 1: outputs[i]; then, scaled, from ws + 2n, three a B:
+  // b_scales[i], its bias and its result scale (null where absent)
   std::vector<const void*> pointers;
   std::vector<int64_t> n;
   const char* source(const AgWork& w, int q) const { return bytes(pointers[q]) + w.source_offset; }
   const void* b(const AgWork& w, size_t i) const { return pointers[w.ws + 2 * i]; }
   char* out(const AgWork& w, size_t i) const { return bytes(pointers[w.ws + 2 * i + 1]); }
-  const float* b_scale(const AgWork& w, size_t i) const {
-    return static_cast<const float*>(pointers[w.ws + 2 * n.size() + i]);
+  // B i's scale, bias and result scale, with `a_scale`.
+  gemm::ScaledPointers scaled(const AgWork& w, size_t i, const float* a_scale) const {
+    const size_t at = w.ws + 2 * n.size() + 3 * i;
+    return gemm::ScaledPointers{a_scale, static_cast<const float*>(pointers[at]), pointers[at + 1],
+                                static_cast<const float*>(pointers[at + 2])};
   }
 };
 
@@ -57,8 +61,8 @@ void gemm_rows(gemm::GemmRunner& runner, const AgWork& w, const AgRefs& refs, co
     char* out = refs.out(w, i) + static_cast<size_t>(row0) * refs.n[i] * out_es;
     if (w.scaled.on) {
       // Row-wise, a_scale is the gathered A's [M]: these rows' scales start at row0.
-      run_scaled_gemm(runner, w.scaled, p, a_rows, w.scaled.a_scale + (w.scaled.rowwise ? row0 : 0), refs.b(w, i),
-                      refs.b_scale(w, i), out, stream, lane);
+      run_scaled_gemm(runner, w.scaled, p, a_rows, refs.b(w, i),
+                      refs.scaled(w, i, w.scaled.a_scale + (w.scaled.rowwise ? row0 : 0)), out, stream, lane);
     } else {
       runner.run(p, a_rows, refs.b(w, i), out, stream, lane);
     }
@@ -158,12 +162,18 @@ void enqueue_ag_call(OverlapResources& pr, gemm::GemmRunner& runner, const AgWor
   if (w.symmetric_source) pr.wait_done(origin);
 }
 
-// Both ops' entry: `a_scale` and `b_scales` are set for the scaled op (plan.scaling), null otherwise.
+// The scaled op's tensors beside A, B and the outputs.
+struct AgScaled {
+  const TensorRef& a_scale;
+  const std::vector<TensorRef>& b_scales;
+  const std::vector<ScaledEpilogue>& epilogues;
+};
+
+// Both ops' entry: `scaled` is set for the scaled op (plan.scaling), null otherwise.
 void run_pipelined_ag(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,
                       const SymmetricBuffer* a_symmetric, const std::vector<TensorRef>& bs,
                       const std::vector<TensorRef>& outputs, const TensorRef& gathered_a, cudaStream_t stream,
-                      const AgreeFn& agree, int chunks_per_rank, const TensorRef* a_scale,
-                      const std::vector<TensorRef>* b_scales) {
+                      const AgreeFn& agree, int chunks_per_rank, const AgScaled* scaled) {
   agree();
   Communicator::Impl& m = impl_of(comm);
   gemm::GemmRunner& runner = Resources::of(comm).gemm;
@@ -177,7 +187,9 @@ void run_pipelined_ag(Communicator& comm, const AllGatherMatmulPlan& plan, const
   w.m = plan.M, w.k = plan.K, w.k_local = plan.k_local;
   w.shard_rows = plan.m_local;  // a shard is [m_local, k_local] either way
   w.a = bytes(a_shard.data);
-  if (a_scale != nullptr) w.scaled = ScaledWork::of(plan.scaling, static_cast<const float*>(a_scale->data));
+  if (scaled != nullptr) {
+    w.scaled = ScaledWork::of(plan.scaling, static_cast<const float*>(scaled->a_scale.data), plan.scaling.out_dtype);
+  }
   // A GEMM's scales: at most every row of A, or a B's columns.
   const int64_t max_scales = std::max<int64_t>(plan.M, *std::max_element(plan.N.begin(), plan.N.end()));
   const size_t slot_bytes = ScaledWork::slot_bytes(plan.scaling, max_scales, kGemmLanes);
@@ -189,8 +201,12 @@ void run_pipelined_ag(Communicator& comm, const AllGatherMatmulPlan& plan, const
       refs.pointers.push_back(bs[i].data);
       refs.pointers.push_back(outputs[i].data);
     }
-    if (b_scales != nullptr) {
-      for (const TensorRef& b_scale : *b_scales) refs.pointers.push_back(b_scale.data);
+    if (scaled != nullptr) {
+      for (size_t i = 0; i < bs.size(); ++i) {
+        refs.pointers.push_back(scaled->b_scales[i].data);
+        refs.pointers.push_back(scaled->epilogues[i].bias.data);
+        refs.pointers.push_back(scaled->epilogues[i].result_scale.data);
+      }
     }
   };
   if (ws == 1) {
@@ -226,7 +242,7 @@ void run_pipelined_ag(Communicator& comm, const AllGatherMatmulPlan& plan, const
     // The scales are a few KiB: one collective before the pipeline, in A's row order ([world][m]).
     float* scales = reinterpret_cast<float*>(scratch + gathered_bytes + slot_bytes);
     bound_captured_collective(comm, stream);
-    m.transport->all_gather(a_scale->data, scales, static_cast<size_t>(plan.m_local) * sizeof(float), stream);
+    m.transport->all_gather(scaled->a_scale.data, scales, static_cast<size_t>(plan.m_local) * sizeof(float), stream);
     w.scaled.a_scale = scales;
   }
   // Gathered along M: chunks per peer's shard; along K: chunks of all rows.
@@ -244,18 +260,17 @@ void pipelined_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& 
                                  const SymmetricBuffer* a_symmetric, const std::vector<TensorRef>& bs,
                                  const std::vector<TensorRef>& outputs, const TensorRef& gathered_a,
                                  cudaStream_t stream, const AgreeFn& agree, int chunks_per_rank) {
-  run_pipelined_ag(comm, plan, a_shard, a_symmetric, bs, outputs, gathered_a, stream, agree, chunks_per_rank, nullptr,
-                   nullptr);
+  run_pipelined_ag(comm, plan, a_shard, a_symmetric, bs, outputs, gathered_a, stream, agree, chunks_per_rank, nullptr);
 }
 
 void pipelined_all_gather_scaled_matmul(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,
                                         const std::vector<TensorRef>& bs, const TensorRef& a_scale,
                                         const std::vector<TensorRef>& b_scales, const std::vector<TensorRef>& outputs,
-                                        const TensorRef& gathered_a, cudaStream_t stream, const AgreeFn& agree,
-                                        int chunks_per_rank) {
+                                        const TensorRef& gathered_a, const std::vector<ScaledEpilogue>& epilogues,
+                                        cudaStream_t stream, const AgreeFn& agree, int chunks_per_rank) {
   ASYNCTP_CHECK(plan.scaling.scaled, "pipelined_all_gather_scaled_matmul: the plan is not scaled");
-  run_pipelined_ag(comm, plan, a_shard, nullptr, bs, outputs, gathered_a, stream, agree, chunks_per_rank, &a_scale,
-                   &b_scales);
+  const AgScaled scaled{a_scale, b_scales, epilogues};
+  run_pipelined_ag(comm, plan, a_shard, nullptr, bs, outputs, gathered_a, stream, agree, chunks_per_rank, &scaled);
 }
 
 }  // namespace asynctp::algo

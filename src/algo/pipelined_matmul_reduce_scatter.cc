@@ -40,9 +40,12 @@ struct RsWork {
   char* landed;    // slot q: rank q's partial for this rank
   char* partials;  // this rank's symmetric partials, slot d: its partial for rank d
   uint64_t slot_bytes;
-  int64_t partial_dtype;  // the partials' and the output's (A's, unless scaled)
+  int64_t partial_dtype;  // the partials' (A's, unless scaled)
+  int64_t out_dtype;      // the output's: the partials', or fp8 for a scaled op's fp8 output
   ScaledWork scaled;      // the scaled op's (all zero for the unscaled); a_scale: A's rows
   const float* b_scale;   // the scaled op's: B's (row-wise, one a column of the product)
+  const void* bias;       // the scaled op's, or null: added to every partial
+  const float* result_scale;  // the scaled op's fp8 output's, or null
 };
 
 size_t partial_row_bytes(const RsWork& w) {
@@ -83,8 +86,10 @@ void partial_gemm(gemm::GemmRunner& runner, const RsWork& w, int d, RowRange r, 
   }
   if (w.scaled.on) {
     const bool rw = w.scaled.rowwise != 0;
-    run_scaled_gemm(runner, w.scaled, p, a_rows, w.scaled.a_scale + (rw ? a_row0 : 0), b_cols,
-                    w.b_scale + (rw ? b_col0 : 0), dst + r.begin * row_bytes, s, lane);
+    const size_t bias_es = dtype_size(gemm::bias_dtype(static_cast<DType>(w.out_dtype)));
+    const gemm::ScaledPointers ptrs{w.scaled.a_scale + (rw ? a_row0 : 0), w.b_scale + (rw ? b_col0 : 0),
+                                    w.bias != nullptr ? bytes(w.bias) + b_col0 * bias_es : nullptr, w.result_scale};
+    run_scaled_gemm(runner, w.scaled, p, a_rows, b_cols, ptrs, dst + r.begin * row_bytes, s, lane);
     return;
   }
   runner.run(p, a_rows, b_cols, dst + r.begin * row_bytes, s, lane, addend ? addend + r.begin * row_bytes : nullptr);
@@ -152,17 +157,26 @@ void enqueue_rs_call(OverlapResources& pr, gemm::GemmRunner& runner, const RsWor
   std::vector<const void*> parts;
   for (int q = 0; q < ws; ++q) parts.push_back(q == me ? own : w.landed + q * w.slot_bytes);
   const float scale = w.avg ? 1.0f / static_cast<float>(ws) : 1.0f;
-  kernels::sum_partials(element_of(static_cast<DType>(w.partial_dtype)), parts, w.output, w.rows * w.cols, scale, origin);
+  kernels::sum_partials_to(element_of(static_cast<DType>(w.partial_dtype)), parts,
+                           element_of(static_cast<DType>(w.out_dtype)), w.output, w.rows * w.cols, scale,
+                           w.out_dtype != w.partial_dtype ? w.result_scale : nullptr, origin);
 }
 
 }  // namespace
 
 namespace {
 
-// Both ops' entry: `a_scale` and `b_scale` are set for the scaled op (plan.scaling), null otherwise.
+// The scaled op's tensors beside A, B and the output.
+struct RsScaled {
+  const TensorRef& a_scale;
+  const TensorRef& b_scale;
+  const ScaledEpilogue& epilogue;
+};
+
+// Both ops' entry: `scaled` is set for the scaled op (plan.scaling), null otherwise.
 void run_pipelined_rs(Communicator& comm, const MatmulReduceScatterPlan& plan, const TensorRef& a, const TensorRef& b,
                       const TensorRef& output, cudaStream_t stream, const AgreeFn& agree, int chunks_per_rank,
-                      RsSum sum, const TensorRef* a_scale, const TensorRef* b_scale) {
+                      RsSum sum, const RsScaled* scaled) {
   agree();
   Communicator::Impl& m = impl_of(comm);
   gemm::GemmRunner& runner = Resources::of(comm).gemm;
@@ -174,10 +188,16 @@ void run_pipelined_rs(Communicator& comm, const MatmulReduceScatterPlan& plan, c
   w.n = plan.N, w.k_local = plan.k_local;
   w.rows = plan.out_rows, w.cols = plan.out_cols;
   w.a = bytes(a.data), w.b = bytes(b.data), w.output = bytes(output.data);
-  w.partial_dtype = static_cast<int64_t>(plan.scaling.scaled ? plan.scaling.out_dtype : plan.dtype);
-  if (a_scale != nullptr) {
-    w.scaled = ScaledWork::of(plan.scaling, static_cast<const float*>(a_scale->data));
-    w.b_scale = static_cast<const float*>(b_scale->data);
+  // One rank's partial is its output; more ranks' are summed (an fp8 output's in bf16).
+  const DType partial_dtype =
+      !plan.scaling.scaled ? plan.dtype : ws == 1 ? plan.scaling.out_dtype : plan.scaling.partial_dtype();
+  w.partial_dtype = static_cast<int64_t>(partial_dtype);
+  w.out_dtype = static_cast<int64_t>(plan.scaling.scaled ? plan.scaling.out_dtype : plan.dtype);
+  if (scaled != nullptr) {
+    w.scaled = ScaledWork::of(plan.scaling, static_cast<const float*>(scaled->a_scale.data), partial_dtype);
+    w.b_scale = static_cast<const float*>(scaled->b_scale.data);
+    w.bias = scaled->epilogue.bias.data;
+    w.result_scale = static_cast<const float*>(scaled->epilogue.result_scale.data);
   }
   // A GEMM's scales, row-wise: at most A's rows or B's columns; its lanes: the caller's and one more.
   const int64_t max_scales = std::max(plan.M, plan.N);
@@ -215,15 +235,17 @@ void run_pipelined_rs(Communicator& comm, const MatmulReduceScatterPlan& plan, c
 void pipelined_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPlan& plan, const TensorRef& a,
                                      const TensorRef& b, const TensorRef& output, cudaStream_t stream,
                                      const AgreeFn& agree, int chunks_per_rank, RsSum sum) {
-  run_pipelined_rs(comm, plan, a, b, output, stream, agree, chunks_per_rank, sum, nullptr, nullptr);
+  run_pipelined_rs(comm, plan, a, b, output, stream, agree, chunks_per_rank, sum, nullptr);
 }
 
 void pipelined_scaled_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPlan& plan,
                                             const TensorRef& a, const TensorRef& b, const TensorRef& a_scale,
-                                            const TensorRef& b_scale, const TensorRef& output, cudaStream_t stream,
-                                            const AgreeFn& agree, int chunks_per_rank) {
+                                            const TensorRef& b_scale, const TensorRef& output,
+                                            const ScaledEpilogue& epilogue, cudaStream_t stream, const AgreeFn& agree,
+                                            int chunks_per_rank) {
   ASYNCTP_CHECK(plan.scaling.scaled, "pipelined_scaled_matmul_reduce_scatter: the plan is not scaled");
-  run_pipelined_rs(comm, plan, a, b, output, stream, agree, chunks_per_rank, RsSum::kKernel, &a_scale, &b_scale);
+  const RsScaled scaled{a_scale, b_scale, epilogue};
+  run_pipelined_rs(comm, plan, a, b, output, stream, agree, chunks_per_rank, RsSum::kKernel, &scaled);
 }
 
 }  // namespace asynctp::algo

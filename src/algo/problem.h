@@ -18,6 +18,20 @@ struct Scaling {
   // all_gather_scaled_matmul, row-wise: a_scale holds this rank's rows only and is gathered with them
   // (else it holds every row's, as where A is gathered along K).
   bool gather_a_scale = false;
+  // A bias over the output's columns, added to every B's product (all-gather) or to every rank's
+  // partial product before the reduction (reduce-scatter).
+  bool bias = false;
+
+  bool fp8_out() const { return out_dtype == DType::kFP8E4M3 || out_dtype == DType::kFP8E5M2; }
+  // What a reduce-scatter's partial products are made and summed in: the output's dtype, bf16 for an
+  // fp8 output (rounded to fp8 once, after the sum).
+  DType partial_dtype() const { return fp8_out() ? DType::kBF16 : out_dtype; }
+};
+
+// A scaled call's tensors beside A, B and their scales, undefined where absent: the bias ([N]) and,
+// for an fp8 output, its result scale (one fp32 element). One per B for the all-gather.
+struct ScaledEpilogue {
+  TensorRef bias, result_scale;
 };
 
 struct AllGatherMatmulPlan {

@@ -7,12 +7,12 @@
 
 namespace asynctp::algo {
 
-ScaledWork ScaledWork::of(const Scaling& s, const float* a_scale) {
+ScaledWork ScaledWork::of(const Scaling& s, const float* a_scale, DType out_dtype) {
   ScaledWork w;
   if (!s.scaled) return w;
   w.on = 1;
   w.b_dtype = static_cast<int64_t>(s.b_dtype);
-  w.out_dtype = static_cast<int64_t>(s.out_dtype);
+  w.out_dtype = static_cast<int64_t>(out_dtype);
   w.rowwise = s.rowwise ? 1 : 0;
   w.fast_accum = s.fast_accum ? 1 : 0;
   w.a_scale = a_scale;
@@ -40,8 +40,7 @@ gemm::Problem scaled(gemm::Problem p, const ScaledWork& w) {
 }
 
 void run_scaled_gemm(gemm::GemmRunner& runner, const ScaledWork& w, const gemm::Problem& p, const void* a,
-                     const float* a_scale, const void* b, const float* b_scale, void* d, cudaStream_t stream,
-                     int lane) {
+                     const void* b, gemm::ScaledPointers ptrs, void* d, cudaStream_t stream, int lane) {
   auto aligned = [&](const float* scales, int64_t n, int which) {
     if (!w.rowwise || reinterpret_cast<uintptr_t>(scales) % 16 == 0) return scales;
     ASYNCTP_CHECK(w.slots != nullptr && n <= w.slot_floats, "run_scaled_gemm: ", n,
@@ -51,7 +50,9 @@ void run_scaled_gemm(gemm::GemmRunner& runner, const ScaledWork& w, const gemm::
                                        stream));
     return static_cast<const float*>(slot);
   };
-  runner.run_scaled(scaled(p, w), a, aligned(a_scale, p.M, 0), b, aligned(b_scale, p.N, 1), d, stream, lane);
+  ptrs.a_scale = aligned(ptrs.a_scale, p.M, 0);
+  ptrs.b_scale = aligned(ptrs.b_scale, p.N, 1);
+  runner.run_scaled(scaled(p, w), a, b, ptrs, d, stream, lane);
 }
 
 }  // namespace asynctp::algo

@@ -23,7 +23,8 @@ struct ScaledWork {
   float* slots = nullptr;
   int64_t slot_floats = 0;
 
-  static ScaledWork of(const Scaling& s, const float* a_scale);
+  // out_dtype: the GEMMs' output, the op's (a reduce-scatter's partials: Scaling::partial_dtype).
+  static ScaledWork of(const Scaling& s, const float* a_scale, DType out_dtype);
   // The bytes of the slots for GEMMs of up to `max_scales` scales on `lanes` lanes (0 tensor-wise).
   static size_t slot_bytes(const Scaling& s, int64_t max_scales, int lanes);
   // Takes the slots (slot_bytes of them) at `at`.
@@ -33,10 +34,10 @@ struct ScaledWork {
 // The problem `p` (shape, A's dtype) made scaled as `w` says.
 gemm::Problem scaled(gemm::Problem p, const ScaledWork& w);
 
-// cuBLASLt's fp8 GEMM of `p` made scaled: d = (a · a_scale) @ (b · b_scale); row-wise scales that are
-// not 16-byte aligned go through the lane's slots.
+
+// cuBLASLt's fp8 GEMM of `p` made scaled: d = (a · a_scale) @ (b · b_scale) (+ bias, times an fp8 d's
+// result scale); row-wise scales that are not 16-byte aligned go through the lane's slots.
 void run_scaled_gemm(gemm::GemmRunner& runner, const ScaledWork& w, const gemm::Problem& p, const void* a,
-                     const float* a_scale, const void* b, const float* b_scale, void* d, cudaStream_t stream,
-                     int lane);
+                     const void* b, gemm::ScaledPointers ptrs, void* d, cudaStream_t stream, int lane);
 
 }  // namespace asynctp::algo

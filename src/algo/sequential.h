@@ -24,17 +24,19 @@ void sequential_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScat
                                       const AgreeFn& agree);
 
 // The scaled ops (asynctp/scaled_ops.h; plan.scaling is set): the same collectives around cuBLASLt's
-// fp8 GEMM. Row-wise, a_scale is gathered with A's rows where it holds this rank's only
-// (plan.scaling.gather_a_scale).
+// fp8 GEMM, which adds the bias and rounds to an fp8 output with its result scale. Row-wise, a_scale
+// is gathered with A's rows where it holds this rank's only (plan.scaling.gather_a_scale). The
+// reduce-scatter's partials for an fp8 output are bf16, reduced, then rounded with the result scale.
 void sequential_all_gather_scaled_matmul(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,
                                          const std::vector<TensorRef>& bs, const TensorRef& a_scale,
                                          const std::vector<TensorRef>& b_scales, const std::vector<TensorRef>& outputs,
-                                         const TensorRef& gathered_a, cudaStream_t stream, const AgreeFn& agree);
+                                         const TensorRef& gathered_a, const std::vector<ScaledEpilogue>& epilogues,
+                                         cudaStream_t stream, const AgreeFn& agree);
 
 void sequential_scaled_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPlan& plan,
                                              const TensorRef& a, const TensorRef& b, const TensorRef& a_scale,
-                                             const TensorRef& b_scale, const TensorRef& output, cudaStream_t stream,
-                                             const AgreeFn& agree);
+                                             const TensorRef& b_scale, const TensorRef& output,
+                                             const ScaledEpilogue& epilogue, cudaStream_t stream, const AgreeFn& agree);
 
 // Steps the sequential algorithms share.
 // Before a collective of the transport's whose kernels wait without bound (NCCL's), where `stream` is

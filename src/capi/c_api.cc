@@ -70,6 +70,11 @@ asynctp::OpOptions to_options(const asynctp_op_options* o, const char* function)
   return options;
 }
 
+// An optional tensor: one whose data is NULL is absent.
+asynctp::TensorRef optional_ref(const asynctp_tensor& t, const char* function, asynctp::detail::ArgName argument) {
+  return t.data == nullptr ? asynctp::TensorRef{} : to_ref(t, function, argument);
+}
+
 asynctp::ScaledOpOptions to_scaled_options(const asynctp_op_options* o, int use_fast_accum, const char* function) {
   asynctp::ScaledOpOptions options;
   if (o != nullptr) static_cast<asynctp::OpOptions&>(options) = to_options(o, function);
@@ -186,7 +191,8 @@ int asynctp_matmul_reduce_scatter(asynctp_comm* comm, const asynctp_tensor* a, c
 int asynctp_all_gather_scaled_matmul(asynctp_comm* comm, const asynctp_tensor* a_shard, const asynctp_tensor* bs,
                                      int num_bs, const asynctp_tensor* a_scale, const asynctp_tensor* b_scales,
                                      int gather_dim, const asynctp_tensor* outputs, const asynctp_tensor* gathered_a,
-                                     void* stream, const asynctp_op_options* options, int use_fast_accum) {
+                                     void* stream, const asynctp_op_options* options, int use_fast_accum,
+                                     const asynctp_tensor* biases, const asynctp_tensor* result_scales) {
   return guarded([&] {
     const char* fn = "asynctp_all_gather_scaled_matmul";
     const CommUse use(comm, fn);
@@ -194,7 +200,7 @@ int asynctp_all_gather_scaled_matmul(asynctp_comm* comm, const asynctp_tensor* a
     const auto s = static_cast<cudaStream_t>(stream);
     struct Args {
       asynctp::TensorRef a, a_scale, g;
-      std::vector<asynctp::TensorRef> b_refs, b_scale_refs, out_refs;
+      std::vector<asynctp::TensorRef> b_refs, b_scale_refs, out_refs, bias_refs, result_scale_refs;
       asynctp::ScaledOpOptions options;
     };
     const Args args = converted_or_refused(c, "all_gather_scaled_matmul", s, options, [&] {
@@ -209,20 +215,26 @@ int asynctp_all_gather_scaled_matmul(asynctp_comm* comm, const asynctp_tensor* a
         r.b_refs.push_back(to_ref(bs[i], fn, asynctp::detail::ArgName("bs", i)));
         r.b_scale_refs.push_back(to_ref(b_scales[i], fn, asynctp::detail::ArgName("b_scales", i)));
         r.out_refs.push_back(to_ref(outputs[i], fn, asynctp::detail::ArgName("outputs", i)));
+        if (biases) r.bias_refs.push_back(optional_ref(biases[i], fn, asynctp::detail::ArgName("biases", i)));
+        if (result_scales) {
+          r.result_scale_refs.push_back(
+              optional_ref(result_scales[i], fn, asynctp::detail::ArgName("result_scales", i)));
+        }
       }
       r.g = gathered_a ? to_ref(*gathered_a, fn, "gathered_a") : asynctp::TensorRef{};
       r.options = to_scaled_options(options, use_fast_accum, fn);
       return r;
     });
     asynctp::all_gather_scaled_matmul(c, args.a, args.b_refs, args.a_scale, args.b_scale_refs, gather_dim, args.out_refs,
-                                      args.g, s, args.options);
+                                      args.g, s, args.options, args.bias_refs, args.result_scale_refs);
   });
 }
 
 int asynctp_scaled_matmul_reduce_scatter(asynctp_comm* comm, const asynctp_tensor* a, const asynctp_tensor* b,
                                          const asynctp_tensor* a_scale, const asynctp_tensor* b_scale, int scatter_dim,
                                          int reduce_op, const asynctp_tensor* output, void* stream,
-                                         const asynctp_op_options* options, int use_fast_accum) {
+                                         const asynctp_op_options* options, int use_fast_accum,
+                                         const asynctp_tensor* bias, const asynctp_tensor* result_scale) {
   return guarded([&] {
     const char* fn = "asynctp_scaled_matmul_reduce_scatter";
     const CommUse use(comm, fn);
@@ -230,7 +242,7 @@ int asynctp_scaled_matmul_reduce_scatter(asynctp_comm* comm, const asynctp_tenso
     const auto s = static_cast<cudaStream_t>(stream);
     struct Args {
       asynctp::ReduceOp op = asynctp::ReduceOp::kSum;
-      asynctp::TensorRef a, b, a_scale, b_scale, output;
+      asynctp::TensorRef a, b, a_scale, b_scale, output, bias, result_scale;
       asynctp::ScaledOpOptions options;
     };
     const Args args = converted_or_refused(c, "scaled_matmul_reduce_scatter", s, options, [&] {
@@ -241,11 +253,13 @@ int asynctp_scaled_matmul_reduce_scatter(asynctp_comm* comm, const asynctp_tenso
       r.a_scale = to_ref(require(a_scale, fn, "a_scale"), fn, "a_scale");
       r.b_scale = to_ref(require(b_scale, fn, "b_scale"), fn, "b_scale");
       r.output = to_ref(require(output, fn, "output"), fn, "output");
+      r.bias = bias ? optional_ref(*bias, fn, "bias") : asynctp::TensorRef{};
+      r.result_scale = result_scale ? optional_ref(*result_scale, fn, "result_scale") : asynctp::TensorRef{};
       r.options = to_scaled_options(options, use_fast_accum, fn);
       return r;
     });
     asynctp::scaled_matmul_reduce_scatter(c, args.a, args.b, args.a_scale, args.b_scale, scatter_dim, args.op,
-                                          args.output, s, args.options);
+                                          args.output, s, args.options, args.bias, args.result_scale);
   });
 }
 

@@ -16,18 +16,21 @@ cudaDataType_t cuda_type(DType t) {
   return CUDA_R_32F;
 }
 
-void destroy(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c) {
-  // cuBLASLt reads the descriptors when a GEMM is enqueued, not when it runs: enqueued work keeps going.
-  cublasLtMatrixLayoutDestroy(a);
-  cublasLtMatrixLayoutDestroy(b);
-  cublasLtMatrixLayoutDestroy(c);
-  cublasLtMatmulDescDestroy(desc);
-}
+bool is_fp8(DType t) { return t == DType::kFP8E4M3 || t == DType::kFP8E5M2; }
 
 }  // namespace
 
+void GemmRunner::destroy(const Plan& plan) {
+  // cuBLASLt reads the descriptors when a GEMM is enqueued, not when it runs: enqueued work keeps going.
+  cublasLtMatrixLayoutDestroy(plan.a);
+  cublasLtMatrixLayoutDestroy(plan.b);
+  cublasLtMatrixLayoutDestroy(plan.c);
+  if (plan.d != nullptr) cublasLtMatrixLayoutDestroy(plan.d);
+  cublasLtMatmulDescDestroy(plan.desc);
+}
+
 void GemmRunner::reset(bool free_device_memory) {
-  for (auto& [key, plan] : plans_) destroy(plan.desc, plan.a, plan.b, plan.c);
+  for (auto& [key, plan] : plans_) destroy(plan);
   plans_.clear();
   for (void*& w : workspace_) {
     if (w && free_device_memory) cudaFree(w);
@@ -50,10 +53,11 @@ GemmRunner::Key GemmRunner::key_of(const Problem& p) {
   const int64_t ldc = p.ldc ? p.ldc : p.N;
   return Key{p.M,       p.N,       p.K, static_cast<int>(p.dtype), static_cast<int>(p.b_layout), lda, ldb, ldc,
              p.beta != 0.0f, p.scaled, p.scaled ? static_cast<int>(p.b_dtype) : 0,
-             p.scaled ? static_cast<int>(p.out_dtype) : 0, p.scaled && p.rowwise, p.scaled && p.fast_accum};
+             p.scaled ? static_cast<int>(p.out_dtype) : 0, p.scaled && p.rowwise, p.scaled && p.fast_accum,
+             p.scaled && p.bias};
 }
 
-GemmRunner::Plan& GemmRunner::plan_for(const Problem& p, const float* a_scale, const float* b_scale) {
+GemmRunner::Plan& GemmRunner::plan_for(const Problem& p, const ScaledPointers& ptrs) {
   const bool col = p.b_layout == BLayout::kColMajor;
   const Key key = key_of(p);
   const int64_t lda = std::get<5>(key), ldb = std::get<6>(key), ldc = std::get<7>(key);
@@ -67,7 +71,7 @@ GemmRunner::Plan& GemmRunner::plan_for(const Problem& p, const float* a_scale, c
     for (auto i = plans_.begin(); i != plans_.end(); ++i) {
       if (i->second.last_use < oldest->second.last_use) oldest = i;
     }
-    destroy(oldest->second.desc, oldest->second.a, oldest->second.b, oldest->second.c);
+    destroy(oldest->second);
     plans_.erase(oldest);
   }
 
@@ -89,19 +93,28 @@ GemmRunner::Plan& GemmRunner::plan_for(const Problem& p, const float* a_scale, c
     }
     const int8_t fast = p.fast_accum ? 1 : 0;
     ASYNCTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast));
+    if (p.bias) {
+      // Lt's D is our D transposed: its rows are our columns, along which the bias runs.
+      const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+      const cudaDataType_t bias_type = cuda_type(bias_dtype(p.out_dtype));
+      ASYNCTP_CUBLAS_CHECK(
+          cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+      ASYNCTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                          sizeof bias_type));
+    }
     // The heuristic offers no outer-vector (row-wise) algorithm while the scale pointers are unset
     // (cuBLASLt 13.1 on H100), so the first call's are set here; run_scaled sets each call's own.
-    ASYNCTP_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_scale, sizeof b_scale));
-    ASYNCTP_CUBLAS_CHECK(
-        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scale, sizeof a_scale));
+    set_pointers(plan.desc, p, ptrs);
   }
   // Lt's A = our B: [N, K] (no transpose) for row-major B, [K, N] transposed for column-major B.
   const cudaDataType_t b_type = p.scaled ? cuda_type(p.b_dtype) : type;
   const cudaDataType_t d_type = p.scaled ? cuda_type(p.out_dtype) : type;
+  // An fp8 D takes a 16-bit C (bf16; with beta 0 it is never read).
+  const bool fp8_d = p.scaled && is_fp8(p.out_dtype);
   ASYNCTP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.a, b_type, col ? p.K : p.N, col ? p.N : p.K, ldb));
   ASYNCTP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.b, type, p.K, p.M, lda));
-  ASYNCTP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, d_type, p.N, p.M, ldc));
+  ASYNCTP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, fp8_d ? CUDA_R_16BF : d_type, p.N, p.M, ldc));
+  if (fp8_d) ASYNCTP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.d, d_type, p.N, p.M, ldc));
 
   cublasLtMatmulPreference_t pref;
   ASYNCTP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -111,16 +124,14 @@ GemmRunner::Plan& GemmRunner::plan_for(const Problem& p, const float* a_scale, c
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.c, plan.c, pref, 1, &result, &found);
+      cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.a, plan.b, plan.c, d_layout(plan), pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-    cublasLtMatrixLayoutDestroy(plan.a);
-    cublasLtMatrixLayoutDestroy(plan.b);
-    cublasLtMatrixLayoutDestroy(plan.c);
-    cublasLtMatmulDescDestroy(plan.desc);
+    destroy(plan);
     detail::raise(detail::cat("cuBLASLt has no algorithm for a ", dtype_name(p.dtype),
                               p.scaled ? detail::cat(" x ", dtype_name(p.b_dtype), " -> ", dtype_name(p.out_dtype),
-                                                     p.rowwise ? " row-wise" : " tensor-wise", " scaled")
+                                                     p.rowwise ? " row-wise" : " tensor-wise", " scaled",
+                                                     p.bias ? " with a bias" : "")
                                        : std::string(),
                               " GEMM M=", p.M, " N=", p.N, " K=", p.K, " (lda ", lda, ", ldb ", ldb, ", ldc ", ldc, ")"));
   }
@@ -142,18 +153,35 @@ void* GemmRunner::workspace_for(const Problem& p, cudaStream_t stream, int lane)
   return workspace;
 }
 
-void GemmRunner::run_scaled(const Problem& p, const void* a, const float* a_scale, const void* b, const float* b_scale,
-                            void* d, cudaStream_t stream, int lane) {
+void GemmRunner::set_pointers(cublasLtMatmulDesc_t desc, const Problem& p, const ScaledPointers& ptrs) {
+  ASYNCTP_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &ptrs.b_scale, sizeof ptrs.b_scale));
+  ASYNCTP_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &ptrs.a_scale, sizeof ptrs.a_scale));
+  if (p.bias) {
+    ASYNCTP_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ptrs.bias, sizeof ptrs.bias));
+  }
+  if (is_fp8(p.out_dtype)) {
+    ASYNCTP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, &ptrs.result_scale,
+                                                        sizeof ptrs.result_scale));
+  }
+}
+
+void GemmRunner::run_scaled(const Problem& p, const void* a, const void* b, const ScaledPointers& ptrs, void* d,
+                            cudaStream_t stream, int lane) {
   ASYNCTP_CHECK(p.scaled, "GemmRunner::run_scaled: the problem is not scaled");
-  void* workspace = workspace_for(p, stream, lane);
-  Plan& plan = plan_for(p, a_scale, b_scale);
-  ASYNCTP_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_scale, sizeof b_scale));
-  ASYNCTP_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scale, sizeof a_scale));
+  Problem q = p;
+  q.bias = ptrs.bias != nullptr;
+  void* workspace = workspace_for(q, stream, lane);
+  Plan& plan = plan_for(q, ptrs);
+  set_pointers(plan.desc, q, ptrs);
   const float alpha = 1.0f, beta = 0.0f;
-  ASYNCTP_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, b, plan.a, a, plan.b, &beta, d, plan.c, d, plan.c,
-                                      &plan.algo, workspace, kGemmWorkspaceBytes, stream));
+  // With beta 0, C is never read; an fp8 D's C (of another type) must not be D, which cuBLASLt would
+  // take for an in-place product with descriptors that differ.
+  const void* c = plan.d != nullptr ? nullptr : d;
+  ASYNCTP_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.desc, &alpha, b, plan.a, a, plan.b, &beta, c, plan.c, d,
+                                      d_layout(plan), &plan.algo, workspace, kGemmWorkspaceBytes, stream));
 }
 
 void GemmRunner::run(const Problem& p, const void* a, const void* b, void* d, cudaStream_t stream, int lane,

@@ -23,10 +23,24 @@ struct Problem {
   float beta = 0.0f;
   // A scaled GEMM (run_scaled): A and B fp8 (dtype and b_dtype), B column-major, D = (A · a_scale) @
   // (B · b_scale) in out_dtype, the scales tensor-wise or, where rowwise, one per row of A and one per
-  // column of D.
+  // column of D. Where `bias` (run_scaled sets it where it is given a bias), a vector over D's columns
+  // is added before the rounding (bf16, or fp16 for an fp16 D); an fp8 D is scaled by its result scale
+  // after that, as torch._scaled_mm's scale_result.
   bool scaled = false;
   DType b_dtype = DType::kFP8E4M3, out_dtype = DType::kBF16;
-  bool rowwise = false, fast_accum = false;
+  bool rowwise = false, fast_accum = false, bias = false;
+};
+
+// The dtype of a scaled problem's bias: its output's, bf16 for an fp8 output (cuBLASLt's C type there).
+inline DType bias_dtype(DType out_dtype) { return out_dtype == DType::kFP16 ? DType::kFP16 : DType::kBF16; }
+
+// A scaled GEMM's pointers beyond A and B: the scales (fp32 on the GPU), and where the problem has
+// them, the bias and an fp8 output's result scale (null: 1).
+struct ScaledPointers {
+  const float* a_scale = nullptr;
+  const float* b_scale = nullptr;
+  const void* bias = nullptr;
+  const float* result_scale = nullptr;
 };
 
 class GemmRunner {
@@ -45,9 +59,9 @@ class GemmRunner {
   // d = alpha * a @ op(b) + beta * c, where c is `addend` if given (same layout as d), else d itself.
   void run(const Problem& p, const void* a, const void* b, void* d, cudaStream_t stream, int lane = 0,
            const void* addend = nullptr);
-  // d = (a · a_scale) @ (b · b_scale) for a Problem with `scaled` set; the scales are fp32 in device
-  // memory (one value each, or vectors where `rowwise`).
-  void run_scaled(const Problem& p, const void* a, const float* a_scale, const void* b, const float* b_scale, void* d,
+  // d = (a · a_scale) @ (b · b_scale) (+ bias, times an fp8 d's result scale) for a Problem with
+  // `scaled` set; the scales are fp32 in device memory (one value each, or vectors where `rowwise`).
+  void run_scaled(const Problem& p, const void* a, const void* b, const ScaledPointers& ptrs, void* d,
                   cudaStream_t stream, int lane = 0);
   // Allocates every lane's workspace now, so that later runs allocate nothing (CUDA graph capture).
   void reserve();
@@ -68,13 +82,18 @@ class GemmRunner {
   struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatrixLayout_t d = nullptr;  // an fp8 D's (its C, unread, is bf16); else D's is c
     cublasLtMatmulAlgo_t algo{};
     uint64_t last_use = 0;
   };
-  using Key = std::tuple<int64_t, int64_t, int64_t, int, int, int64_t, int64_t, int64_t, bool, bool, int, int, bool, bool>;
+  using Key = std::tuple<int64_t, int64_t, int64_t, int, int, int64_t, int64_t, int64_t, bool, bool, int, int, bool, bool, bool>;
   static Key key_of(const Problem& p);
   // A scaled problem's first scale pointers are set before the heuristic is asked (cublaslt_gemm.cc).
-  Plan& plan_for(const Problem& p, const float* a_scale = nullptr, const float* b_scale = nullptr);
+  Plan& plan_for(const Problem& p, const ScaledPointers& ptrs = {});
+  // A scaled problem's per-call pointers into `desc`.
+  static void set_pointers(cublasLtMatmulDesc_t desc, const Problem& p, const ScaledPointers& ptrs);
+  static cublasLtMatrixLayout_t d_layout(const Plan& plan) { return plan.d != nullptr ? plan.d : plan.c; }
+  static void destroy(const Plan& plan);
   // The lane's workspace, made (and the first-launch hook run) where this is the lane's or the plan's first use.
   void* workspace_for(const Problem& p, cudaStream_t stream, int lane);
 

@@ -2,6 +2,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
 
@@ -16,11 +17,19 @@ struct Parts {
   int n;
 };
 
+constexpr int kVec = 8;  // 16-bit elements a 16-byte load
+
+// kVec output elements, stored at once.
+template <typename TOut>
+struct alignas(sizeof(TOut) * kVec) Packed {
+  TOut v[kVec];
+};
+
 // Each thread sums 8 elements (one 16-byte load per part) per step; a tail of fewer than 8 is summed
 // element by element by the first threads.
-template <typename T>
-__global__ void sum_partials_kernel(Parts parts, T* out, int64_t count, float scale) {
-  constexpr int kVec = 16 / sizeof(T);
+template <typename T, typename TOut>
+__global__ void sum_partials_kernel(Parts parts, TOut* out, int64_t count, float scale, const float* out_scale) {
+  if (out_scale != nullptr) scale *= *out_scale;
   const int64_t vectors = count / kVec;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; v < vectors; v += stride) {
@@ -31,24 +40,44 @@ __global__ void sum_partials_kernel(Parts parts, T* out, int64_t count, float sc
 #pragma unroll
       for (int k = 0; k < kVec; ++k) acc[k] += to_float(x[k]);
     }
-    uint4 packed;
-    T* y = reinterpret_cast<T*>(&packed);
+    Packed<TOut> packed;
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) y[k] = from_float<T>(acc[k] * scale);
-    reinterpret_cast<uint4*>(out)[v] = packed;
+    for (int k = 0; k < kVec; ++k) packed.v[k] = from_float<TOut>(acc[k] * scale);
+    reinterpret_cast<Packed<TOut>*>(out)[v] = packed;
   }
   const int64_t tail = vectors * kVec + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (tail < count && tail < vectors * kVec + kVec) {
     float acc = 0.0f;
     for (int i = 0; i < parts.n; ++i) acc += to_float(static_cast<const T*>(parts.p[i])[tail]);
-    out[tail] = from_float<T>(acc * scale);
+    out[tail] = from_float<TOut>(acc * scale);
   }
+}
+
+template <typename T>
+void launch(const Parts& p, Element out_element, void* out, int64_t count, float scale, const float* out_scale,
+            cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  const int64_t vectors = count / kVec;
+  // Enough blocks to fill the GPU a few times over; the loop covers the rest.
+  const int blocks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((vectors + kThreads - 1) / kThreads, 132 * 8)));
+  switch (out_element) {
+    case Element::kBF16:
+      sum_partials_kernel<T><<<blocks, kThreads, 0, stream>>>(p, static_cast<__nv_bfloat16*>(out), count, scale, out_scale);
+      break;
+    case Element::kFP16:
+      sum_partials_kernel<T><<<blocks, kThreads, 0, stream>>>(p, static_cast<__half*>(out), count, scale, out_scale);
+      break;
+    case Element::kFP8E4M3:
+      sum_partials_kernel<T><<<blocks, kThreads, 0, stream>>>(p, static_cast<__nv_fp8_e4m3*>(out), count, scale, out_scale);
+      break;
+  }
+  ASYNCTP_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace
 
-void sum_partials(Element element, const std::vector<const void*>& parts, void* out, int64_t count, float scale,
-                  cudaStream_t stream) {
+void sum_partials_to(Element element, const std::vector<const void*>& parts, Element out_element, void* out,
+                     int64_t count, float scale, const float* out_scale, cudaStream_t stream) {
   ASYNCTP_CHECK(!parts.empty() && parts.size() <= static_cast<size_t>(kMaxPartials), "sum_partials: ", parts.size(),
                 " parts; expected 1 to ", kMaxPartials);
   ASYNCTP_CHECK(element == Element::kBF16 || element == Element::kFP16, "sum_partials: element ", element_name(element),
@@ -60,16 +89,16 @@ void sum_partials(Element element, const std::vector<const void*>& parts, void* 
     p.p[i] = parts[i];
   }
   ASYNCTP_CHECK(reinterpret_cast<uintptr_t>(out) % 16 == 0, "sum_partials: out is not 16-byte aligned");
-  constexpr int kThreads = 256;
-  const int64_t vectors = count / 8;
-  // Enough blocks to fill the GPU a few times over; the loop covers the rest.
-  const int blocks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((vectors + kThreads - 1) / kThreads, 132 * 8)));
   if (element == Element::kBF16) {
-    sum_partials_kernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(p, static_cast<__nv_bfloat16*>(out), count, scale);
+    launch<__nv_bfloat16>(p, out_element, out, count, scale, out_scale, stream);
   } else {
-    sum_partials_kernel<__half><<<blocks, kThreads, 0, stream>>>(p, static_cast<__half*>(out), count, scale);
+    launch<__half>(p, out_element, out, count, scale, out_scale, stream);
   }
-  ASYNCTP_CUDA_CHECK(cudaGetLastError());
+}
+
+void sum_partials(Element element, const std::vector<const void*>& parts, void* out, int64_t count, float scale,
+                  cudaStream_t stream) {
+  sum_partials_to(element, parts, element, out, count, scale, nullptr, stream);
 }
 
 }  // namespace asynctp::kernels

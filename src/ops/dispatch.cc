@@ -91,7 +91,8 @@ void run_all_gather_scaled_matmul(Communicator& comm, const algo::AllGatherMatmu
                                   int chunks_per_rank, const TensorRef& a_shard, const std::vector<TensorRef>& bs,
                                   const TensorRef& a_scale, const std::vector<TensorRef>& b_scales,
                                   const std::vector<TensorRef>& outputs, const TensorRef& gathered_a,
-                                  cudaStream_t stream, const algo::AgreeFn& agree) {
+                                  const std::vector<algo::ScaledEpilogue>& epilogues, cudaStream_t stream,
+                                  const algo::AgreeFn& agree) {
   run_guarded(comm, "all_gather_scaled_matmul", [&] {
     if (chosen == Algorithm::kFused && *algo::fused_scaled_unsupported(plan) == '\0') {
       algo::fused_all_gather_scaled_matmul(comm, plan, a_shard, bs, a_scale, b_scales, outputs, gathered_a, stream,
@@ -99,19 +100,20 @@ void run_all_gather_scaled_matmul(Communicator& comm, const algo::AllGatherMatmu
       return;
     }
     if (chosen == Algorithm::kPipelined || chosen == Algorithm::kFused) {  // fused's fallback, as unscaled
-      algo::pipelined_all_gather_scaled_matmul(comm, plan, a_shard, bs, a_scale, b_scales, outputs, gathered_a, stream,
-                                               agree, chunks_per_rank);
+      algo::pipelined_all_gather_scaled_matmul(comm, plan, a_shard, bs, a_scale, b_scales, outputs, gathered_a,
+                                               epilogues, stream, agree, chunks_per_rank);
       return;
     }
-    algo::sequential_all_gather_scaled_matmul(comm, plan, a_shard, bs, a_scale, b_scales, outputs, gathered_a, stream,
-                                              agree);
+    algo::sequential_all_gather_scaled_matmul(comm, plan, a_shard, bs, a_scale, b_scales, outputs, gathered_a,
+                                              epilogues, stream, agree);
   });
 }
 
 void run_scaled_matmul_reduce_scatter(Communicator& comm, const algo::MatmulReduceScatterPlan& plan, Algorithm chosen,
                                       int chunks_per_rank, const TensorRef& a, const TensorRef& b,
                                       const TensorRef& a_scale, const TensorRef& b_scale, const TensorRef& output,
-                                      cudaStream_t stream, const algo::AgreeFn& agree) {
+                                      const algo::ScaledEpilogue& epilogue, cudaStream_t stream,
+                                      const algo::AgreeFn& agree) {
   run_guarded(comm, "scaled_matmul_reduce_scatter", [&] {
     const int sms = impl_of(comm).sm_budget;
     if (chosen == Algorithm::kFused && *algo::fused_scaled_rs_unsupported(plan, a, b, output, sms) == '\0') {
@@ -120,11 +122,11 @@ void run_scaled_matmul_reduce_scatter(Communicator& comm, const algo::MatmulRedu
       return;
     }
     if (chosen == Algorithm::kPipelined || chosen == Algorithm::kFused) {  // fused's fallback, as unscaled
-      algo::pipelined_scaled_matmul_reduce_scatter(comm, plan, a, b, a_scale, b_scale, output, stream, agree,
+      algo::pipelined_scaled_matmul_reduce_scatter(comm, plan, a, b, a_scale, b_scale, output, epilogue, stream, agree,
                                                    chunks_per_rank);
       return;
     }
-    algo::sequential_scaled_matmul_reduce_scatter(comm, plan, a, b, a_scale, b_scale, output, stream, agree);
+    algo::sequential_scaled_matmul_reduce_scatter(comm, plan, a, b, a_scale, b_scale, output, epilogue, stream, agree);
   });
 }
 

@@ -45,11 +45,13 @@ void run_all_gather_scaled_matmul(Communicator& comm, const algo::AllGatherMatmu
                                   int chunks_per_rank, const TensorRef& a_shard,
                                   const std::vector<TensorRef>& bs, const TensorRef& a_scale,
                                   const std::vector<TensorRef>& b_scales, const std::vector<TensorRef>& outputs,
-                                  const TensorRef& gathered_a, cudaStream_t stream, const algo::AgreeFn& agree);
+                                  const TensorRef& gathered_a, const std::vector<algo::ScaledEpilogue>& epilogues,
+                                  cudaStream_t stream, const algo::AgreeFn& agree);
 
 void run_scaled_matmul_reduce_scatter(Communicator& comm, const algo::MatmulReduceScatterPlan& plan, Algorithm chosen,
                                       int chunks_per_rank, const TensorRef& a,
                                       const TensorRef& b, const TensorRef& a_scale, const TensorRef& b_scale,
-                                      const TensorRef& output, cudaStream_t stream, const algo::AgreeFn& agree);
+                                      const TensorRef& output, const algo::ScaledEpilogue& epilogue,
+                                      cudaStream_t stream, const algo::AgreeFn& agree);
 
 }  // namespace asynctp::ops

@@ -30,12 +30,19 @@ AllGatherMatmulPlan plan_all_gather_scaled_matmul(int world_size, const TensorRe
                                                   const std::vector<TensorRef>& bs, const TensorRef& a_scale,
                                                   const std::vector<TensorRef>& b_scales, int gather_dim,
                                                   const std::vector<TensorRef>& outputs, const TensorRef& gathered_a,
+                                                  const std::vector<algo::ScaledEpilogue>& epilogues,
                                                   const ScaledOpOptions& options);
 
 MatmulReduceScatterPlan plan_scaled_matmul_reduce_scatter(int world_size, const TensorRef& a, const TensorRef& b,
                                                           const TensorRef& a_scale, const TensorRef& b_scale,
                                                           int scatter_dim, ReduceOp reduce_op, const TensorRef& output,
+                                                          const algo::ScaledEpilogue& epilogue,
                                                           const ScaledOpOptions& options);
+
+// An all_gather_scaled_matmul's epilogue for each of `count` Bs, from its optional per-B biases and
+// result scales (an empty vector: none); refused where a vector's length is neither 0 nor `count`.
+std::vector<algo::ScaledEpilogue> scaled_epilogues(const char* op, size_t count, const std::vector<TensorRef>& biases,
+                                                   const std::vector<TensorRef>& result_scales);
 
 // What ranks compare before an op: named integers, equal on every rank when the calls agree.
 struct Signature {

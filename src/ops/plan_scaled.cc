@@ -3,6 +3,7 @@
 #include <string>
 
 #include "common/check.h"
+#include "gemm/cublaslt_gemm.h"
 #include "ops/plan.h"
 #include "ops/plan_typed.h"
 
@@ -11,7 +12,7 @@ namespace {
 
 using detail::cat;
 
-constexpr const char* kScaledDtypes = "the scaled ops take fp8 A and B and give bf16 or fp16 outputs";
+constexpr const char* kScaledDtypes = "the scaled ops take fp8 A and B and give bf16, fp16 or fp8 e4m3 outputs";
 
 bool is_fp8(DType t) { return t == DType::kFP8E4M3 || t == DType::kFP8E5M2; }
 
@@ -29,8 +30,8 @@ void check_fp8_pair(const char* op, const char* a_name, DType a, const char* b_n
 }
 
 DType output_dtype(const char* op, const char* name, const TensorRef& out) {
-  ASYNCTP_CHECK(out.dtype == DType::kBF16 || out.dtype == DType::kFP16, op, ": ", name, " is ", dtype_name(out.dtype),
-                "; expected bf16 or fp16 (", kScaledDtypes, ")");
+  ASYNCTP_CHECK(out.dtype == DType::kBF16 || out.dtype == DType::kFP16 || out.dtype == DType::kFP8E4M3, op, ": ", name,
+                " is ", dtype_name(out.dtype), "; expected bf16, fp16 or fp8 e4m3 (", kScaledDtypes, ")");
   return out.dtype;
 }
 
@@ -64,12 +65,41 @@ void check_scale(const char* op, const std::string& name, const TensorRef& s, in
 
 bool tensor_wise(const TensorRef& s) { return s.defined() && s.numel() == 1; }
 
+// An optional bias over the output's N columns: [N], in the output's dtype (bf16 for fp8 outputs).
+void check_bias(const char* op, const std::string& name, const TensorRef& bias, int64_t n, DType out) {
+  if (!bias.defined()) return;
+  const DType want = gemm::bias_dtype(out);
+  ASYNCTP_CHECK(bias.data != nullptr, op, ": ", name, " has no data; expected a [", n, "] tensor or none");
+  ASYNCTP_CHECK(bias.dtype == want, op, ": ", name, " is ", dtype_name(bias.dtype), "; expected ", dtype_name(want),
+                out == want ? " (the output's dtype)" : " (the bias of an fp8 output is bf16)");
+  ASYNCTP_CHECK(bias.ndim == 1 && bias.shape[0] == n, op, ": ", name, " has shape ", shape_string(bias), "; expected [",
+                n, "] (one value per output column)");
+  ASYNCTP_CHECK(bias.is_dense(), op, ": ", name, " is not dense; expected a contiguous tensor");
+  ASYNCTP_CHECK(reinterpret_cast<uintptr_t>(bias.data) % 16 == 0, op, ": ", name, " data pointer ", bias.data,
+                " is not 16-byte aligned; expected 16-byte alignment");
+}
+
+// An optional result scale: one fp32 element, for an fp8 output only, with tensor-wise scales.
+void check_result_scale(const char* op, const std::string& name, const TensorRef& s, DType out) {
+  if (!s.defined()) return;
+  ASYNCTP_CHECK(out == DType::kFP8E4M3, op, ": ", name, " is given but the output is ", dtype_name(out),
+                "; a result scale is for fp8 outputs only");
+  check_scale(op, name, s, 1, ScaleShape::kRow);
+}
+
+// fp8 outputs take tensor-wise scales (cuBLASLt's row-wise fp8 GEMMs give 16-bit outputs).
+void check_fp8_output_scales(const char* op, DType out, bool rowwise) {
+  ASYNCTP_CHECK(!(out == DType::kFP8E4M3 && rowwise), op, ": the output is fp8 e4m3 with row-wise scales; expected "
+                "tensor-wise scales for an fp8 output, or a bf16 or fp16 output for row-wise ones");
+}
+
 }  // namespace
 
 AllGatherMatmulPlan plan_all_gather_scaled_matmul(int world_size, const TensorRef& a,
                                                   const std::vector<TensorRef>& bs, const TensorRef& a_scale,
                                                   const std::vector<TensorRef>& b_scales, int gather_dim,
                                                   const std::vector<TensorRef>& outputs, const TensorRef& gathered_a,
+                                                  const std::vector<algo::ScaledEpilogue>& epilogues,
                                                   const ScaledOpOptions& options) {
   const char* op = "all_gather_scaled_matmul";
   ASYNCTP_CHECK(world_size >= 1, op, ": world size must be >= 1, got ", world_size);
@@ -100,13 +130,22 @@ AllGatherMatmulPlan plan_all_gather_scaled_matmul(int world_size, const TensorRe
                   "; expected both tensor-wise or both row-wise");
     check_scale(op, name, b_scales[i], rowwise ? p.N[i] : 1, ScaleShape::kRow);
   }
-  p.scaling = algo::Scaling{true, bs[0].dtype, out, rowwise, options.use_fast_accum, rowwise && !every_row};
+  check_fp8_output_scales(op, out, rowwise);
+  ASYNCTP_CHECK(epilogues.size() == bs.size(), op, ": ", epilogues.size(), " epilogues for ", bs.size(), " Bs");
+  bool any_bias = false;
+  for (size_t i = 0; i < bs.size(); ++i) {
+    check_bias(op, cat("biases[", i, "]"), epilogues[i].bias, p.N[i], out);
+    check_result_scale(op, cat("result_scales[", i, "]"), epilogues[i].result_scale, out);
+    any_bias = any_bias || epilogues[i].bias.defined();
+  }
+  p.scaling = algo::Scaling{true, bs[0].dtype, out, rowwise, options.use_fast_accum, rowwise && !every_row, any_bias};
   return p;
 }
 
 MatmulReduceScatterPlan plan_scaled_matmul_reduce_scatter(int world_size, const TensorRef& a, const TensorRef& b,
                                                           const TensorRef& a_scale, const TensorRef& b_scale,
                                                           int scatter_dim, ReduceOp reduce_op, const TensorRef& output,
+                                                          const algo::ScaledEpilogue& epilogue,
                                                           const ScaledOpOptions& options) {
   const char* op = "scaled_matmul_reduce_scatter";
   ASYNCTP_CHECK(world_size >= 1, op, ": world size must be >= 1, got ", world_size);
@@ -127,8 +166,25 @@ MatmulReduceScatterPlan plan_scaled_matmul_reduce_scatter(int world_size, const 
                 rowwise ? "row-wise" : "tensor-wise", " but b_scale is ", rowwise ? "tensor-wise" : "row-wise",
                 "; expected both tensor-wise or both row-wise");
   check_scale(op, "b_scale", b_scale, rowwise ? p.N : 1, ScaleShape::kRow);
-  p.scaling = algo::Scaling{true, b.dtype, out, rowwise, options.use_fast_accum};
+  check_fp8_output_scales(op, out, rowwise);
+  check_bias(op, "bias", epilogue.bias, p.N, out);
+  check_result_scale(op, "result_scale", epilogue.result_scale, out);
+  p.scaling = algo::Scaling{true, b.dtype, out, rowwise, options.use_fast_accum, false, epilogue.bias.defined()};
   return p;
+}
+
+std::vector<algo::ScaledEpilogue> scaled_epilogues(const char* op, size_t count, const std::vector<TensorRef>& biases,
+                                               const std::vector<TensorRef>& result_scales) {
+  ASYNCTP_CHECK(biases.empty() || biases.size() == count, op, ": got ", count, " B(s) but ", biases.size(),
+                " bias(es); expected one per B (undefined for none), or an empty list");
+  ASYNCTP_CHECK(result_scales.empty() || result_scales.size() == count, op, ": got ", count, " B(s) but ",
+                result_scales.size(), " result scale(s); expected one per B (undefined for none), or an empty list");
+  std::vector<algo::ScaledEpilogue> e(count);
+  for (size_t i = 0; i < count; ++i) {
+    if (!biases.empty()) e[i].bias = biases[i];
+    if (!result_scales.empty()) e[i].result_scale = result_scales[i];
+  }
+  return e;
 }
 
 }  // namespace asynctp::ops

@@ -31,6 +31,8 @@ void add_scaling(ops::Signature& s, const algo::Scaling& scaling) {
   // A rank that gathers its a_scale takes part in a collective the others would not.
   s.add("a_scale gathered with A's rows", scaling.gather_a_scale ? 1 : 0);
   s.add("use_fast_accum", scaling.fast_accum ? 1 : 0);
+  // The fused form takes no bias: ranks that differ here would run different algorithms.
+  s.add("bias", scaling.bias ? 1 : 0);
 }
 
 }  // namespace
@@ -38,7 +40,8 @@ void add_scaling(ops::Signature& s, const algo::Scaling& scaling) {
 void all_gather_scaled_matmul(Communicator& comm, const TensorRef& a_shard, const std::vector<TensorRef>& bs,
                               const TensorRef& a_scale, const std::vector<TensorRef>& b_scales, int gather_dim,
                               const std::vector<TensorRef>& outputs, const TensorRef& gathered_a, cudaStream_t stream,
-                              const ScaledOpOptions& requested) {
+                              const ScaledOpOptions& requested, const std::vector<TensorRef>& biases,
+                              const std::vector<TensorRef>& result_scales) {
   const char* op = "all_gather_scaled_matmul";
   const detail::RankScope scope(comm.rank());
   const Communicator::Impl::OrderedCall ordered(impl_of(comm), stream, op);
@@ -47,14 +50,19 @@ void all_gather_scaled_matmul(Communicator& comm, const TensorRef& a_shard, cons
 
   std::string refusal;
   algo::AllGatherMatmulPlan plan;
+  std::vector<algo::ScaledEpilogue> epilogues;
   ops::unless_refused(refusal, [&] {
+    epilogues = ops::scaled_epilogues(op, bs.size(), biases, result_scales);
     plan = ops::plan_all_gather_scaled_matmul(comm.world_size(), a_shard, bs, a_scale, b_scales, gather_dim, outputs,
-                                              gathered_a, requested);
+                                              gathered_a, epilogues, requested);
     ops::NamedInputs all{{"a_shard", a_shard}, {"a_scale", a_scale}, {"gathered_a", gathered_a}};
     for (size_t i = 0; i < bs.size(); ++i) {
-      all.emplace_back(detail::ArgName("bs", static_cast<long long>(i)), bs[i]);
-      all.emplace_back(detail::ArgName("b_scales", static_cast<long long>(i)), b_scales[i]);
-      all.emplace_back(detail::ArgName("outputs", static_cast<long long>(i)), outputs[i]);
+      const auto i_ll = static_cast<long long>(i);
+      all.emplace_back(detail::ArgName("bs", i_ll), bs[i]);
+      all.emplace_back(detail::ArgName("b_scales", i_ll), b_scales[i]);
+      all.emplace_back(detail::ArgName("outputs", i_ll), outputs[i]);
+      all.emplace_back(detail::ArgName("biases", i_ll), epilogues[i].bias);
+      all.emplace_back(detail::ArgName("result_scales", i_ll), epilogues[i].result_scale);
     }
     if (requested.check_pointers) ops::check_on_this_gpu(comm, op, all);
     ops::check_not_in_workspace(comm, op, all);
@@ -67,12 +75,13 @@ void all_gather_scaled_matmul(Communicator& comm, const TensorRef& a_shard, cons
   // The NaN scan (ASYNCTP_CHECK_NAN) reads 16-bit inputs; fp8 ones are not scanned.
   const algo::AgreeFn agreed = ops::agree(comm, op, std::move(signature), options, stream, refusal, {});
   ops::run_all_gather_scaled_matmul(comm, plan, options.algorithm, options.chunks_per_rank, a_shard, bs, a_scale, b_scales,
-                                    outputs, gathered_a, stream, agreed);
+                                    outputs, gathered_a, epilogues, stream, agreed);
 }
 
 void scaled_matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const TensorRef& b, const TensorRef& a_scale,
                                   const TensorRef& b_scale, int scatter_dim, ReduceOp reduce_op,
-                                  const TensorRef& output, cudaStream_t stream, const ScaledOpOptions& requested) {
+                                  const TensorRef& output, cudaStream_t stream, const ScaledOpOptions& requested,
+                                  const TensorRef& bias, const TensorRef& result_scale) {
   const char* op = "scaled_matmul_reduce_scatter";
   const detail::RankScope scope(comm.rank());
   const Communicator::Impl::OrderedCall ordered(impl_of(comm), stream, op);
@@ -81,10 +90,12 @@ void scaled_matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const 
 
   std::string refusal;
   algo::MatmulReduceScatterPlan plan;
+  const algo::ScaledEpilogue epilogue{bias, result_scale};
   ops::unless_refused(refusal, [&] {
     plan = ops::plan_scaled_matmul_reduce_scatter(comm.world_size(), a, b, a_scale, b_scale, scatter_dim, reduce_op,
-                                                  output, requested);
-    const ops::NamedInputs all{{"a", a}, {"b", b}, {"a_scale", a_scale}, {"b_scale", b_scale}, {"output", output}};
+                                                  output, epilogue, requested);
+    const ops::NamedInputs all{{"a", a},           {"b", b},       {"a_scale", a_scale}, {"b_scale", b_scale},
+                               {"output", output}, {"bias", bias}, {"result_scale", result_scale}};
     if (requested.check_pointers) ops::check_on_this_gpu(comm, op, all);
     ops::check_not_in_workspace(comm, op, all);
   });
@@ -96,7 +107,7 @@ void scaled_matmul_reduce_scatter(Communicator& comm, const TensorRef& a, const 
   if (options.algorithm == Algorithm::kFused) ops::add_fused_rs_fields(signature, comm);
   const algo::AgreeFn agreed = ops::agree(comm, op, std::move(signature), options, stream, refusal, {});
   ops::run_scaled_matmul_reduce_scatter(comm, plan, options.algorithm, options.chunks_per_rank, a, b, a_scale, b_scale,
-                                        output, stream, agreed);
+                                        output, epilogue, stream, agreed);
 }
 
 }  // namespace asynctp

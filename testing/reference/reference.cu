@@ -187,6 +187,9 @@ Comparison compare(const void* out, DType dtype, int64_t rows, int64_t cols, con
     if (dtype == DType::kBF16) {
       compare_kernel<<<kBlocks, kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(out), rows, cols, ref, ld_ref,
                                                        row0, col0, scale, tol, st, pass);
+    } else if (dtype == DType::kFP8E4M3) {
+      compare_kernel<<<kBlocks, kThreads, 0, stream>>>(static_cast<const __nv_fp8_e4m3*>(out), rows, cols, ref, ld_ref,
+                                                       row0, col0, scale, tol, st, pass);
     } else {
       compare_kernel<<<kBlocks, kThreads, 0, stream>>>(static_cast<const __half*>(out), rows, cols, ref, ld_ref, row0,
                                                        col0, scale, tol, st, pass);
@@ -217,8 +220,10 @@ std::string Comparison::where() const {
 }
 
 double tolerance(DType dtype, int terms) {
-  // One rounding of the result to the output type (2^-8 relative for bf16, 2^-11 for fp16), per term of
-  // a reduction done in that type, with a factor of 2 to spare.
+  // One rounding of the result to the output type (2^-8 relative for bf16, 2^-11 for fp16, 2^-4 for fp8
+  // e4m3), per term of a reduction done in that type, with a factor of 2 to spare. An fp8 output is
+  // rounded once, after a reduction in bf16.
+  if (dtype == DType::kFP8E4M3) return 2.0 / 16 + tolerance(DType::kBF16, terms);
   const double unit = dtype == DType::kBF16 ? 1.0 / 256 : 1.0 / 2048;
   return 2.0 * unit * (terms < 1 ? 1 : terms);
 }

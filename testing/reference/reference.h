@@ -59,7 +59,7 @@ Comparison compare(const void* out, DType dtype, int64_t rows, int64_t cols, con
                    int64_t row0, int64_t col0, float scale, double tol, cudaStream_t stream);
 
 // The tolerance compare() uses for outputs of `dtype` after a reduction over `terms` partial sums
-// rounded to dtype (1 for a plain GEMM).
+// rounded to dtype (1 for a plain GEMM); for fp8 e4m3, summed in bf16 and rounded to fp8 once.
 double tolerance(DType dtype, int terms);
 
 // tolerance() for an fp8 GEMM with fast accumulation over `k` products a term: Hopper's fp8 tensor

@@ -1,10 +1,14 @@
 // The scaled ops (asynctp/scaled_ops.h) against a reference computed another way: the fp8 inputs read
 // back as fp32 (reference::fill_fp32_as), scaled by hand and multiplied by an fp32 GEMM. Tensor-wise
-// and row-wise scales, every gather and scatter dim, bf16 and fp16 outputs, e5m2 B, fast accumulation,
-// several Bs and the gathered A, sequential, pipelined, fused and auto, at every world size (the
+// and row-wise scales, every gather and scatter dim, bf16, fp16 and fp8 outputs (with and without a
+// result scale), biases, e5m2 B, fast accumulation, several Bs and the gathered A, sequential,
+// pipelined, fused and auto, at every world size (the
 // reduce-scatter's tensor-wise scales differing by rank); the fused all-gather captured in a CUDA
 // graph and replayed with new inputs and scales; auto following a tuning cache's fp8 entries; and the
 // refusals the plan makes, on every rank.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -13,6 +17,7 @@
 #include "algo/resources.h"
 #include "asynctp/scaled_ops.h"
 #include "comm/communicator_impl.h"
+#include "gemm/cublaslt_gemm.h"
 #include "gpu_test.h"
 #include "ops_problems.h"
 #include "ops_test_cases.h"
@@ -37,6 +42,38 @@ __global__ void fill_scales(float* s, int64_t n, int64_t first) {
   }
 }
 
+// A bias over n columns, large beside the products (8 to 15 either way) so that an fp8 output's
+// tolerance still sees one left out: `out` in bf16 or fp16, `ref` the same values in fp32.
+template <typename T>
+__global__ void fill_bias(T* out, float* ref, int64_t n, int64_t first) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const int64_t j = first + i;
+    const float v = static_cast<float>(8 + j % 8) * (j % 2 ? -1.0f : 1.0f);
+    out[i] = static_cast<T>(v);
+    ref[i] = v;
+  }
+}
+
+void bias(void* out, DType dtype, float* ref, int64_t n, int64_t first, cudaStream_t stream) {
+  if (dtype == DType::kFP16) {
+    fill_bias<<<32, 256, 0, stream>>>(static_cast<__half*>(out), ref, n, first);
+  } else {
+    fill_bias<<<32, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(out), ref, n, first);
+  }
+  RANK_CUDA(cudaGetLastError());
+}
+
+// ref[i][j] += times * bias[j] for fp32 ref [rows, cols].
+__global__ void add_bias(float* ref, int64_t rows, int64_t cols, const float* bias, float times) {
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    ref[i] += times * bias[i % cols];
+  }
+}
+
+// An fp8 output's result scale: exact, and small enough that no output saturates.
+float result_scale_of(int i) { return 0.75f - 0.25f * static_cast<float>(i % 2); }
+
 // `n` scales, the global ones from `first` on (row-wise), or one value (tensor-wise: n = 1).
 void scales(float* s, int64_t n, int64_t first, cudaStream_t stream) {
   fill_scales<<<32, 256, 0, stream>>>(s, n, first);
@@ -49,12 +86,15 @@ struct ScaledAgCase {
   int num_b;
   DType b_dtype, out_dtype;
   bool every_row = false;  // row-wise: a_scale holds every row of the gathered A, not this rank's only
+  bool bias = false;       // a bias for every other B (bs[0], bs[2], ...): the others have none
+  bool result_scale = false;  // an fp8 output's result scale (else none: 1)
 };
 
 std::string describe(const ScaledAgCase& c) {
   return detail::cat("scaled ag rows/rank=", c.rows_per_rank, " K=", c.K, " N=", c.N, c.gather_last ? " gather=last" : " gather=0",
                      c.rowwise ? (c.every_row ? " row-wise (every row)" : " row-wise") : " tensor-wise", c.return_a ? " return_a" : "", c.fast_accum ? " fast" : "",
-                     " bs=", c.num_b, " B ", dtype_name(c.b_dtype), " out ", dtype_name(c.out_dtype));
+                     " bs=", c.num_b, " B ", dtype_name(c.b_dtype), " out ", dtype_name(c.out_dtype),
+                     c.bias ? " bias" : "", c.result_scale ? " result scale" : "");
 }
 
 // One all_gather_scaled_matmul problem on fixed buffers: fill() makes its inputs (from a seed, the
@@ -82,6 +122,9 @@ class ScaledAgProblem {
       b_scale_.push_back(std::make_unique<Buf>(n * 4));
       out_.push_back(std::make_unique<Buf>(M_ * n * dtype_size(c.out_dtype)));
       ref_.push_back(std::make_unique<Buf>(M_ * n * 4));
+      bias_.push_back(std::make_unique<Buf>(n * 2));
+      bias_ref_.push_back(std::make_unique<Buf>(n * 4));
+      result_scale_.push_back(std::make_unique<Buf>(16));
     }
   }
 
@@ -106,19 +149,28 @@ class ScaledAgProblem {
       scales(b_scale_[i]->f(), c_.rowwise ? n : 1, shift + (c_.rowwise ? 2 * i : 5 + i), s);
       reference::scale(b_full.f(), K, n, nullptr, 1, b_scale_[i]->f(), c_.rowwise ? n : 1, s);
       fp32.run(a_full_.f(), b_full.f(), ref_[i]->f(), M_, n, K, s);
+      if (has_bias(i)) {
+        bias(bias_[i]->p, gemm::bias_dtype(c_.out_dtype), bias_ref_[i]->f(), n, shift + i, s);
+        add_bias<<<64, 256, 0, s>>>(ref_[i]->f(), M_, n, bias_ref_[i]->f(), 1.0f);
+        RANK_CUDA(cudaGetLastError());
+      }
+      const float result_scale = result_scale_of(i);
+      RANK_CUDA(cudaMemcpyAsync(result_scale_[i]->p, &result_scale, 4, cudaMemcpyHostToDevice, s));
       reference::poison(out_[i]->p, M_ * n * dtype_size(c_.out_dtype), s);
       RANK_CUDA(cudaStreamSynchronize(s));
     }
   }
 
   void call(Communicator& comm, const ScaledOpOptions& algorithm, cudaStream_t s) {
-    std::vector<TensorRef> bs, b_scales, outs;
+    std::vector<TensorRef> bs, b_scales, outs, biases, result_scales;
     for (int i = 0; i < c_.num_b; ++i) {
       const int64_t n = width(i);
       bs.push_back(TensorRef::dense(b_[i]->p, c_.b_dtype, {n, c_.K}));
       b_scales.push_back(c_.rowwise ? TensorRef::dense(b_scale_[i]->p, DType::kFP32, {1, n})
                                     : TensorRef::dense(b_scale_[i]->p, DType::kFP32, {1}));
       outs.push_back(TensorRef::dense(out_[i]->p, c_.out_dtype, {M_, n}));
+      biases.push_back(has_bias(i) ? TensorRef::dense(bias_[i]->p, gemm::bias_dtype(c_.out_dtype), {n}) : TensorRef{});
+      result_scales.push_back(c_.result_scale ? TensorRef::dense(result_scale_[i]->p, DType::kFP32, {1}) : TensorRef{});
     }
     const TensorRef ta_scale = c_.rowwise ? TensorRef::dense(a_scale_local_.p, DType::kFP32, {scale_rows_, 1})
                                           : TensorRef::dense(a_scale_local_.p, DType::kFP32, {1});
@@ -126,13 +178,14 @@ class ScaledAgProblem {
     ScaledOpOptions o = algorithm;
     o.use_fast_accum = c_.fast_accum;
     all_gather_scaled_matmul(comm, TensorRef::dense(a_.p, DType::kFP8E4M3, {a_rows_, a_cols_}), bs, ta_scale, b_scales,
-                             c_.gather_last ? -1 : 0, outs, tg, s, o);
+                             c_.gather_last ? -1 : 0, outs, tg, s, o, biases, result_scales);
   }
 
   void check(const std::string& what, cudaStream_t s) {
     for (int i = 0; i < c_.num_b; ++i) {
       const int64_t n = width(i);
-      const auto cmp = reference::compare(out_[i]->p, c_.out_dtype, M_, n, ref_[i]->f(), n, 0, 0, 1.0f,
+      const float scale = c_.result_scale ? result_scale_of(i) : 1.0f;
+      const auto cmp = reference::compare(out_[i]->p, c_.out_dtype, M_, n, ref_[i]->f(), n, 0, 0, scale,
                                           reference::tolerance(c_.out_dtype, 1), s);
       RANK_CHECK(cmp.ok(), what, " ", describe(c_), ": output ", i, ": ", cmp.bad, " bad elements, max err ",
                  cmp.max_abs_err, " (max |ref| ", cmp.max_abs_ref, ")", cmp.where());
@@ -150,13 +203,14 @@ class ScaledAgProblem {
 
  private:
   int64_t width(int i) const { return c_.N + 16 * i; }
+  bool has_bias(int i) const { return c_.bias && i % 2 == 0; }
 
   ScaledAgCase c_;
   int ws_, r_;
   int64_t M_, m_, a_rows_, a_cols_, scale_rows_;
   GenMatrix gen_a_{};
   Buf a_, a_full_, a_scale_local_, a_scale_all_, gathered_;
-  std::vector<std::unique_ptr<Buf>> b_, b_scale_, out_, ref_;
+  std::vector<std::unique_ptr<Buf>> b_, b_scale_, out_, ref_, bias_, bias_ref_, result_scale_;
 };
 
 void run_scaled_ag_case(Communicator& comm, const ScaledAgCase& c, const ScaledOpOptions& algorithm, cudaStream_t s,
@@ -185,6 +239,8 @@ struct ScaledRsCase {
   ReduceOp reduce;
   DType out_dtype;
   bool fast_accum = false;
+  bool bias = false;          // added to every rank's partial: the sum counts it once a rank
+  bool result_scale = false;  // an fp8 output's (else none: 1)
 };
 
 void run_scaled_rs_case(Communicator& comm, const ScaledRsCase& c, const ScaledOpOptions& options, cudaStream_t s,
@@ -216,6 +272,15 @@ void run_scaled_rs_case(Communicator& comm, const ScaledRsCase& c, const ScaledO
     RANK_CUDA(cudaStreamSynchronize(s));
   }
   fp32.run(a_full.f(), b_full.f(), ref.f(), c.M, c.N, c.K, s);
+  const DType bias_dtype = gemm::bias_dtype(c.out_dtype);
+  Buf bias_buf(c.N * 2), bias_ref(c.N * 4), result_scale(16);
+  if (c.bias) {
+    bias(bias_buf.p, bias_dtype, bias_ref.f(), c.N, 0, s);
+    add_bias<<<64, 256, 0, s>>>(ref.f(), c.M, c.N, bias_ref.f(), static_cast<float>(ws));
+    RANK_CUDA(cudaGetLastError());
+  }
+  const float result_scale_value = result_scale_of(1);
+  RANK_CUDA(cudaMemcpyAsync(result_scale.p, &result_scale_value, 4, cudaMemcpyHostToDevice, s));
   const int64_t out_rows = c.scatter_last ? c.M : c.M / ws, out_cols = c.scatter_last ? c.N / ws : c.N;
   const size_t es = dtype_size(c.out_dtype);
   Buf out(out_rows * out_cols * es);
@@ -227,14 +292,16 @@ void run_scaled_rs_case(Communicator& comm, const ScaledRsCase& c, const ScaledO
   o.use_fast_accum = c.fast_accum;
   scaled_matmul_reduce_scatter(comm, TensorRef::dense(a.p, DType::kFP8E4M3, {c.M, kl}),
                                TensorRef::dense(b.p, DType::kFP8E4M3, {c.N, kl}), ta_scale, tb_scale,
-                               c.scatter_last ? -1 : 0, c.reduce, TensorRef::dense(out.p, c.out_dtype, {out_rows, out_cols}), s, o);
-  const float scale = c.reduce == ReduceOp::kAvg ? 1.0f / ws : 1.0f;
+                               c.scatter_last ? -1 : 0, c.reduce, TensorRef::dense(out.p, c.out_dtype, {out_rows, out_cols}), s, o,
+                               c.bias ? TensorRef::dense(bias_buf.p, bias_dtype, {c.N}) : TensorRef{},
+                               c.result_scale ? TensorRef::dense(result_scale.p, DType::kFP32, {1}) : TensorRef{});
+  const float scale = (c.reduce == ReduceOp::kAvg ? 1.0f / ws : 1.0f) * (c.result_scale ? result_scale_value : 1.0f);
   const auto cmp = reference::compare(out.p, c.out_dtype, out_rows, out_cols, ref.f(), c.N, c.scatter_last ? 0 : r * out_rows,
                                       c.scatter_last ? r * out_cols : 0, scale, reference::tolerance(c.out_dtype, ws), s);
   RANK_CHECK(cmp.ok(), algorithm_name(o.algorithm), " scaled rs M=", c.M, " N=", c.N, " K=", c.K, c.scatter_last ? " scatter=last" : " scatter=0",
              c.rowwise ? " row-wise" : " tensor-wise (each rank's)", c.fast_accum ? " fast" : "",
-             c.reduce == ReduceOp::kAvg ? " avg " : " sum ", dtype_name(c.out_dtype),
-             ": ", cmp.bad, " bad elements, max err ", cmp.max_abs_err, cmp.where());
+             c.reduce == ReduceOp::kAvg ? " avg " : " sum ", dtype_name(c.out_dtype), c.bias ? " bias" : "",
+             c.result_scale ? " result scale" : "", ": ", cmp.bad, " bad elements, max err ", cmp.max_abs_err, cmp.where());
 }
 
 // Reduce-scatters the fused kernel's fp8 form takes (tensor-wise e4m3, fast accumulation, bf16 out,
@@ -268,6 +335,39 @@ int fused_kernel_rs_cases(RankContext& ctx, Communicator& comm, const ScaledOpOp
     RANK_CHECK(!epilogue_way || epilogue == 1, "reduced in the epilogue ", epilogue, "; the 8192-row case was to");
   }
   return n;
+}
+
+// Biases (on every other B) and fp8 outputs, with and without a result scale: cuBLASLt's epilogue
+// in sequential and pipelined (fused runs these pipelined), the reduce-scatter's bias once a rank and
+// its fp8 output rounded once after a bf16 sum.
+int epilogue_cases(Communicator& comm, const ScaledOpOptions& o, cudaStream_t s, reference::Fp32Gemm& fp32) {
+  const int ws = comm.world_size();
+  constexpr DType kE4M3 = DType::kFP8E4M3, kBF16 = DType::kBF16, kFP16 = DType::kFP16;
+  int n = 0;
+  auto ag = [&](ScaledAgCase c, bool bias, bool result_scale) {
+    c.bias = bias, c.result_scale = result_scale;
+    run_scaled_ag_case(comm, c, o, s, fp32);
+    ++n;
+  };
+  ag(ScaledAgCase{33, 128, 80, false, false, false, true, 3, kE4M3, kBF16}, true, false);
+  ag(ScaledAgCase{64, 256, 128, false, false, true, false, 2, kE4M3, kFP16}, true, false);
+  ag(ScaledAgCase{64, 256, 128, false, true, false, false, 2, kE4M3, kBF16}, true, false);  // row-wise
+  ag(ScaledAgCase{33, 128, 80, false, false, false, true, 2, kE4M3, kE4M3}, true, true);
+  ag(ScaledAgCase{64, 256, 96, false, false, true, false, 1, kE4M3, kE4M3}, false, false);  // result scale 1
+  ag(ScaledAgCase{48, 64 * ws, 160, true, false, true, false, 2, kE4M3, kE4M3}, true, true);  // along K
+  for (const bool last : {false, true}) {
+    for (const ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+      ScaledRsCase bf16{64 * ws, 32 * ws, 48 * ws, last, false, op, kBF16, false, true, false};
+      run_scaled_rs_case(comm, bf16, o, s, fp32);
+      ScaledRsCase fp8{64 * ws, 32 * ws, 48 * ws, last, false, op, kE4M3, op == ReduceOp::kSum, true, true};
+      run_scaled_rs_case(comm, fp8, o, s, fp32);
+      n += 2;
+    }
+  }
+  run_scaled_rs_case(comm, ScaledRsCase{64 * ws, 32 * ws, 48 * ws, false, true, ReduceOp::kSum, kFP16, false, true},
+                     o, s, fp32);  // row-wise, an fp16 bias
+  run_scaled_rs_case(comm, ScaledRsCase{64 * ws, 32 * ws, 48 * ws, true, false, ReduceOp::kSum, kE4M3}, o, s, fp32);
+  return n + 2;
 }
 
 int every_scaled_case(RankContext& ctx) {
@@ -337,6 +437,7 @@ int every_scaled_case(RankContext& ctx) {
           ++n;
         }
     n += fused_kernel_rs_cases(ctx, *comm, o, st.s, fp32);
+    n += epilogue_cases(*comm, o, st.s, fp32);
   }
   std::printf("rank %d: %d scaled cases right\n", ctx.rank, n);
   return 0;

@@ -27,9 +27,12 @@ TEST(CApiHandles, AHandleThatIsNotLiveIsRefusedByNameNotRead) {
   EXPECT_EQ(asynctp_all_gather_matmul(stale_comm(), &t, &t, 1, 0, &t, nullptr, nullptr, nullptr), -1);
   EXPECT_EQ(error(), "asynctp_all_gather_matmul: comm is not a live communicator (destroyed, or never made)");
   EXPECT_EQ(asynctp_matmul_reduce_scatter(stale_comm(), &t, &t, 0, 0, &t, nullptr, nullptr), -1);
-  EXPECT_EQ(asynctp_all_gather_scaled_matmul(stale_comm(), &t, &t, 1, &t, &t, 0, &t, nullptr, nullptr, nullptr, 0), -1);
+  EXPECT_EQ(asynctp_all_gather_scaled_matmul(stale_comm(), &t, &t, 1, &t, &t, 0, &t, nullptr, nullptr, nullptr, 0, nullptr,
+                                             nullptr),
+            -1);
   EXPECT_EQ(error(), "asynctp_all_gather_scaled_matmul: comm is not a live communicator (destroyed, or never made)");
-  EXPECT_EQ(asynctp_scaled_matmul_reduce_scatter(stale_comm(), &t, &t, &t, &t, 0, 0, &t, nullptr, nullptr, 0), -1);
+  EXPECT_EQ(asynctp_scaled_matmul_reduce_scatter(stale_comm(), &t, &t, &t, &t, 0, 0, &t, nullptr, nullptr, 0, nullptr, nullptr),
+            -1);
   EXPECT_EQ(error(), "asynctp_scaled_matmul_reduce_scatter: comm is not a live communicator (destroyed, or never made)");
   EXPECT_EQ(asynctp_refuse_call(stale_comm(), "all_gather_matmul", "no", nullptr, 1), -1);
   EXPECT_EQ(error(), "asynctp_refuse_call: comm is not a live communicator (destroyed, or never made)");

@@ -1,6 +1,7 @@
-// The scaled ops' validation rules (asynctp/scaled_ops.h): fp8 inputs, bf16 or fp16 outputs, B
-// column-major, K and N multiples of 16, tensor-wise or row-wise scales of the right shapes, the
-// sequential, pipelined and fused algorithms. Each refusal names the argument. No GPU needed.
+// The scaled ops' validation rules (asynctp/scaled_ops.h): fp8 inputs, bf16, fp16 or fp8 e4m3 outputs,
+// B column-major, K and N multiples of 16, tensor-wise or row-wise scales of the right shapes, biases
+// and result scales, the sequential, pipelined and fused algorithms. Each refusal names the argument.
+// No GPU needed.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -22,8 +23,8 @@ using testing::error_of;
 
 // a_shard [64, 128] on each of 2 ranks, B [256, 128] column-major.
 AllGatherMatmulPlan ag(const TensorRef& a, const TensorRef& b, const TensorRef& a_scale, const TensorRef& b_scale,
-                       const TensorRef& out, int dim = 0, ScaledOpOptions o = {}) {
-  return plan_all_gather_scaled_matmul(2, a, {b}, a_scale, {b_scale}, dim, {out}, TensorRef{}, o);
+                       const TensorRef& out, int dim = 0, ScaledOpOptions o = {}, algo::ScaledEpilogue e = {}) {
+  return plan_all_gather_scaled_matmul(2, a, {b}, a_scale, {b_scale}, dim, {out}, TensorRef{}, {e}, o);
 }
 
 TEST(ScaledPlan, TensorWiseAndRowWiseGatherByRows) {
@@ -47,7 +48,8 @@ TEST(ScaledPlan, BadDtypesLayoutsAndAlgorithmsAreRefusedByName) {
   const TensorRef a = t(0, {64, 128}, kE4M3), b = t(1, {256, 128}, kE4M3), out = t(2, {128, 256}, kBF16);
   EXPECT_REFUSED(ag(t(0, {64, 128}, kBF16), b, scalar(3), scalar(4), out), "a_shard is bf16; expected fp8");
   EXPECT_REFUSED(ag(t(0, {64, 128}, kE5M2), t(1, {256, 128}, kE5M2), scalar(3), scalar(4), out), "e5m2 x e5m2");
-  EXPECT_REFUSED(ag(a, b, scalar(3), scalar(4), t(2, {128, 256}, kE4M3)), "outputs[0] is fp8 e4m3; expected bf16 or fp16");
+  EXPECT_REFUSED(ag(a, b, scalar(3), scalar(4), t(2, {128, 256}, kFP32)), "outputs[0] is fp32; expected bf16, fp16 or fp8 e4m3");
+  EXPECT_REFUSED(ag(a, b, scalar(3), scalar(4), t(2, {128, 256}, kE4M3)).M, "<no error>");
   EXPECT_REFUSED(ag(a, b, scalar(3), scalar(4), t(2, {128, 256}, DType::kFP16)).M, "<no error>");
   ScaledOpOptions row_major;
   row_major.b_layout = BLayout::kRowMajor;
@@ -77,7 +79,7 @@ TEST(ScaledPlan, ScalesOfTheWrongKindShapeOrDtypeAreRefusedByName) {
   EXPECT_REFUSED(ag(a, b, t(3, {64, 1}, kFP32), scalar(4), out), "b_scales[0] is tensor-wise");
   EXPECT_REFUSED(ag(a, b, scalar(3), t(4, {1, 256}, kFP32), out), "a_scale has shape [1]; expected [64, 1]");
   EXPECT_REFUSED(ag(a, b, t(3, {64, 1}, kFP32), t(4, {256, 1}, kFP32), out), "b_scales[0] has shape [256, 1]");
-  EXPECT_REFUSED(plan_all_gather_scaled_matmul(2, a, {b}, scalar(3), {}, 0, {out}, TensorRef{}, {}),
+  EXPECT_REFUSED(plan_all_gather_scaled_matmul(2, a, {b}, scalar(3), {}, 0, {out}, TensorRef{}, {{}}, {}),
                  "expected one b_scale per B");
   EXPECT_FALSE(ag(t(0, {128, 64}, kE4M3), b, scalar(3), scalar(4), out, -1).scaling.rowwise);
 }
@@ -100,20 +102,61 @@ TEST(ScaledPlan, ReduceScatter) {
   // a [128, 64] (K/world = 64 on each of 2 ranks), b [256, 64] column-major.
   const TensorRef a = t(0, {128, 64}, kE4M3), b = t(1, {256, 64}, kE4M3);
   const auto rows = plan_scaled_matmul_reduce_scatter(2, a, b, t(2, {128, 1}, kFP32), t(3, {1, 256}, kFP32), 0,
-                                                      ReduceOp::kSum, t(4, {64, 256}, kBF16), {});
+                                                      ReduceOp::kSum, t(4, {64, 256}, kBF16), {}, {});
   EXPECT_TRUE(rows.scaling.rowwise);
   EXPECT_EQ(rows.out_rows, 64);
   const auto cols = plan_scaled_matmul_reduce_scatter(2, a, b, scalar(2), scalar(3), -1, ReduceOp::kAvg,
-                                                      t(4, {128, 128}, kBF16), {});
+                                                      t(4, {128, 128}, kBF16), {}, {});
   EXPECT_FALSE(cols.scaling.rowwise);
   EXPECT_EQ(cols.out_cols, 128);
   // Scatter along N: each rank's columns are a GEMM of their own, whose N must be a multiple of 16.
   EXPECT_REFUSED(plan_scaled_matmul_reduce_scatter(2, a, t(1, {48, 64}, kE4M3), scalar(2), scalar(3), -1,
-                                                   ReduceOp::kSum, t(4, {128, 24}, kBF16), {}),
+                                                   ReduceOp::kSum, t(4, {128, 24}, kBF16), {}, {}),
                  "N is 24");
   EXPECT_REFUSED(plan_scaled_matmul_reduce_scatter(2, a, b, t(2, {64, 1}, kFP32), t(3, {1, 256}, kFP32), 0,
-                                                   ReduceOp::kSum, t(4, {64, 256}, kBF16), {}),
+                                                   ReduceOp::kSum, t(4, {64, 256}, kBF16), {}, {}),
                  "a_scale has shape [64, 1]; expected [128, 1]");
+}
+
+// A bias is [N] in the output's dtype (bf16 for an fp8 output); a result scale is one fp32 element
+// and only for an fp8 output, which takes tensor-wise scales.
+TEST(ScaledPlan, BiasesAndResultScales) {
+  const TensorRef a = t(0, {64, 128}, kE4M3), b = t(1, {256, 128}, kE4M3), out = t(2, {128, 256}, kBF16);
+  const TensorRef fp8_out = t(2, {128, 256}, kE4M3), fp16_out = t(2, {128, 256}, DType::kFP16);
+  const TensorRef bias = t(5, {256}, kBF16);
+  EXPECT_FALSE(ag(a, b, scalar(3), scalar(4), out).scaling.bias);
+  EXPECT_TRUE(ag(a, b, scalar(3), scalar(4), out, 0, {}, {bias, {}}).scaling.bias);
+  EXPECT_TRUE(ag(a, b, t(3, {64, 1}, kFP32), t(4, {1, 256}, kFP32), out, 0, {}, {bias, {}}).scaling.bias);
+  const auto fp8 = ag(a, b, scalar(3), scalar(4), fp8_out, 0, {}, {bias, scalar(6)});
+  EXPECT_TRUE(fp8.scaling.fp8_out());
+  EXPECT_EQ(fp8.scaling.partial_dtype(), kBF16);
+  EXPECT_TRUE(ag(a, b, scalar(3), scalar(4), fp16_out, 0, {}, {t(5, {256}, DType::kFP16), {}}).scaling.bias);
+  EXPECT_REFUSED(ag(a, b, scalar(3), scalar(4), fp16_out, 0, {}, {bias, {}}), "biases[0] is bf16; expected fp16");
+  EXPECT_REFUSED(ag(a, b, scalar(3), scalar(4), fp8_out, 0, {}, {t(5, {256}, DType::kFP16), {}}),
+                 "biases[0] is fp16; expected bf16 (the bias of an fp8 output is bf16)");
+  EXPECT_REFUSED(ag(a, b, scalar(3), scalar(4), out, 0, {}, {t(5, {128}, kBF16), {}}),
+                 "biases[0] has shape [128]; expected [256]");
+  EXPECT_REFUSED(ag(a, b, scalar(3), scalar(4), out, 0, {}, {t(5, {1, 256}, kBF16), {}}), "biases[0] has shape [1, 256]");
+  EXPECT_REFUSED(ag(a, b, scalar(3), scalar(4), out, 0, {}, {{}, scalar(6)}),
+                 "result_scales[0] is given but the output is bf16; a result scale is for fp8 outputs only");
+  EXPECT_REFUSED(ag(a, b, scalar(3), scalar(4), fp8_out, 0, {}, {{}, t(6, {2}, kFP32)}), "result_scales[0] has shape [2]");
+  EXPECT_REFUSED(ag(a, b, t(3, {64, 1}, kFP32), t(4, {1, 256}, kFP32), fp8_out),
+                 "the output is fp8 e4m3 with row-wise scales");
+  EXPECT_REFUSED(scaled_epilogues("op", 2, {bias}, {}), "got 2 B(s) but 1 bias(es)");
+  EXPECT_REFUSED(scaled_epilogues("op", 1, {}, {scalar(1), scalar(2)}), "got 1 B(s) but 2 result scale(s)");
+  EXPECT_EQ(scaled_epilogues("op", 2, {}, {}).size(), 2u);
+
+  const TensorRef ra = t(0, {128, 64}, kE4M3), rb = t(1, {256, 64}, kE4M3);
+  const auto rs = plan_scaled_matmul_reduce_scatter(2, ra, rb, scalar(2), scalar(3), -1, ReduceOp::kSum,
+                                                    t(4, {128, 128}, kE4M3), {bias, scalar(6)}, {});
+  EXPECT_TRUE(rs.scaling.bias);
+  EXPECT_TRUE(rs.scaling.fp8_out());
+  EXPECT_REFUSED(plan_scaled_matmul_reduce_scatter(2, ra, rb, scalar(2), scalar(3), -1, ReduceOp::kSum,
+                                                   t(4, {128, 128}, kBF16), {t(5, {128}, kBF16), {}}, {}),
+                 "bias has shape [128]; expected [256]");
+  EXPECT_REFUSED(plan_scaled_matmul_reduce_scatter(2, ra, rb, scalar(2), scalar(3), 0, ReduceOp::kSum,
+                                                   t(4, {64, 256}, kBF16), {{}, scalar(6)}, {}),
+                 "result_scale is given but the output is bf16");
 }
 
 }  // namespace

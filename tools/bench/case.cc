@@ -270,7 +270,7 @@ CaseResult run_case(RankContext& ctx, Communicator& comm, const CaseSetup& args,
   if (scaled) {
     p.scaled = true, p.b_dtype = args.dtype, p.out_dtype = out_dtype, p.rowwise = args.rowwise_scales;
     p.fast_accum = args.fast_accum;
-    timed.push_back([&] { runner.run_scaled(p, ga.p, scales.a(), gb.p, scales.b(), gc.p, stream); });
+    timed.push_back([&] { runner.run_scaled(p, ga.p, gb.p, gemm::ScaledPointers{scales.a(), scales.b()}, gc.p, stream); });
   } else {
     timed.push_back([&] { runner.run(p, ga.p, gb.p, gc.p, stream); });
   }
