@@ -460,7 +460,9 @@ int traced_reduce_scatter(RankContext& ctx, const std::string& dir) {
     per_cta[{v[2], v[1]}].push_back(Record{v[3], v[4], v[8], v[9], v[11], v[12], v[13]});
     tiles.insert({v[3], v[4]});
   }
-  const size_t expected = static_cast<size_t>(p.M / 128 * ((p.N + 255) / 256));
+  // The reduce-scatter's tiles are 192 or 256 wide, as its plan picks them for the shape.
+  const int tile_n = algo::fused_rs_tile_n(ctx.world_size, DType::kBF16, p.M, p.N, p.kl, impl_of(*comm).sm_budget);
+  const size_t expected = static_cast<size_t>(p.M / 128 * ((p.N + tile_n - 1) / tile_n));
   RANK_CHECK(tiles.size() == expected, "trace has ", tiles.size(), " tiles; the product has ", expected);
   for (auto& [cta, units] : per_cta) {
     std::sort(units.begin(), units.end(), [](const Record& x, const Record& y) { return x.enter < y.enter; });
