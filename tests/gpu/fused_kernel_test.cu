@@ -185,6 +185,20 @@ TEST(FusedKernel, SplitLastRoundMatchesReferenceAndRepeatsBitForBit) {
       RANK_CHECK(first == second, "one-CTA ", c.M, "x", c.N, "x", c.K, ": two launches gave different bits");
       (void)run_checked(*comm, c, 23, 1, fp32, s);  // every tile whole
     }
+    // Cooperative 192-wide tiles of less than a round split three or four ways along K, the kernel's
+    // choice (split_192_takes) ahead of the ping-pong schedule: ragged N, and two cluster rows.
+    const std::vector<KernelCase> split_192 = {
+        {256, 2000, 4096, DType::kBF16, false, false},
+        {512, 2048, 4096, DType::kFP16, true, false},
+    };
+    for (const KernelCase& c : split_192) {
+      RANK_CHECK(kernels::fused::split_192_takes(c.M, c.N, c.K, sms, kernels::fused::kMaxTailSplits), c.M, "x", c.N,
+                 "x", c.K, ": not 192-wide split tiles on ", sms, " SMs");
+      const auto first = run_checked(*comm, c, 11, kernels::fused::kMaxTailSplits, fp32, s);
+      const auto second = run_checked(*comm, c, 11, kernels::fused::kMaxTailSplits, fp32, s);
+      RANK_CHECK(first == second, "192-wide ", c.M, "x", c.N, "x", c.K, ": two launches gave different bits");
+      (void)run_checked(*comm, c, 23, 1, fp32, s);  // every tile whole (ping-pong's then)
+    }
     cudaStreamDestroy(s);
     return 0;
   });

@@ -82,6 +82,22 @@ TEST(FusedPlan, TileWidthCountsTheSplitLastRound) {
   EXPECT_EQ(pick_tile_n(512, 7168, 2048, 132, kMaxTailSplits), 256);
 }
 
+TEST(FusedPlan, Cooperative192WideTilesTakeLessThanARoundSplitThreeWaysOrMore) {
+  using kernels::fused::split_192_takes;
+  // 256 x 4096 x 4096: 22 tiles split 3 ways (66 units on 66 clusters) along 64 K steps.
+  EXPECT_TRUE(split_192_takes(256, 4096, 4096, 132, kMaxTailSplits));
+  EXPECT_EQ(pick_tile_n(256, 4096, 4096, 132, kMaxTailSplits), 192);
+  EXPECT_TRUE(split_192_takes(256, 2048, 4096, 132, kMaxTailSplits));  // 11 tiles, 4 ways
+  EXPECT_TRUE(split_192_takes(256, 4096, 8192, 132, kMaxTailSplits));
+  EXPECT_TRUE(split_192_takes(512, 2048, 4096, 132, kMaxTailSplits));  // 2 x 11 tiles, 3 ways
+  EXPECT_FALSE(split_192_takes(256, 4096, 2048, 132, kMaxTailSplits));  // 32 K steps
+  EXPECT_FALSE(split_192_takes(256, 5120, 5120, 132, kMaxTailSplits));  // 27 tiles: 2 ways
+  EXPECT_FALSE(split_192_takes(256, 8192, 8192, 132, kMaxTailSplits));  // 43 tiles: not split
+  EXPECT_FALSE(split_192_takes(512, 4096, 4096, 132, kMaxTailSplits));  // 44 tiles: not split
+  EXPECT_FALSE(split_192_takes(128, 4096, 4096, 132, kMaxTailSplits));  // one tile row: its own rule
+  EXPECT_FALSE(split_192_takes(256, 4096, 4096, 132, 1));               // nothing split
+}
+
 TEST(FusedPlan, ATailAfterFullRoundsSplitsOnlyWhereKIsDeepEnough) {
   using kernels::fused::split_tail_rounds;
   // Each split beyond the first costs 12 K steps after full rounds, nothing in a problem of one round.

@@ -45,9 +45,11 @@ int tile_n_for(const FusedGemmArgs& a) {
     if (a.dtype != Element::kFP8E4M3 || forced != 192) return forced;  // fp8 has no 192-wide tiles
   }
   if (a.M <= kTileRows || one_cta_takes(a.M, a.N, grid_sms(a), a.dtype)) return kOneRowTileN;
+  const int max_splits = a.split_workspace != nullptr ? a.max_splits : 1;
+  if (a.dtype != Element::kFP8E4M3 && split_192_takes(a.M, a.N, a.K, grid_sms(a), max_splits)) return 192;
   if (pingpong_takes(a.M, a.N, grid_sms(a), a.dtype)) return kPingpongTileN;
   if (a.dtype == Element::kFP8E4M3) return 256;  // no 192-wide fp8 tiles
-  return pick_tile_n(a.M, a.N, a.K, grid_sms(a), a.split_workspace != nullptr ? a.max_splits : 1);
+  return pick_tile_n(a.M, a.N, a.K, grid_sms(a), max_splits);
 }
 
 // Launches (or, kLoad, only loads) the fused GEMM's instantiation for kElement, kLayoutB and kTileN.
@@ -160,8 +162,18 @@ int reduce_scatter_band_m(int64_t rows_per_rank, int64_t rows_per_chunk, int64_t
   return 1;
 }
 
+bool split_192_takes(int64_t M, int64_t N, int64_t K, int sms, int max_splits) {
+  if (M <= kTileRows) return false;
+  const int64_t clusters = std::max(1, sms / static_cast<int>(kClusterRows / kTileRows));
+  const int64_t k_tiles = (K + kTileK - 1) / kTileK;
+  const int64_t tiles = (M + kClusterRows - 1) / kClusterRows * ((N + 192 - 1) / 192);
+  const TailSplit split = plan_tail_split(tiles, clusters, k_tiles, max_splits);
+  return split.whole == 0 && split.splits >= 3 && k_tiles >= kSplit192MinKTiles;
+}
+
 int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits) {
   if (M <= kTileRows) return kOneRowTileN;
+  if (split_192_takes(M, N, K, sms, max_splits)) return 192;
   // A tile's time grows with its width, and the kernel takes as many rounds as its busiest cluster
   // has tiles; the narrower tile is taken only where it saves at least 5% of that estimate (192-wide
   // tiles run a little below 256-wide ones: docs/design/fused_all_gather_matmul.md).

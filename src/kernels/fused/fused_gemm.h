@@ -42,7 +42,7 @@ struct FusedGemmArgs {
   int band_m = 0;                 // tile order (async_input_scheduler.cuh); 0 picks the default
   // 192 or 256; or 128: kOneRowTileN in one-CTA clusters (M <= kTileRows, one_cta_takes, a reduce-scatter's
   // odd tile rows a rank), else kPingpongTileN (the ping-pong schedule); 0 picks it (one_cta_takes,
-  // pingpong_takes, pick_tile_n; a reduce-scatter's: reduce_scatter_tile_n).
+  // split_192_takes, pingpong_takes, pick_tile_n; a reduce-scatter's: reduce_scatter_tile_n).
   int tile_n = 0;
   // Lets the kernel split its last round of tiles along K (tail_split.h): tail_split_workspace_bytes(
   // split_sms) bytes whose counters start at zero (algo::Resources::tail_split_workspace). Null:
@@ -64,10 +64,20 @@ struct FusedGemmArgs {
 const char* fused_gemm_unsupported(const FusedGemmArgs& args);
 
 // The tile width for an M x N x K GEMM on `sms` SMs: kOneRowTileN for a problem of one tile row
-// (one-CTA clusters: tile_shape.h); else 192 or 256, the one whose rounds of tiles (the last one split
-// along K where tail_split.h would), times the tile's width, cost less (by 5% for the narrower; no
-// more than `max_splits` ways). ASYNCTP_FUSED_TILE_N=128|192|256 overrides it for measurement.
+// (one-CTA clusters: tile_shape.h); 192 where split_192_takes; else 192 or 256, the one whose rounds
+// of tiles (the last one split along K where tail_split.h would), times the tile's width, cost less
+// (by 5% for the narrower; no more than `max_splits` ways). ASYNCTP_FUSED_TILE_N=128|192|256
+// overrides it for measurement.
 int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits);
+
+// Whether a 16-bit M x N x K GEMM above one tile row runs cooperative 192-wide tiles, ahead of
+// pick_tile_n's estimate and of the ping-pong schedule: where those tiles make less than one round
+// on `sms` SMs and the plan splits them at least 3 ways along K of at least kSplit192MinKTiles steps.
+// Each SM then does a third of a 192-wide tile or less, where the ping-pong's one round gives it a
+// whole 128-wide one and 256-wide tiles split 4 ways add more partial sums
+// (docs/design/fused_all_gather_matmul.md, "Cooperative 192-wide tiles split three ways").
+constexpr int64_t kSplit192MinKTiles = 64;
+bool split_192_takes(int64_t M, int64_t N, int64_t K, int sms, int max_splits);
 
 // Whether an all-gather's 16-bit M x N GEMM of an odd number of tile rows above one (384 rows, 640, ...)
 // runs kOneRowTileN-wide tiles in one-CTA clusters, as a problem of one tile row does: where those
