@@ -20,6 +20,8 @@
 #include "algo/overlap_resources.h"
 #include "algo/resources.h"
 #include "comm/communicator_impl.h"
+#include "kernels/fused/fused_gemm.h"
+#include "kernels/fused/tail_split.h"
 #include "ops_problems.h"
 
 namespace asynctp {
@@ -110,6 +112,32 @@ TEST(FusedOps, TilesAcrossShardEdgesAndEveryChunkCount_1Rank) {
 TEST(FusedOps, TilesAcrossShardEdgesAndEveryChunkCount_MultiRank) {
   RUN_EVERY_WORLD_SIZE(tiles_across_shard_edges);
 }
+
+// Less than a round of 192-wide tiles split four ways along K (split_192_takes) at the SMs this rank
+// may fill, with the tile's rows from every rank: about 256 rows in all, 3 tiles across N, K of 64
+// steps; B in both layouts.
+int split_192_gathers(RankContext& ctx) {
+  auto comm = make_comm(ctx);
+  Stream st;
+  reference::Fp32Gemm fp32;
+  const int ws = ctx.world_size;
+  const int64_t rows = 256 / ws, M = rows * ws, N = 576, K = 4096;
+  const int sms = impl_of(*comm).sm_budget;
+  RANK_CHECK(kernels::fused::split_192_takes(M, N, K, sms, kernels::fused::kMaxTailSplits), M, "x", N, "x", K,
+             " on ", sms, " SMs: not 192-wide split tiles");
+  for (bool col : {false, true}) {
+    run_ag_case(*comm, AgCase{{M, K}, N, false, col, col, 1, col ? DType::kFP16 : DType::kBF16}, st.s, fp32,
+                with(Algorithm::kFused));
+  }
+  return 0;
+}
+
+TEST(FusedOps, Split192WideTilesGatherEveryRanksRows_1Rank) {
+  REQUIRE_GPUS(1);
+  RUN_RANKS(1, split_192_gathers);
+}
+
+TEST(FusedOps, Split192WideTilesGatherEveryRanksRows_MultiRank) { RUN_EVERY_WORLD_SIZE(split_192_gathers); }
 
 // A larger problem: many tiles per CTA, so the persistent loop, the tile order and the waits between
 // tiles all run; B in both layouts, two Bs.
