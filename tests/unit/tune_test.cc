@@ -310,7 +310,7 @@ TEST(Model, AnUntunedShapeTakesTheCandidateThatLosesLeastAtTheNearestTunedShapes
 }
 
 // Each algorithm is judged at its fastest chunk count at each nearest shape: the count is chosen on its
-// own (chunks_for). The 2xH200 cache (tuning/h200x2.jsonl) at rs 6144x5120x5120: pipelined was the fastest at all
+// own (chunks_for). A 2xH200 cache (tuning/h200x2.jsonl at af6b593) at rs 6144x5120x5120: pipelined was the fastest at all
 // three nearest shapes, at 4 chunks at two of them and 1 at the third, and fused never; judged at one
 // count across them, fused/2 lost least (1.07x) and was taken, and measured 1.15x pipelined.
 TEST(Model, AnAlgorithmIsJudgedAtItsFastestChunkCountAtEachShape) {
