@@ -262,8 +262,10 @@ void run_fused_ag(Communicator& comm, const AllGatherMatmulPlan& plan, const Ten
   // queue for every stream (CUDA_DEVICE_MAX_CONNECTIONS=1: the queue would hold them behind the
   // kernel that waits for them), and where ranks share the GPU: a kernel launched before this rank's
   // own rows are enqueued waits for this thread's next API calls, and one of those can wait for the
-  // GPU to go idle while another rank's thread frees memory or synchronizes the device.
-  if (detail::one_device_connection() || pr.ranks_share_device()) {
+  // GPU to go idle while another rank's thread frees memory or synchronizes the device. And where no
+  // tile lies within this rank's rows (fewer than a tile's a rank), the kernel can start nothing before
+  // the peers' rows land, while the pushes leave later by the kernel's launch.
+  if (detail::one_device_connection() || pr.ranks_share_device() || rows < kernels::fused::kTileRows) {
     enqueue_copies();
     launch_kernels();
   } else {
