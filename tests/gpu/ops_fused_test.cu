@@ -114,8 +114,9 @@ TEST(FusedOps, TilesAcrossShardEdgesAndEveryChunkCount_MultiRank) {
 }
 
 // Less than a round of 192-wide tiles split four ways along K (split_192_takes) at the SMs this rank
-// may fill, with the tile's rows from every rank: about 256 rows in all, 3 tiles across N, K of 64
-// steps; B in both layouts.
+// may fill: about 256 rows in all, 3 tiles across N, K of 64 steps; B in both layouts. At one and two
+// ranks each rank's rows are whole tiles and the kernel takes these tiles; at three and four they
+// straddle tiles, and it takes the ping-pong schedule instead (tile_n_for), which is checked alike.
 int split_192_gathers(RankContext& ctx) {
   auto comm = make_comm(ctx);
   Stream st;

@@ -46,7 +46,14 @@ int tile_n_for(const FusedGemmArgs& a) {
   }
   if (a.M <= kTileRows || one_cta_takes(a.M, a.N, grid_sms(a), a.dtype)) return kOneRowTileN;
   const int max_splits = a.split_workspace != nullptr ? a.max_splits : 1;
-  if (a.dtype != Element::kFP8E4M3 && split_192_takes(a.M, a.N, a.K, grid_sms(a), max_splits)) return 192;
+  // Not where this rank's rows straddle a tile: on four H100s, 256 x 4096 x 4096 gathered from 64 rows a
+  // rank timed out on every rank waiting for the first chunk, its 66 split units filling every SM; the
+  // ping-pong schedule's 64 cluster tiles ran there before.
+  const bool straddles = a.a_local != nullptr && (a.local_begin % kTileRows != 0 ||
+                                                  (a.local_end % kTileRows != 0 && a.local_end != a.M));
+  if (a.dtype != Element::kFP8E4M3 && !straddles && split_192_takes(a.M, a.N, a.K, grid_sms(a), max_splits)) {
+    return 192;
+  }
   if (pingpong_takes(a.M, a.N, grid_sms(a), a.dtype)) return kPingpongTileN;
   if (a.dtype == Element::kFP8E4M3) return 256;  // no 192-wide fp8 tiles
   return pick_tile_n(a.M, a.N, a.K, grid_sms(a), max_splits);

@@ -75,7 +75,8 @@ int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits);
 // on `sms` SMs and the plan splits them at least 3 ways along K of at least kSplit192MinKTiles steps.
 // Each SM then does a third of a 192-wide tile or less, where the ping-pong's one round gives it a
 // whole 128-wide one and 256-wide tiles split 4 ways add more partial sums
-// (docs/design/fused_all_gather_matmul.md, "Cooperative 192-wide tiles split three ways").
+// (docs/design/fused_all_gather_matmul.md, "Cooperative 192-wide tiles split three ways"). An
+// all-gather whose rank's rows straddle a tile does not take them (fused_gemm.cc, tile_n_for).
 constexpr int64_t kSplit192MinKTiles = 64;
 bool split_192_takes(int64_t M, int64_t N, int64_t K, int sms, int max_splits);
 
