@@ -14,6 +14,7 @@
 #include "common/element.h"
 #include "common/env.h"
 #include "kernels/fused/fused_gemm.h"
+#include "kernels/fused/shard_rows.h"
 #include "kernels/scale_product.h"
 
 namespace asynctp::algo {
@@ -162,9 +163,8 @@ void run_fused_ag(Communicator& comm, const AllGatherMatmulPlan& plan, const Ten
   // The kernel reads this rank's rows from the caller's tensor (which the plan has checked is 16-byte
   // aligned, as TMA needs); rows of a tile that also holds a neighbour's rows come from the gathered
   // buffer, and so do all rows for cuBLASLt.
-  const int64_t tile = kernels::fused::kTileRows;
   const int64_t begin = me * rows, end = begin + rows;
-  const bool straddles = begin % tile != 0 || (end % tile != 0 && end != plan.M);
+  const bool straddles = kernels::fused::shard_straddles_tiles(begin, end, plan.M);
   const bool own_rows_in_gathered = !all_kernel || straddles;
 
   pr.begin_call();

@@ -11,6 +11,7 @@
 #include "common/check.h"
 #include "common/env.h"
 #include "kernels/fused/fused_gemm_instances.h"
+#include "kernels/fused/shard_rows.h"
 #include "kernels/fused/tail_split.h"
 #include "kernels/fused/tile_order.h"
 
@@ -49,8 +50,7 @@ int tile_n_for(const FusedGemmArgs& a) {
   // Not where this rank's rows straddle a tile: on four H100s, 256 x 4096 x 4096 gathered from 64 rows a
   // rank timed out on every rank waiting for the first chunk, its 66 split units filling every SM; the
   // ping-pong schedule's 64 cluster tiles ran there before.
-  const bool straddles = a.a_local != nullptr && (a.local_begin % kTileRows != 0 ||
-                                                  (a.local_end % kTileRows != 0 && a.local_end != a.M));
+  const bool straddles = a.a_local != nullptr && shard_straddles_tiles(a.local_begin, a.local_end, a.M);
   if (a.dtype != Element::kFP8E4M3 && !straddles && split_192_takes(a.M, a.N, a.K, grid_sms(a), max_splits)) {
     return 192;
   }
