@@ -185,7 +185,13 @@ int reduce_scatter_cases_on(RankContext& ctx, Communicator& comm) {
           if (ws > 1) widths.insert(algo::fused_rs_tile_n(ws, dt, rows * ws, N, K / ws, impl_of(comm).sm_budget));
           ++n;
         }
-  // 384 columns are two tiles either way, and 192-wide ones leave no part of a tile idle.
+  // 384 columns are two tiles either way, and 192-wide ones leave no part of a tile idle; at 4096 rows a
+  // rank the 128-wide ones make more cluster tiles than the ping-pong schedule takes (at 256 and 512
+  // rows it takes them: reduce_scatter_pingpong, below).
+  run_rs_case(comm, RsCase{4096 * ws, 384, 64 * ws, false, false, ReduceOp::kSum, DType::kBF16, false}, st.s, fp32,
+              with(Algorithm::kFused));
+  if (ws > 1) widths.insert(algo::fused_rs_tile_n(ws, DType::kBF16, 4096 * ws, 384, 64, impl_of(comm).sm_budget));
+  ++n;
   const char* forced = std::getenv("ASYNCTP_FUSED_RS_REDUCE");
   const bool forced_epilogue = forced != nullptr && std::string(forced) == "epilogue";
   RANK_CHECK(ws == 1 || widths.count(192) == 1 || forced_epilogue, "no case ran the reduce-scatter's 192-wide tiles");
@@ -248,6 +254,44 @@ TEST(FusedOps, ReduceScatterCases_1Rank) {
 TEST(FusedOps, ReduceScatterCases_MultiRank) {
   RUN_EVERY_WORLD_SIZE(reduce_scatter_cases);
 }
+
+// A reduce-scatter of at most one 2 x 1 cluster tile 128 wide a cluster, at an even number of tile rows
+// a rank, runs the ping-pong schedule and reduces in its epilogue (pingpong_epilogue.cuh): 256 and 512
+// rows a rank, N as wide as this rank's SMs allow and not a multiple of 128, K of one step and of many,
+// B in both layouts, bf16 and fp16, sum and average, one chunk a rank and two.
+int reduce_scatter_pingpong(RankContext& ctx) {
+  auto comm = make_comm(ctx);
+  Stream st;
+  reference::Fp32Gemm fp32;
+  const int ws = ctx.world_size;
+  const int sms = impl_of(*comm).sm_budget;
+  const int64_t clusters = std::max(1, sms / 2);
+  int n = 0;
+  for (int64_t rows : {256, 512}) {
+    const int64_t M = rows * ws, cluster_rows = M / kernels::fused::kClusterRows;
+    const int64_t N = std::min<int64_t>(1000, clusters / cluster_rows * 128 - 24);
+    if (N < 104) continue;  // more cluster rows than clusters: never the ping-pong schedule
+    for (bool col : {false, true})
+      for (DType dt : {DType::kBF16, DType::kFP16}) {
+        const int64_t K = (col ? 64 : 1096) * ws;
+        RANK_CHECK(ws == 1 || algo::fused_rs_tile_n(ws, dt, M, N, K / ws, sms) == kernels::fused::kPingpongTileN,
+                   M, "x", N, "x", K, " on ", ws, " ranks of ", sms, " SMs: not the ping-pong schedule");
+        const ReduceOp op = dt == DType::kFP16 ? ReduceOp::kAvg : ReduceOp::kSum;
+        run_rs_case(*comm, RsCase{M, N, K, false, col, op, dt, false}, st.s, fp32, with(Algorithm::kFused, rows / 256));
+        ++n;
+      }
+  }
+  RANK_CHECK(n >= 4, "only ", n, " ping-pong cases fit ", sms, " SMs");
+  std::printf("rank %d: %d ping-pong reduce-scatter cases correct\n", ctx.rank, n);
+  return 0;
+}
+
+TEST(FusedOps, ReduceScatterPingpong_1Rank) {
+  REQUIRE_GPUS(1);
+  RUN_RANKS(1, reduce_scatter_pingpong);
+}
+
+TEST(FusedOps, ReduceScatterPingpong_MultiRank) { RUN_EVERY_WORLD_SIZE(reduce_scatter_pingpong); }
 
 // The reduce-scatter's two ways of reducing (reduce_scatter_tiles.h) on the same cases, whichever the
 // shape would get: ASYNCTP_FUSED_RS_REDUCE, which each rank reads as it starts (the ranks are forked

@@ -264,6 +264,31 @@ TEST(FusedPlan, AReduceScatterTakesNarrowerTilesOnlyWhereItReducesInFixup) {
   EXPECT_EQ(algo::fused_rs_tile_n(2, DType::kBF16, 16384, 8192, 4096, 132), 256);  // 4096 tiles: in the epilogue
 }
 
+TEST(FusedPlan, AReduceScatterOfAFewTilesTakesThePingpongScheduleAsAnAllGatherDoes) {
+  using kernels::fused::kPingpongTileN;
+  using kernels::fused::reduce_scatter_one_cta_clusters;
+  using kernels::fused::reduce_scatter_tile_n;
+  // 512 x 4096 x 4096 (two cluster rows by 32 tiles 128 wide: 64 on 66 clusters) and 256 x 7168 x 2048
+  // (56), at 256 and 512 rows a rank: the all-gather's schedule of the same problem.
+  for (int64_t rows : {256, 512}) {
+    EXPECT_EQ(reduce_scatter_tile_n(false, Element::kBF16, 512, 4096, 4096, rows, 132), kPingpongTileN);
+    EXPECT_EQ(reduce_scatter_tile_n(false, Element::kFP16, 512, 4096, 4096, rows, 132), kPingpongTileN);
+    EXPECT_FALSE(reduce_scatter_one_cta_clusters(kPingpongTileN, rows));
+  }
+  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kBF16, 256, 7168, 2048, 256, 132), kPingpongTileN);
+  EXPECT_TRUE(kernels::fused::pingpong_takes(512, 4096, 132, Element::kBF16));
+  // Not: a round of 192-wide tiles split three ways goes first (256 x 4096 x 4096), more than a cluster
+  // tile a cluster (512 x 5120 x 5120: 80), the epilogue's reduction, fp8, and an odd number of tile
+  // rows a rank (one-CTA clusters, also 128 wide).
+  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kBF16, 256, 4096, 4096, 256, 132), 192);
+  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kBF16, 512, 5120, 5120, 256, 132), 192);
+  EXPECT_EQ(reduce_scatter_tile_n(true, Element::kBF16, 512, 4096, 4096, 256, 132), 256);
+  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kFP8E4M3, 512, 4096, 4096, 256, 132), 256);
+  EXPECT_TRUE(reduce_scatter_one_cta_clusters(kPingpongTileN, 384));
+  EXPECT_EQ(algo::fused_rs_tile_n(2, DType::kBF16, 512, 4096, 8192, 132), kPingpongTileN);
+  EXPECT_EQ(algo::fused_rs_tile_n(4, DType::kBF16, 1024, 4096, 2048, 132), 256);  // 128 tiles: 2 a cluster
+}
+
 TEST(FusedPlan, ReduceScatterStagedLayoutAndCounts) {
   using kernels::fused::StagedLayout;
   // A rank's 2048 rows of 3584 columns (4096x3584x8192 on two ranks) in chunks of 512 rows: 4 x 14

@@ -16,6 +16,7 @@
 #include "common/check.h"
 #include "common/element.h"
 #include "kernels/fused/fused_gemm.h"
+#include "kernels/fused/staged_layout.h"
 #include "reference/reference.h"
 
 namespace asynctp::bench {
@@ -288,9 +289,11 @@ CaseResult run_case(RankContext& ctx, Communicator& comm, const CaseSetup& args,
   } else if (fp8_fused) {
     g.alpha_ptr = scales.product();
   }
-  // Above one tile row a reduce-scatter's 128-wide tiles run one-CTA clusters, which only its own launch
-  // (rs.rank set) takes; a plain GEMM of that width would run the ping-pong schedule, so none is timed.
-  const bool rs_own_clusters = !ag && g.tile_n == kernels::fused::kOneRowTileN && gm > kernels::fused::kTileRows;
+  // A reduce-scatter's 128-wide tiles at an odd number of tile rows a rank run one-CTA clusters, which
+  // only its own launch (rs.rank set) takes; a plain GEMM of that width above one tile row would run the
+  // ping-pong schedule, so none is timed. (At an even number they run the ping-pong schedule too.)
+  const bool rs_own_clusters = !ag && gm > kernels::fused::kTileRows &&
+                               kernels::fused::reduce_scatter_one_cta_clusters(g.tile_n, gm / ws);
   if ((scaled ? fp8_fused : args.time_fused_gemm) && !rs_own_clusters && *kernels::fused::fused_gemm_unsupported(g) == '\0') {
     algo::attach_grid(comm, g, stream);
     timed.push_back([&] { kernels::fused::run_fused_gemm(g, stream); });

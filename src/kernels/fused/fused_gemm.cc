@@ -12,6 +12,7 @@
 #include "common/env.h"
 #include "kernels/fused/fused_gemm_instances.h"
 #include "kernels/fused/shard_rows.h"
+#include "kernels/fused/staged_layout.h"
 #include "kernels/fused/tail_split.h"
 #include "kernels/fused/tile_order.h"
 
@@ -20,8 +21,10 @@ namespace {
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-// Rows of a reduce-scatter's cluster: one tile's in its kOneRowTileN-wide one-CTA clusters, else two.
-int64_t rs_cluster_rows(const FusedGemmArgs& a) { return a.tile_n == kOneRowTileN ? kTileRows : kClusterRows; }
+// Rows of a reduce-scatter's cluster: one tile's in its one-CTA clusters, else two.
+int64_t rs_cluster_rows(const FusedGemmArgs& a) {
+  return reduce_scatter_one_cta_clusters(a.tile_n, a.rs.rows_per_rank) ? kTileRows : kClusterRows;
+}
 
 // Cluster rows the scheduler walks down before moving along N: deeper bands reuse B in L2 (a plain
 // GEMM gains up to 5% at the large seed shapes with 8), but a band that spans several chunks makes
@@ -72,7 +75,8 @@ void launch_one(const FusedGemmArgs& a, cudaStream_t stream) {
 // Whether a kOneRowTileN-wide launch of `a` runs one-CTA clusters (the instantiations of problems of one
 // tile row), not the ping-pong schedule's 2 x 1.
 bool one_cta_clusters(const FusedGemmArgs& a) {
-  return a.M <= kTileRows || a.rs.rank >= 0 || one_cta_takes(a.M, a.N, grid_sms(a), a.dtype);
+  if (a.rs.rank >= 0) return reduce_scatter_one_cta_clusters(kOneRowTileN, a.rs.rows_per_rank);
+  return a.M <= kTileRows || one_cta_takes(a.M, a.N, grid_sms(a), a.dtype);
 }
 
 // Launches (or, kLoad, only loads) the instantiation for problems of one tile row.
@@ -287,9 +291,11 @@ void run_fused_gemm(const FusedGemmArgs& args, cudaStream_t stream) {
   ASYNCTP_CHECK(a.tile_n == 0 || a.tile_n == kOneRowTileN || a.tile_n == 192 || a.tile_n == 256,
                 "fused GEMM: tile_n is ", a.tile_n, "; expected 0, ", kOneRowTileN, ", 192 or 256");
   ASYNCTP_CHECK(a.rs.rank < 0 || a.tile_n == 0 || a.tile_n == kRsTileN ||
-                    ((a.tile_n == 192 || a.tile_n == kOneRowTileN) && !a.rs.reduce_in_epilogue),
+                    ((a.tile_n == 192 || a.tile_n == kOneRowTileN) && !a.rs.reduce_in_epilogue &&
+                     (a.dtype != Element::kFP8E4M3 || reduce_scatter_one_cta_clusters(a.tile_n, a.rs.rows_per_rank))),
                 "fused reduce-scatter: tile_n is ", a.tile_n, "; expected ", kRsTileN, ", or 192 or ", kOneRowTileN,
-                " where the reduction runs in fixup() (reduce_scatter_tile_n)");
+                " where the reduction runs in fixup() or the ping-pong schedule's epilogue (16 bits), as "
+                "reduce_scatter_tile_n chooses");
   ASYNCTP_CHECK(a.rs.rank < 0 || a.rs.rows_per_rank % rs_cluster_rows(a) == 0, "fused reduce-scatter: ",
                 a.rs.rows_per_rank, " rows per rank are not whole clusters of ", rs_cluster_rows(a),
                 " rows (reduce_scatter_tile_n)");

@@ -8,8 +8,9 @@
 // problems of one tile row (docs/performance.md has its figures beside cuBLAS).
 // The two-rank reduce-scatter's instantiations (kReduceInEpilogue) also take a source C and wrap the
 // epilogue in reduce_scatter_epilogue.cuh; fp8's with row-wise scales (kRowScales) apply them in the
-// epilogue. The all-gather's problems of a few rounds of tiles run CUTLASS's ping-pong kernel instead
-// (kPingpong: a tile per consumer warpgroup, 128 wide).
+// epilogue. Problems of a few rounds of tiles run CUTLASS's ping-pong kernel instead (kPingpong: a
+// tile per consumer warpgroup, 128 wide), the reduce-scatter's 16-bit ones reduced in its epilogue
+// (pingpong_epilogue.cuh).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -33,6 +34,7 @@
 #include "kernels/fused/async_input_scheduler.cuh"
 #include "kernels/fused/launch_key.h"
 #include "kernels/fused/packed_stride.h"
+#include "kernels/fused/pingpong_epilogue.cuh"
 #include "kernels/fused/reduce_scatter_epilogue.cuh"
 #include "kernels/fused/row_window_epilogue.cuh"
 
@@ -74,7 +76,12 @@ struct FusedGemmKernel {
   static_assert(cute::size<0>(TileShape{}) == kTileRows, "kTileRows (tile_shape.h) must match the tile's M");
   static_assert(!kReduceInEpilogue || kTileN == kRsTileN, "a reduce-scatter's tiles are kRsTileN wide");
   static_assert(!kRowScales || (sizeof(Element) == 1 && !kReduceInEpilogue), "row-wise scales are the all-gather's fp8");
-  static_assert(!kPingpong || (kClusterM == 2 && !kReduceInEpilogue), "the ping-pong schedule is the all-gather's");
+  static_assert(!kPingpong || (kClusterM == 2 && !kReduceInEpilogue),
+                "the ping-pong schedule runs 2 x 1 clusters, and a reduce-scatter's reduces in its own epilogue");
+  // The ping-pong schedule's 16-bit instantiations also run the reduce-scatter (pingpong_epilogue.cuh);
+  // its epilogue then holds the reduce-scatter's parameters, as kReduceInEpilogue's does.
+  static constexpr bool kPingpongRs = kPingpong && sizeof(Element) == 2;
+  static constexpr bool kEpilogueRs = kReduceInEpilogue || kPingpongRs;
 
   // D = alpha * A @ B, or with a source (the reduce-scatter's peer copy) D = alpha * A @ B + beta * C.
   // With C, CUTLASS reuses C's shared memory for D: 33 KB against 17 KB, which still leaves the
@@ -107,7 +114,8 @@ struct FusedGemmKernel {
   using Epilogue = std::conditional_t<
       kReduceInEpilogue, ReduceScatterEpilogue<BuiltEpilogue<ElementD>, BuiltEpilogue<void>>,
       std::conditional_t<kRowScales, RowWindowEpilogue<BuiltEpilogue<void, RowScaled, RowScaledTile>>,
-                         RowWindowEpilogue<BuiltEpilogue<void>>>>;
+                         std::conditional_t<kPingpongRs, PingpongEpilogue<BuiltEpilogue<void>>,
+                                            RowWindowEpilogue<BuiltEpilogue<void>>>>>;
 
   // fp8 accumulates fast (WGMMA's own accumulation, no promotion to a second set of fp32
   // registers): with the promotion, 128 x 256 tiles spill 1.8 KB of registers a thread.
@@ -166,12 +174,12 @@ CUfunction kernel_function() {
 // as often as not); a 2-CTA cluster is portable, so that attribute is not needed at all. The driver's
 // cuLaunchKernelEx, not the runtime's cudaLaunchKernelExC: for this kernel the runtime's took 7.5-7.7 us
 // of host time against the driver's 5.3 (docs/design/fused_all_gather_matmul.md, "Host cost").
-template <class ClusterShape, bool kReduceInEpilogue, class Gemm>
+template <class ClusterShape, bool kEpilogueRs, class Gemm>
 void launch_on_clusters(const Gemm& gemm, CUfunction fn, uint32_t begin_epoch, cudaStream_t stream) {
   using Kernel = typename Gemm::GemmKernel;
   typename Kernel::Params params = gemm.params();
   params.scheduler.rs.begin_epoch = begin_epoch;  // changes every call; kept parameters leave it out
-  if constexpr (kReduceInEpilogue) params.epilogue.rs.begin_epoch = begin_epoch;
+  if constexpr (kEpilogueRs) params.epilogue.rs.begin_epoch = begin_epoch;
   CUlaunchAttribute cluster;
   cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
   cluster.value.clusterDim.x = cute::size<0>(ClusterShape{});
@@ -272,6 +280,7 @@ cutlass_arguments(const FusedGemmArgs& a) {
     args.epilogue.dD = packed_stride<typename Kernel::StrideD>(rows, a.N);
     args.epilogue.row0 = static_cast<int32_t>(a.c_row0);
     args.epilogue.rows = static_cast<int32_t>(rows);
+    if constexpr (K::kPingpongRs) args.epilogue.rs = a.rs;
   }
 
   args.hw_info = detail::hardware_info<Kernel>();
@@ -348,7 +357,7 @@ void launch_fused_gemm(const FusedGemmArgs& a, cudaStream_t stream) {
     cache.push_back(std::move(fresh));
   }
   const Cached& launch = *cache.back();
-  detail::launch_on_clusters<typename K::ClusterShape, kReduceInEpilogue>(launch.gemm, launch.fn, a.rs.begin_epoch, stream);
+  detail::launch_on_clusters<typename K::ClusterShape, K::kEpilogueRs>(launch.gemm, launch.fn, a.rs.begin_epoch, stream);
 }
 
 }  // namespace asynctp::kernels::fused

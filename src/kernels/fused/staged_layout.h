@@ -22,13 +22,24 @@ inline bool reduce_scatter_one_cta(int64_t rows_per_rank) { return rows_per_rank
 //    of problems of one tile row), since a 2 x 1 cluster would hold two ranks' rows;
 //  - where the two-rank reduction runs in the epilogue (its instantiations), and in fp8 (no narrower
 //    cooperative fp8 tiles): kRsTileN;
-//  - else pick_tile_n's 192 or 256, as an all-gather's cooperative kernel takes, counted with the split
-//    last round whether or not this rank has the split's workspace.
+//  - else as an all-gather's kernel of the same problem takes, counted with the split last round
+//    whether or not this rank has the split's workspace: split_192_takes' 192, then the ping-pong
+//    schedule's kPingpongTileN where pingpong_takes (reduced in its epilogue: pingpong_epilogue.cuh),
+//    else pick_tile_n's 192 or 256.
 inline int reduce_scatter_tile_n(bool reduce_in_epilogue, Element dtype, int64_t M, int64_t N, int64_t K,
                                  int64_t rows_per_rank, int sms) {
   if (reduce_scatter_one_cta(rows_per_rank)) return kOneRowTileN;
   if (reduce_in_epilogue || dtype == Element::kFP8E4M3) return static_cast<int>(kRsTileN);
+  if (split_192_takes(M, N, K, sms, kMaxTailSplits)) return 192;
+  if (pingpong_takes(M, N, sms, dtype)) return kPingpongTileN;
   return pick_tile_n(M, N, K, sms, kMaxTailSplits);
+}
+
+// Whether a reduce-scatter's launch of tiles `tile_n` wide runs one-CTA clusters (the instantiation of
+// problems of one tile row) rather than the ping-pong schedule's 2 x 1: kOneRowTileN where the rows a
+// rank are an odd number of tile rows.
+inline bool reduce_scatter_one_cta_clusters(int tile_n, int64_t rows_per_rank) {
+  return tile_n == kOneRowTileN && reduce_scatter_one_cta(rows_per_rank);
 }
 
 // Where rows of one rank sit in the staging buffer and in the inbox, from the start of that rank's
