@@ -9,16 +9,19 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <array>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "algo/fused.h"
 #include "algo/overlap_resources.h"
 #include "algo/resources.h"
 #include "asynctp/scaled_ops.h"
 #include "comm/communicator_impl.h"
 #include "gemm/cublaslt_gemm.h"
 #include "gpu_test.h"
+#include "kernels/fused/tile_shape.h"
 #include "ops_problems.h"
 #include "ops_test_cases.h"
 #include "tune/resolve.h"
@@ -305,9 +308,10 @@ void run_scaled_rs_case(Communicator& comm, const ScaledRsCase& c, const ScaledO
 }
 
 // Reduce-scatters the fused kernel's fp8 form takes (tensor-wise e4m3, fast accumulation, bf16 out,
-// 256 rows a rank, N not a multiple of the tile), with each rank's own scales; under `fused`, a check
-// that every one of them on more than one rank ran the fused kernel, and on two ranks at 4096 rows a
-// rank (768 tiles: five rounds), its reduction in the epilogue.
+// 256 and 512 rows a rank, N not a multiple of the tile: the ping-pong schedule's, reduced in its
+// epilogue), with each rank's own scales; under `fused`, a check that every one of them on more than
+// one rank ran the fused kernel, and on two ranks at 4096 rows a rank (768 tiles: five rounds), its
+// reduction in the epilogue.
 int fused_kernel_rs_cases(RankContext& ctx, Communicator& comm, const ScaledOpOptions& o, cudaStream_t s,
                           reference::Fp32Gemm& fp32) {
   const int ws = ctx.world_size;
@@ -318,6 +322,11 @@ int fused_kernel_rs_cases(RankContext& ctx, Communicator& comm, const ScaledOpOp
     return static_cast<int64_t>(pr->fused_reductions(true) + (epilogue_only ? 0 : pr->fused_reductions(false)));
   };
   const int64_t reductions_before = reductions(false), epilogue_before = reductions(true);
+  const int sms = impl_of(comm).sm_budget;
+  for (const auto [M, N, kl] : {std::array<int64_t, 3>{256 * ws, 336, 64}, std::array<int64_t, 3>{512 * ws, 256, 256}}) {
+    RANK_CHECK(ws == 1 || algo::fused_rs_tile_n(ws, DType::kFP8E4M3, M, N, kl, sms) == kernels::fused::kPingpongTileN,
+               M, "x", N, "x", kl * ws, " on ", ws, " ranks of ", sms, " SMs: not the ping-pong schedule");
+  }
   int n = 0;
   for (const ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
     run_scaled_rs_case(comm, ScaledRsCase{256 * ws, 336, 64 * ws, false, false, op, DType::kBF16, true}, o, s, fp32);

@@ -250,7 +250,7 @@ TEST(FusedPlan, AReduceScatterTakesNarrowerTilesOnlyWhereItReducesInFixup) {
   // clusters, 54 192 wide: one round either way, 3/4 as long in 192.
   EXPECT_EQ(reduce_scatter_tile_n(false, Element::kBF16, 512, 5120, 5120, 256, 132), 192);
   EXPECT_EQ(reduce_scatter_tile_n(true, Element::kBF16, 512, 5120, 5120, 256, 132), 256);  // the epilogue's
-  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kFP8E4M3, 512, 5120, 5120, 256, 132), 256);
+  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kFP8E4M3, 2048, 5120, 5120, 1024, 132), 256);
   // 4096 x 3584 x 8192 on two ranks: 3.69 rounds 256 wide (the tail split 2 ways) against 5 192 wide.
   EXPECT_EQ(reduce_scatter_tile_n(false, Element::kBF16, 4096, 3584, 4096, 2048, 132), 256);
   // An odd number of tile rows a rank: 128-wide tiles in one-CTA clusters, in fp8 too.
@@ -277,13 +277,16 @@ TEST(FusedPlan, AReduceScatterOfAFewTilesTakesThePingpongScheduleAsAnAllGatherDo
   }
   EXPECT_EQ(reduce_scatter_tile_n(false, Element::kBF16, 256, 7168, 2048, 256, 132), kPingpongTileN);
   EXPECT_TRUE(kernels::fused::pingpong_takes(512, 4096, 132, Element::kBF16));
+  // fp8 up to three cluster tiles a cluster, as its all-gather: 512 x 5120 x 5120 (80), not 2048 rows (320).
+  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kFP8E4M3, 512, 4096, 4096, 256, 132), kPingpongTileN);
+  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kFP8E4M3, 512, 5120, 5120, 256, 132), kPingpongTileN);
+  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kFP8E4M3, 2048, 5120, 5120, 512, 132), 256);
   // Not: a round of 192-wide tiles split three ways goes first (256 x 4096 x 4096), more than a cluster
-  // tile a cluster (512 x 5120 x 5120: 80), the epilogue's reduction, fp8, and an odd number of tile
-  // rows a rank (one-CTA clusters, also 128 wide).
+  // tile a cluster in 16 bits (512 x 5120 x 5120: 80), the epilogue's reduction, and an odd number of
+  // tile rows a rank (one-CTA clusters, also 128 wide).
   EXPECT_EQ(reduce_scatter_tile_n(false, Element::kBF16, 256, 4096, 4096, 256, 132), 192);
   EXPECT_EQ(reduce_scatter_tile_n(false, Element::kBF16, 512, 5120, 5120, 256, 132), 192);
   EXPECT_EQ(reduce_scatter_tile_n(true, Element::kBF16, 512, 4096, 4096, 256, 132), 256);
-  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kFP8E4M3, 512, 4096, 4096, 256, 132), 256);
   EXPECT_TRUE(reduce_scatter_one_cta_clusters(kPingpongTileN, 384));
   EXPECT_EQ(algo::fused_rs_tile_n(2, DType::kBF16, 512, 4096, 8192, 132), kPingpongTileN);
   EXPECT_EQ(algo::fused_rs_tile_n(4, DType::kBF16, 1024, 4096, 2048, 132), 256);  // 128 tiles: 2 a cluster

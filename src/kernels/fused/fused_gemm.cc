@@ -291,11 +291,9 @@ void run_fused_gemm(const FusedGemmArgs& args, cudaStream_t stream) {
   ASYNCTP_CHECK(a.tile_n == 0 || a.tile_n == kOneRowTileN || a.tile_n == 192 || a.tile_n == 256,
                 "fused GEMM: tile_n is ", a.tile_n, "; expected 0, ", kOneRowTileN, ", 192 or 256");
   ASYNCTP_CHECK(a.rs.rank < 0 || a.tile_n == 0 || a.tile_n == kRsTileN ||
-                    ((a.tile_n == 192 || a.tile_n == kOneRowTileN) && !a.rs.reduce_in_epilogue &&
-                     (a.dtype != Element::kFP8E4M3 || reduce_scatter_one_cta_clusters(a.tile_n, a.rs.rows_per_rank))),
+                    ((a.tile_n == 192 || a.tile_n == kOneRowTileN) && !a.rs.reduce_in_epilogue),
                 "fused reduce-scatter: tile_n is ", a.tile_n, "; expected ", kRsTileN, ", or 192 or ", kOneRowTileN,
-                " where the reduction runs in fixup() or the ping-pong schedule's epilogue (16 bits), as "
-                "reduce_scatter_tile_n chooses");
+                " where the reduction runs in fixup() or the ping-pong schedule's epilogue (reduce_scatter_tile_n)");
   ASYNCTP_CHECK(a.rs.rank < 0 || a.rs.rows_per_rank % rs_cluster_rows(a) == 0, "fused reduce-scatter: ",
                 a.rs.rows_per_rank, " rows per rank are not whole clusters of ", rs_cluster_rows(a),
                 " rows (reduce_scatter_tile_n)");

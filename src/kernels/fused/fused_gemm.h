@@ -88,8 +88,8 @@ bool one_cta_takes(int64_t M, int64_t N, int sms, Element dtype);
 
 // Whether an M x N GEMM of more than one tile row on `sms` SMs runs the ping-pong schedule's
 // kPingpongTileN-wide tiles (never split along K): where it has at most one such cluster tile per
-// cluster in 16 bits, three in fp8. The all-gather's kernel asks it, and the reduce-scatter's in 16
-// bits where it reduces in fixup() (reduce_scatter_tile_n). There the ping-pong runs faster than the cooperative
+// cluster in 16 bits, three in fp8. The all-gather's kernel asks it, and the reduce-scatter's where
+// it reduces in fixup() (reduce_scatter_tile_n). There the ping-pong runs faster than the cooperative
 // tiles with their split tail; beyond, slower (docs/design/fused_all_gather_matmul.md, "The ping-pong
 // schedule for a few rounds of tiles").
 bool pingpong_takes(int64_t M, int64_t N, int sms, Element dtype);

@@ -9,7 +9,7 @@
 // The two-rank reduce-scatter's instantiations (kReduceInEpilogue) also take a source C and wrap the
 // epilogue in reduce_scatter_epilogue.cuh; fp8's with row-wise scales (kRowScales) apply them in the
 // epilogue. Problems of a few rounds of tiles run CUTLASS's ping-pong kernel instead (kPingpong: a
-// tile per consumer warpgroup, 128 wide), the reduce-scatter's 16-bit ones reduced in its epilogue
+// tile per consumer warpgroup, 128 wide), the reduce-scatter's reduced in its epilogue
 // (pingpong_epilogue.cuh).
 #pragma once
 
@@ -78,9 +78,9 @@ struct FusedGemmKernel {
   static_assert(!kRowScales || (sizeof(Element) == 1 && !kReduceInEpilogue), "row-wise scales are the all-gather's fp8");
   static_assert(!kPingpong || (kClusterM == 2 && !kReduceInEpilogue),
                 "the ping-pong schedule runs 2 x 1 clusters, and a reduce-scatter's reduces in its own epilogue");
-  // The ping-pong schedule's 16-bit instantiations also run the reduce-scatter (pingpong_epilogue.cuh);
-  // its epilogue then holds the reduce-scatter's parameters, as kReduceInEpilogue's does.
-  static constexpr bool kPingpongRs = kPingpong && sizeof(Element) == 2;
+  // The ping-pong schedule's instantiations but the row-wise one also run the reduce-scatter
+  // (pingpong_epilogue.cuh); their epilogue then holds its parameters, as kReduceInEpilogue's does.
+  static constexpr bool kPingpongRs = kPingpong && !kRowScales;
   static constexpr bool kEpilogueRs = kReduceInEpilogue || kPingpongRs;
 
   // D = alpha * A @ B, or with a source (the reduce-scatter's peer copy) D = alpha * A @ B + beta * C.

@@ -1,5 +1,6 @@
-// The epilogue of the ping-pong schedule's 16-bit instantiations, which run the all-gather's and the
-// reduce-scatter's problems of a few rounds of tiles (pingpong_takes).
+// The epilogue of the ping-pong schedule's instantiations (but fp8's with row-wise scales, which the
+// reduce-scatter does not take), which run the all-gather's and the reduce-scatter's problems of a few
+// rounds of tiles (pingpong_takes).
 //
 // CUTLASS's ping-pong kernel has no fixup() step between a tile's mainloop and its epilogue, so the
 // reduce-scatter's part of it (reduce_scatter_fixup.cuh) runs here, at the start of the tile's
