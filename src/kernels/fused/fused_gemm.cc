@@ -54,12 +54,7 @@ int tile_n_for(const FusedGemmArgs& a) {
   // rank timed out on every rank waiting for the first chunk, its 66 split units filling every SM; the
   // ping-pong schedule's 64 cluster tiles ran there before.
   const bool straddles = a.a_local != nullptr && shard_straddles_tiles(a.local_begin, a.local_end, a.M);
-  if (a.dtype != Element::kFP8E4M3 && !straddles && split_192_takes(a.M, a.N, a.K, grid_sms(a), max_splits)) {
-    return 192;
-  }
-  if (pingpong_takes(a.M, a.N, grid_sms(a), a.dtype)) return kPingpongTileN;
-  if (a.dtype == Element::kFP8E4M3) return 256;  // no 192-wide fp8 tiles
-  return pick_tile_n(a.M, a.N, a.K, grid_sms(a), max_splits);
+  return tile_n_above_one_row(a.M, a.N, a.K, grid_sms(a), a.dtype, max_splits, !straddles);
 }
 
 // Launches (or, kLoad, only loads) the fused GEMM's instantiation for kElement, kLayoutB and kTileN.
@@ -180,6 +175,15 @@ bool split_192_takes(int64_t M, int64_t N, int64_t K, int sms, int max_splits) {
   const int64_t tiles = (M + kClusterRows - 1) / kClusterRows * ((N + 192 - 1) / 192);
   const TailSplit split = plan_tail_split(tiles, clusters, k_tiles, max_splits);
   return split.whole == 0 && split.splits >= 3 && k_tiles >= kSplit192MinKTiles;
+}
+
+int tile_n_above_one_row(int64_t M, int64_t N, int64_t K, int sms, Element dtype, int max_splits,
+                         bool split_192_allowed) {
+  const bool fp8 = dtype == Element::kFP8E4M3;
+  if (!fp8 && split_192_allowed && split_192_takes(M, N, K, sms, max_splits)) return 192;
+  if (pingpong_takes(M, N, sms, dtype)) return kPingpongTileN;
+  if (fp8) return 256;
+  return pick_tile_n(M, N, K, sms, max_splits);
 }
 
 int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits) {

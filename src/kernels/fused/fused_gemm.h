@@ -70,6 +70,13 @@ const char* fused_gemm_unsupported(const FusedGemmArgs& args);
 // overrides it for measurement.
 int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits);
 
+// The tile width of an M x N x K problem above one tile row that no one-CTA rule took, by the same rule
+// for both ops (an all-gather's launch and reduce_scatter_tile_n): in 16 bits 192 where
+// split_192_takes (unless `split_192_allowed` is false); then kPingpongTileN, the ping-pong schedule,
+// where pingpong_takes; else 256 in fp8 (no 192-wide fp8 tiles) and pick_tile_n's 192 or 256 in 16 bits.
+int tile_n_above_one_row(int64_t M, int64_t N, int64_t K, int sms, Element dtype, int max_splits,
+                         bool split_192_allowed);
+
 // Whether a 16-bit M x N x K GEMM above one tile row runs cooperative 192-wide tiles, ahead of
 // pick_tile_n's estimate and of the ping-pong schedule: where those tiles make less than one round
 // on `sms` SMs and the plan splits them at least 3 ways along K of at least kSplit192MinKTiles steps.

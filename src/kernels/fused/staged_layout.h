@@ -21,20 +21,14 @@ inline bool reduce_scatter_one_cta(int64_t rows_per_rank) { return rows_per_rank
 //  - rows per rank an odd multiple of kTileRows: kOneRowTileN, in one-CTA clusters (the instantiation
 //    of problems of one tile row), since a 2 x 1 cluster would hold two ranks' rows;
 //  - where the two-rank reduction runs in the epilogue (its instantiations): kRsTileN;
-//  - else as an all-gather's kernel of the same problem takes, counted with the split last round
-//    whether or not this rank has the split's workspace: in 16 bits split_192_takes' 192; then the
-//    ping-pong schedule's kPingpongTileN where pingpong_takes (reduced in its epilogue:
-//    pingpong_epilogue.cuh); else kRsTileN in fp8 (no narrower cooperative fp8 tiles), pick_tile_n's
-//    192 or 256 in 16 bits.
+//  - else what an all-gather's kernel of the same problem takes (tile_n_above_one_row; the ping-pong
+//    schedule reduces in its epilogue: pingpong_epilogue.cuh), counted with the split last round
+//    whether or not this rank has the split's workspace.
 inline int reduce_scatter_tile_n(bool reduce_in_epilogue, Element dtype, int64_t M, int64_t N, int64_t K,
                                  int64_t rows_per_rank, int sms) {
-  const bool fp8 = dtype == Element::kFP8E4M3;
   if (reduce_scatter_one_cta(rows_per_rank)) return kOneRowTileN;
   if (reduce_in_epilogue) return static_cast<int>(kRsTileN);
-  if (!fp8 && split_192_takes(M, N, K, sms, kMaxTailSplits)) return 192;
-  if (pingpong_takes(M, N, sms, dtype)) return kPingpongTileN;
-  if (fp8) return static_cast<int>(kRsTileN);
-  return pick_tile_n(M, N, K, sms, kMaxTailSplits);
+  return tile_n_above_one_row(M, N, K, sms, dtype, kMaxTailSplits, /*split_192_allowed=*/true);
 }
 
 // Whether a reduce-scatter's launch of tiles `tile_n` wide runs one-CTA clusters (the instantiation of
