@@ -86,7 +86,13 @@ TEST(FusedPlan, Cooperative192WideTilesTakeLessThanARoundSplitThreeWaysOrMore) {
   using kernels::fused::split_192_takes;
   // 256 x 4096 x 4096: 22 tiles split 3 ways (66 units on 66 clusters) along 64 K steps.
   EXPECT_TRUE(split_192_takes(256, 4096, 4096, 132, kMaxTailSplits));
-  EXPECT_EQ(pick_tile_n(256, 4096, 4096, 132, kMaxTailSplits), 192);
+  using kernels::fused::tile_n_above_one_row;
+  EXPECT_EQ(tile_n_above_one_row(256, 4096, 4096, 132, Element::kBF16, kMaxTailSplits, true), 192);
+  // Ahead of the estimate, which alone would take 256 (16 tiles split 4 ways: as long as 22 split 3).
+  EXPECT_EQ(pick_tile_n(256, 4096, 4096, 132, kMaxTailSplits), 256);
+  // Where this rank's rows straddle a tile (the all-gather's), not 192, and here the ping-pong's.
+  EXPECT_EQ(tile_n_above_one_row(256, 4096, 4096, 132, Element::kBF16, kMaxTailSplits, false),
+            kernels::fused::kPingpongTileN);
   EXPECT_TRUE(split_192_takes(256, 2048, 4096, 132, kMaxTailSplits));  // 11 tiles, 4 ways
   EXPECT_TRUE(split_192_takes(256, 4096, 8192, 132, kMaxTailSplits));
   EXPECT_TRUE(split_192_takes(512, 2048, 4096, 132, kMaxTailSplits));  // 2 x 11 tiles, 3 ways

@@ -188,7 +188,6 @@ int tile_n_above_one_row(int64_t M, int64_t N, int64_t K, int sms, Element dtype
 
 int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits) {
   if (M <= kTileRows) return kOneRowTileN;
-  if (split_192_takes(M, N, K, sms, max_splits)) return 192;
   // A tile's time grows with its width, and the kernel takes as many rounds as its busiest cluster
   // has tiles; the narrower tile is taken only where it saves at least 5% of that estimate (192-wide
   // tiles run a little below 256-wide ones: docs/design/fused_all_gather_matmul.md).

@@ -63,11 +63,12 @@ struct FusedGemmArgs {
 // K multiples of 8) and 16-byte aligned pointers, and indices fit in 32 bits.
 const char* fused_gemm_unsupported(const FusedGemmArgs& args);
 
-// The tile width for an M x N x K GEMM on `sms` SMs: kOneRowTileN for a problem of one tile row
-// (one-CTA clusters: tile_shape.h); 192 where split_192_takes; else 192 or 256, the one whose rounds
-// of tiles (the last one split along K where tail_split.h would), times the tile's width, cost less
-// (by 5% for the narrower; no more than `max_splits` ways). ASYNCTP_FUSED_TILE_N=128|192|256
-// overrides it for measurement.
+// The cooperative kernel's tile width for an M x N x K GEMM on `sms` SMs by its estimate alone:
+// kOneRowTileN for a problem of one tile row (one-CTA clusters: tile_shape.h); else 192 or 256, the
+// one whose rounds of tiles (the last one split along K where tail_split.h would), times the tile's
+// width, cost less (by 5% for the narrower; no more than `max_splits` ways). The rules that come
+// first are tile_n_above_one_row's. ASYNCTP_FUSED_TILE_N=128|192|256 overrides the width for
+// measurement.
 int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits);
 
 // The tile width of an M x N x K problem above one tile row that no one-CTA rule took, by the same rule
