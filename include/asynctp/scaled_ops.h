@@ -28,9 +28,9 @@
 // cuBLASLt fp8 GEMM per chunk; row-wise scales of this rank's rows gathered first, in one collective;
 // the reduce-scatter's partials summed by a kernel); fused, the fused kernel's fp8 form for both ops
 // with e4m3 inputs, use_fast_accum, a bf16 output and no bias, where the unscaled op would run fused
-// (along M; the reduce-scatter's rows per rank in whole 128-row tiles), with tensor-wise scales (each
-// rank's partial product scaled by its own before the sum), and for the all-gather row-wise ones too
-// (applied by the kernel's epilogue), else pipelined; and auto, chosen as for the unscaled ops (a
+// (along M; the reduce-scatter's rows per rank in whole 128-row tiles), with tensor-wise or row-wise
+// scales (the reduce-scatter's partial product scaled by the rank's own before the sum), else
+// pipelined; and auto, chosen as for the unscaled ops (a
 // tuning cache's "fp8 e4m3" entries, else the model, which overlaps with pipelined). Everything else
 // is as for the unscaled ops: collective, checked across ranks, bad input refused on every rank with
 // the outputs untouched.

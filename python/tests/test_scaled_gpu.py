@@ -80,7 +80,7 @@ def _epilogue_cases(rank, world, algorithm):
 def _fused_kernel_cases(rank, world):
     """What the fused kernel's fp8 form takes (e4m3, fast accumulation, bf16 out): the all-gather with
     tensor-wise and row-wise scales, the reduce-scatter (256 rows a rank) with each rank's own
-    tensor-wise scales."""
+    tensor-wise and row-wise scales."""
     dev = torch.device("cuda", torch.cuda.current_device())
     m, k, n = 64, 128, 96
     shards = [_fp8(110 + r, m, k) for r in range(world)]
@@ -97,10 +97,11 @@ def _fused_kernel_cases(rank, world):
     rows = 256 * world
     a_parts = [_fp8(150 + r, rows, k) for r in range(world)]
     w_parts = [_fp8(160 + r, n, k) for r in range(world)]
-    a_scales = [_scales(170 + r, 1) for r in range(world)]
-    b_scales = [_scales(180 + r, 1) for r in range(world)]
-    for reduce_op in ("sum", "avg"):
-        what = f"fused scaled_matmul_reduce_scatter {reduce_op}, each rank's own tensor-wise scales, fast accumulation"
+    for rowwise, reduce_op in ((False, "sum"), (False, "avg"), (True, "sum"), (True, "avg")):
+        a_scales = [_scales(170 + r, rows, 1) if rowwise else _scales(170 + r, 1) for r in range(world)]
+        b_scales = [_scales(180 + r, 1, n) if rowwise else _scales(180 + r, 1) for r in range(world)]
+        kind = "row-wise" if rowwise else "tensor-wise"
+        what = f"fused scaled_matmul_reduce_scatter {reduce_op}, each rank's own {kind} scales, fast accumulation"
         out = asynctp.scaled_matmul_reduce_scatter(a_parts[rank].to(dev), w_parts[rank].to(dev).t(), a_scales[rank].to(dev),
                                                    b_scales[rank].to(dev), reduce_op, 0, use_fast_accum=True,
                                                    algorithm="fused")

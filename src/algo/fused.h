@@ -20,10 +20,8 @@ void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan
 
 // Why the fused kernel's fp8 form does not take a scaled call's scales, accumulation, types or bias
 // ("" where it does): it takes e4m3 A and B, use_fast_accum, a bf16 output, no bias, and tensor-wise
-// scales, or row-wise ones too where `rowwise_too` (the all-gather's: its epilogue applies them; a
-// reduce-scatter's staged tiles do not pass through the epilogue).
-inline const char* fused_scaling_unsupported(const Scaling& s, DType a_dtype, bool rowwise_too) {
-  if (s.rowwise && !rowwise_too) return "row-wise scales";
+// or row-wise scales.
+inline const char* fused_scaling_unsupported(const Scaling& s, DType a_dtype) {
   if (!s.fast_accum) return "without use_fast_accum";
   if (s.b_dtype != DType::kFP8E4M3 || a_dtype != DType::kFP8E4M3) return "an e5m2 input";
   if (s.fp8_out()) return "an fp8 output";
@@ -55,7 +53,8 @@ void fused_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPl
 
 // The scaled op's, for what fused_scaled_rs_unsupported returns "" for (what fused_scaling_unsupported
 // and fused_rs_unsupported take); the rest runs pipelined (ops dispatch). Each rank's partial product
-// is scaled by its own a_scale * b_scale, made on the stream first, before the ranks' are summed.
+// is scaled by its own scales before the ranks' are summed: tensor-wise by a_scale * b_scale, made on
+// the stream first; row-wise each value by its row's a_scale and its column's b_scale, in the kernel.
 const char* fused_scaled_rs_unsupported(const MatmulReduceScatterPlan& plan, const TensorRef& a, const TensorRef& b,
                                         const TensorRef& output, int sms);
 void fused_scaled_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPlan& plan, const TensorRef& a,

@@ -171,11 +171,11 @@ const char* fused_rs_unsupported(const MatmulReduceScatterPlan& plan, const Tens
 
 namespace {
 
-// Both ops' body: `a_scale` and `b_scale` are the scaled op's tensor-wise scales (device floats), null
-// for the unscaled op.
+// Both ops' body: `a_scale` and `b_scale` are the scaled op's scales (device floats; `rowwise`: one for
+// each of A's M rows and B's N columns, else one each), null for the unscaled op.
 void run_fused_rs(Communicator& comm, const MatmulReduceScatterPlan& plan, const TensorRef& a, const TensorRef& b,
                   const TensorRef& output, cudaStream_t stream, const AgreeFn& agree, int chunks_per_rank,
-                  const float* a_scale, const float* b_scale) {
+                  const float* a_scale, const float* b_scale, bool rowwise) {
   kernels::fused::CallTimeline timeline(stream);
   timeline.mark("entry");
   agree();
@@ -192,9 +192,11 @@ void run_fused_rs(Communicator& comm, const MatmulReduceScatterPlan& plan, const
   g.a = a.data, g.b = b.data, g.c = output.data;
   g.alpha = scale;
   attach_grid(comm, g, stream);
-  // The scaled op's a_scale * b_scale, in the scratch after the staged tiles: alone, the kernel's
-  // alpha; with peers, what the kernel scales its partial product by before the sum (partial_scale).
-  const bool scaled = a_scale != nullptr;
+  // Tensor-wise, the scaled op's a_scale * b_scale, in the scratch after the staged tiles: alone, the
+  // kernel's alpha; with peers, what the kernel scales its partial product by before the sum
+  // (partial_scale). Row-wise, alone, the epilogue applies the scales (row_scales); with peers, the
+  // kernel scales its partial product by them before the sum (rs.row_scales).
+  const bool scaled = a_scale != nullptr && !rowwise;
   constexpr size_t kProductBytes = 16;
   const auto make_product = [&](char* at) {
     float* product = reinterpret_cast<float*>(at);
@@ -203,6 +205,7 @@ void run_fused_rs(Communicator& comm, const MatmulReduceScatterPlan& plan, const
   };
   if (ws == 1) {  // nothing to reduce; the average of one is itself
     if (scaled) g.alpha_ptr = make_product(static_cast<char*>(m.scratch_for(kProductBytes, stream)));
+    if (rowwise) g.row_scales = a_scale, g.col_scales = b_scale;
     kernels::fused::run_fused_gemm(g, stream);
     return;
   }
@@ -237,6 +240,7 @@ void run_fused_rs(Communicator& comm, const MatmulReduceScatterPlan& plan, const
   rs.epoch_out = pr.epoch_word();
   rs.wait = pr.wait_context();
   if (scaled) rs.partial_scale = make_product(scratch + staging_bytes);
+  if (rowwise) rs.row_scales = a_scale, rs.col_scales = b_scale, rs.cols = static_cast<int32_t>(plan.N);
   g.c_row0 = me * rows;
   g.done = pr.done_signal();
   pr.count_fused_reduction(layout.epilogue, push);
@@ -317,12 +321,12 @@ void fused_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPl
                                  const AgreeFn& agree, int chunks_per_rank) {
   const char* why = fused_rs_unsupported(plan, a, b, output, impl_of(comm).sm_budget);
   ASYNCTP_CHECK(*why == '\0', "fused matmul_reduce_scatter: ", why, "; such a call runs pipelined (ops::algorithm_that_runs)");
-  run_fused_rs(comm, plan, a, b, output, stream, agree, chunks_per_rank, nullptr, nullptr);
+  run_fused_rs(comm, plan, a, b, output, stream, agree, chunks_per_rank, nullptr, nullptr, false);
 }
 
 const char* fused_scaled_rs_unsupported(const MatmulReduceScatterPlan& plan, const TensorRef& a, const TensorRef& b,
                                         const TensorRef& output, int sms) {
-  const char* why = fused_scaling_unsupported(plan.scaling, plan.dtype, /*rowwise_too=*/false);
+  const char* why = fused_scaling_unsupported(plan.scaling, plan.dtype);
   return *why != '\0' ? why : fused_rs_unsupported(plan, a, b, output, sms);
 }
 
@@ -333,7 +337,7 @@ void fused_scaled_matmul_reduce_scatter(Communicator& comm, const MatmulReduceSc
   const char* why = fused_scaled_rs_unsupported(plan, a, b, output, impl_of(comm).sm_budget);
   ASYNCTP_CHECK(*why == '\0', "fused scaled_matmul_reduce_scatter: ", why, " runs pipelined (ops dispatch)");
   run_fused_rs(comm, plan, a, b, output, stream, agree, chunks_per_rank, static_cast<const float*>(a_scale.data),
-               static_cast<const float*>(b_scale.data));
+               static_cast<const float*>(b_scale.data), plan.scaling.rowwise);
 }
 
 }  // namespace asynctp::algo

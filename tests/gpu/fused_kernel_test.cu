@@ -33,6 +33,10 @@ struct KernelCase {
   bool expect_split;  // on a GPU of 132 SMs (H100 SXM, H200); checked against the plan where that holds
   bool row_scales = false;  // fp8: row-wise scales (one per row of A, one per column of B) for the alpha
   int tile_n = 0;           // 0: the kernel's choice
+  // With row_scales: the kernel as a one-rank reduce-scatter (every tile its own, nothing to add), which
+  // scales each value by its row's and column's scale before the sum (reduce_scatter_fixup.cuh), not
+  // in the epilogue. tile_n set.
+  bool one_rank_rs = false;
 };
 
 // fp8 row-wise scales, exact in fp32: 0.5 to 1.25, a different cycle for A's rows and B's columns.
@@ -90,7 +94,12 @@ std::vector<char> run_checked(Communicator& comm, const KernelCase& c, uint64_t 
   g.M = c.M, g.N = c.N, g.K = c.K;
   g.a = a.p, g.b = b.p, g.c = out.p;
   g.tile_n = c.tile_n;
-  if (fp8 && c.row_scales) {
+  if (fp8 && c.row_scales && c.one_rank_rs) {
+    g.rs.rank = 0, g.rs.world = 1;
+    g.rs.rows_per_rank = g.rs.rows_per_chunk = static_cast<int32_t>(c.M);
+    g.rs.tiles_n = static_cast<int32_t>((c.N + c.tile_n - 1) / c.tile_n);
+    g.rs.row_scales = row_scales.f(), g.rs.col_scales = col_scales.f(), g.rs.cols = static_cast<int32_t>(c.N);
+  } else if (fp8 && c.row_scales) {
     g.row_scales = row_scales.f(), g.col_scales = col_scales.f();
   } else if (fp8) {
     g.alpha_ptr = alpha.f();
@@ -104,7 +113,7 @@ std::vector<char> run_checked(Communicator& comm, const KernelCase& c, uint64_t 
   const auto cmp = reference::compare(out.p, out_dtype, c.M, c.N, ref.f(), c.N, 0, 0, scale,
                                       reference::tolerance(out_dtype, 1), s);
   RANK_CHECK(cmp.ok(), c.M, "x", c.N, "x", c.K, " ", dtype_name(c.dtype), c.col_major ? " B=col" : " B=row",
-             c.row_scales ? " row-wise" : "",
+             c.row_scales ? (c.one_rank_rs ? " row-wise, one-rank reduce-scatter" : " row-wise") : "",
              " max_splits=", max_splits, ": ", cmp.bad, " bad elements, max err ", cmp.max_abs_err, cmp.where());
   RANK_CUDA(cudaStreamSynchronize(s));
   return host_copy(out, c.M * c.N * out_es);
@@ -206,7 +215,8 @@ TEST(FusedKernel, SplitLastRoundMatchesReferenceAndRepeatsBitForBit) {
 
 
 // The fp8 instantiations (e4m3 A and B, B column-major, a bf16 product, alpha read from the device as
-// a tensor-wise a_scale * b_scale, or row-wise scales applied by the epilogue), as a plain GEMM: whole
+// a tensor-wise a_scale * b_scale, or row-wise scales applied by the epilogue, or by a one-rank
+// reduce-scatter's kernel before its sum), as a plain GEMM: whole
 // tiles, split tiles and ragged shapes, against the fp32 GEMM of the fp8 values read back
 // (run_checked); a second launch gives the same bits; what they do not take is refused by name.
 TEST(FusedKernel, Fp8MatchesTheDequantisedReference) {
@@ -240,6 +250,13 @@ TEST(FusedKernel, Fp8MatchesTheDequantisedReference) {
         {1000, 528, 1024, DType::kFP8E4M3, true, true, true, 256},
         {4096, 3584, 1024, DType::kFP8E4M3, true, true, true, kernels::fused::kPingpongTileN},
         {520, 272, 528, DType::kFP8E4M3, true, true, true, 256},
+        // Row-wise scales applied before the reduce-scatter's sum, in each kind of tile: the cooperative
+        // kernel's 256-wide (split, whole, ragged N), the ping-pong's, one-CTA clusters'.
+        {256, 256, 4096, DType::kFP8E4M3, true, true, true, 256, true},
+        {1024, 528, 1024, DType::kFP8E4M3, true, true, true, 256, true},
+        {4096, 3584, 1024, DType::kFP8E4M3, true, true, true, 256, true},
+        {512, 272, 512, DType::kFP8E4M3, true, true, true, kernels::fused::kPingpongTileN, true},
+        {384, 272, 512, DType::kFP8E4M3, true, true, true, kernels::fused::kOneRowTileN, true},
     };
     for (const KernelCase& c : cases) {
       for (int max_splits : {kernels::fused::kMaxTailSplits, 1}) {

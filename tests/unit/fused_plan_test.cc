@@ -104,6 +104,25 @@ TEST(FusedPlan, Cooperative192WideTilesTakeLessThanARoundSplitThreeWaysOrMore) {
   EXPECT_FALSE(split_192_takes(256, 4096, 4096, 132, 1));               // nothing split
 }
 
+TEST(FusedPlan, AReduceScattersRowWiseScalesComeInPairsInPlaceOfAPartialScaleAndInFp8Only) {
+  using kernels::fused::fused_gemm_unsupported;
+  alignas(16) static float scales[64];
+  alignas(16) static char data[64];
+  kernels::fused::FusedGemmArgs g;
+  g.dtype = Element::kFP8E4M3, g.b_layout = Layout::kColMajor;
+  g.M = 256, g.N = 256, g.K = 256;
+  g.a = g.b = data, g.c = data;
+  g.rs.rank = 0, g.rs.world = 2;
+  g.rs.row_scales = scales, g.rs.col_scales = scales + 16, g.rs.cols = 256;
+  EXPECT_STREQ(fused_gemm_unsupported(g), "");
+  g.rs.col_scales = nullptr;
+  EXPECT_STRNE(fused_gemm_unsupported(g), "");
+  g.rs.col_scales = scales + 16, g.rs.partial_scale = scales;
+  EXPECT_STRNE(fused_gemm_unsupported(g), "");
+  g.rs.partial_scale = nullptr, g.dtype = Element::kBF16, g.b_layout = Layout::kRowMajor;
+  EXPECT_STREQ(fused_gemm_unsupported(g), "the fused kernel takes row-wise scales for fp8 only");
+}
+
 TEST(FusedPlan, ATailAfterFullRoundsSplitsOnlyWhereKIsDeepEnough) {
   using kernels::fused::split_tail_rounds;
   // Each split beyond the first costs 12 K steps after full rounds, nothing in a problem of one round.

@@ -461,8 +461,11 @@ TEST(ProblemKeys, AScaledCallsKeySaysWhetherTheFusedKernelTakesIt) {
   k = key_of(rs, 2, "g");
   EXPECT_TRUE(k.fused_kernel);
   EXPECT_TRUE(fused_kernel_applies(k));
-  rs.scaling.rowwise = true;  // a reduce-scatter's staged tiles take tensor-wise scales only
+  rs.scaling.rowwise = true;  // each rank's kernel scales its partial product by its row-wise scales
+  EXPECT_TRUE(key_of(rs, 2, "g").fused_kernel);
+  rs.scaling.fast_accum = false;
   EXPECT_FALSE(key_of(rs, 2, "g").fused_kernel);
+  rs.scaling.fast_accum = true;
   // The choice for a key the fused kernel takes overlaps with pipelined where the model overlaps at all.
   TuningCache empty;
   k.gpu = "NVIDIA H200";

@@ -147,8 +147,8 @@ tune::ProblemKey problem_key(const Communicator& comm, const CaseSetup& setup, c
   key.dtype = setup.dtype;
   key.last_dim = ag ? setup.gather_last : setup.scatter_last;
   // fp8: e4m3 A and B into bf16; the fused kernel's fp8 form takes fast accumulation, with tensor-wise
-  // scales, or for the all-gather row-wise ones too (algo::fused_scaling_unsupported).
-  if (setup.dtype == DType::kFP8E4M3) key.fused_kernel = setup.fast_accum && (ag || !setup.rowwise_scales);
+  // or row-wise scales (algo::fused_scaling_unsupported).
+  if (setup.dtype == DType::kFP8E4M3) key.fused_kernel = setup.fast_accum;
   key.world_size = comm.world_size();
   key.gpu = impl_of(comm).gpu_name;
   return key;
@@ -282,10 +282,17 @@ CaseResult run_case(RankContext& ctx, Communicator& comm, const CaseSetup& args,
   // rs: the partial GEMM with the reduce-scatter's tile width at this world size, no staging or reduction.
   if (!ag) g.tile_n = algo::fused_rs_tile_n(ws, args.dtype, gm, N, gk, impl_of(comm).sm_budget);
   // fp8: the fused kernel's fp8 form accumulates fast and takes a tensor-wise alpha from the device,
-  // or row-wise scales (the all-gather's only; the reduce-scatter's partial GEMM is timed with them too).
+  // or row-wise scales: the all-gather's epilogue applies them; the reduce-scatter's kernel, where it has
+  // peers, scales its whole tiles by them before the sum, which the kernel as the one rank of a
+  // reduce-scatter (every tile its own, nothing to add) times.
   const bool fp8_fused = scaled && args.fast_accum;
-  if (fp8_fused && args.rowwise_scales) {
+  if (fp8_fused && args.rowwise_scales && ag) {
     g.row_scales = scales.a(), g.col_scales = scales.b();
+  } else if (fp8_fused && args.rowwise_scales) {
+    g.rs.rank = 0, g.rs.world = 1;
+    g.rs.rows_per_rank = g.rs.rows_per_chunk = static_cast<int32_t>(gm);
+    g.rs.tiles_n = static_cast<int32_t>((N + g.tile_n - 1) / g.tile_n);
+    g.rs.row_scales = scales.a(), g.rs.col_scales = scales.b(), g.rs.cols = static_cast<int32_t>(N);
   } else if (fp8_fused) {
     g.alpha_ptr = scales.product();
   }

@@ -224,13 +224,16 @@ const char* fused_gemm_unsupported(const FusedGemmArgs& a) {
     }
     if (a.N % 16 != 0 || a.K % 16 != 0) return "the fused kernel needs fp8 N and K to be multiples of 16";
     if ((a.row_scales == nullptr) != (a.col_scales == nullptr)) return "the fused kernel takes row and column scales together";
+    if ((a.rs.row_scales == nullptr) != (a.rs.col_scales == nullptr) || (a.rs.row_scales != nullptr && a.rs.partial_scale != nullptr)) {
+      return "the fused reduce-scatter takes row and column scales together, in place of a partial scale";
+    }
     if (a.row_scales != nullptr) {
-      if (a.rs.rank >= 0) return "the fused kernel's reduce-scatter takes tensor-wise scales only";
+      if (a.rs.rank >= 0) return "the fused kernel's reduce-scatter takes its row-wise scales in ReduceScatterTiles";
       if (!aligned16(a.row_scales) || !aligned16(a.col_scales)) {
         return "the fused kernel needs row-wise scales to start on 16-byte boundaries";
       }
     }
-  } else if (a.row_scales != nullptr || a.col_scales != nullptr) {
+  } else if (a.row_scales != nullptr || a.col_scales != nullptr || a.rs.row_scales != nullptr) {
     return "the fused kernel takes row-wise scales for fp8 only";
   } else if (a.dtype != Element::kBF16 && a.dtype != Element::kFP16) {
     return "the fused kernel takes bf16, fp16 or fp8 e4m3";

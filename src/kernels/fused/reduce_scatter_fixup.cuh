@@ -1,8 +1,8 @@
 // Internal, device side of reduce_scatter_tiles.h, once a tile's accumulators are whole: they are
-// scaled by the rank's partial_scale where it has one; then a tile of a peer's rows is staged (rounded
-// to the output type, two values a word) for the peer to pull, and a tile of this rank's own rows gets
-// every peer's staged copy added. Thread `thread` of `threads` owns the 16-byte groups
-// [group * threads + thread] of a tile's slot, eight output elements per group.
+// scaled by the rank's partial_scale, or its row-wise scales, where it has them; then a tile of a
+// peer's rows is staged (rounded to the output type, two values a word) for the peer to pull, and a
+// tile of this rank's own rows gets every peer's staged copy added. Thread `thread` of `threads` owns
+// the 16-byte groups [group * threads + thread] of a tile's slot, eight output elements per group.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -26,6 +26,56 @@ CUTLASS_DEVICE void unpack_pair(uint32_t word, float& lo, float& hi) {
   hi = static_cast<float>(Element::bitcast(static_cast<uint16_t>(word >> 16)));
 }
 
+// Multiplies each value of the tile whose first row is `row0`, `n_idx` tiles along N, by its row's and
+// its column's scale. `cols` is even and `col_scales` on an 8-byte boundary (fp8's N is a multiple of
+// 16, the scaled ops' scales 16-byte aligned); columns past `cols` (zeros) read the last pair.
+// The accumulators are a WGMMA D fragment, ((2, 2, N / 8), MMA_M, MMA_N) a thread: in an 8-column
+// group v2, a warp's lane holds columns 2 * (lane % 4) + v0 of rows lane / 4 + 8 * v1 of the warp's
+// 16 (PTX ISA, wgmma's D fragments), the `threads` / 128 warpgroups of the tiled MMA hold 64-row slices
+// of the tile in turn, and MMA_M and MMA_N repeat that over the tile. A thread's place in the tiled
+// MMA is threadIdx.x % threads, as CUTLASS's kernels take it: in the cooperative kernel the first
+// consumer warpgroup (threads 128-255) holds the second slice. Each thread reads its 2
+// rows' scales and its columns' (a quarter of the tile's, in pairs) through L1. Each pair's index is
+// clamped, not tested: with a test against `cols` on each pair the consumers went past their
+// registers, and ptxas spilled.
+template <class FrgTensorC>
+CUTLASS_DEVICE void scale_rows_and_columns(const float* row_scales, const float* col_scales, int32_t row0, int32_t n_idx,
+                                           int32_t cols, FrgTensorC& accumulators, uint32_t threads) {
+  using Values = decltype(cute::shape<0>(accumulators));
+  static_assert(cute::rank(Values{}) == 3 && cute::size<0>(Values{}) == 2 && cute::size<1>(Values{}) == 2,
+                "a WGMMA accumulator fragment: ((2, 2, N / 8), MMA_M, MMA_N)");
+  constexpr int kGroups = cute::size<2>(Values{});  // 8-column groups of an MMA atom
+  constexpr int kMmaM = decltype(cute::size<1>(accumulators))::value;
+  constexpr int kMmaN = decltype(cute::size<2>(accumulators))::value;
+  const int32_t col0 = n_idx * kMmaN * kGroups * 8;
+  const uint32_t mma_thread = threadIdx.x % threads;
+  const int32_t warpgroups = static_cast<int32_t>(threads / cutlass::NumThreadsPerWarpGroup);
+  const int32_t warpgroup = static_cast<int32_t>(mma_thread / cutlass::NumThreadsPerWarpGroup);
+  const int32_t in_group = static_cast<int32_t>(mma_thread % cutlass::NumThreadsPerWarpGroup);
+  const int32_t lane = in_group % 32;
+  const int32_t row_in_slice = in_group / 32 * 16 + lane / 4;
+  const int32_t col_in_group = 2 * (lane % 4);
+  const float2* pairs = reinterpret_cast<const float2*>(col_scales);
+  const int32_t last_pair = cols / 2 - 1;
+  CUTLASS_PRAGMA_UNROLL
+  for (int mm = 0; mm < kMmaM; ++mm) {
+    const int32_t row = row0 + (mm * warpgroups + warpgroup) * 64 + row_in_slice;
+    const float top = __ldg(row_scales + row), bottom = __ldg(row_scales + row + 8);
+    CUTLASS_PRAGMA_UNROLL
+    for (int nn = 0; nn < kMmaN; ++nn) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int g = 0; g < kGroups; ++g) {
+        const int32_t pair = min((col0 + (nn * kGroups + g) * 8 + col_in_group) / 2, last_pair);
+        const float2 c = __ldg(pairs + pair);
+        accumulators(cute::make_coord(cute::make_coord(0, 0, g), mm, nn)) *= top * c.x;
+        accumulators(cute::make_coord(cute::make_coord(1, 0, g), mm, nn)) *= top * c.y;
+        accumulators(cute::make_coord(cute::make_coord(0, 1, g), mm, nn)) *= bottom * c.x;
+        accumulators(cute::make_coord(cute::make_coord(1, 1, g), mm, nn)) *= bottom * c.y;
+      }
+    }
+  }
+}
+
 // The scheduler's whole tile `work` (M_idx, N_idx; tiles of `tile_m` rows): staged (a peer's rows),
 // with staged_count() tiles to add to its chunk's count, or an own tile, which waits for each peer's
 // chunk (marking kTraceWaitDone through `mark`) and adds it. Only the scaling where the epilogue does it
@@ -36,14 +86,17 @@ CUTLASS_DEVICE void reduce_scatter_fixup(ReduceScatterTiles const& rs, int32_t t
                                          FrgTensorC& accumulators, uint32_t thread, uint32_t threads, Mark mark) {
 #if defined(__CUDA_ARCH__)
   if (rs.rank < 0) return;
-  if (rs.partial_scale != nullptr) {  // before the epilogue's way too, which stages and adds what fixup() hands it
+  const int32_t row0 = work.M_idx * tile_m;
+  // Before the epilogue's way too, which stages and adds what fixup() hands it.
+  if (rs.partial_scale != nullptr) {
     const float s = *rs.partial_scale;
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < decltype(cute::size(accumulators))::value; ++i) accumulators(i) *= s;
+  } else if (rs.row_scales != nullptr) {
+    scale_rows_and_columns(rs.row_scales, rs.col_scales, row0, work.N_idx, rs.cols, accumulators, threads);
   }
   if (rs.reduce_in_epilogue) return;
   constexpr int kWords = decltype(cute::size(accumulators))::value / 2;
-  const int32_t row0 = work.M_idx * tile_m;
   const int32_t owner = rs.owner_of(row0, rank_rows_div);
   const int32_t tile = (row0 - owner * rs.rows_per_rank) / tile_m * rs.tiles_n + work.N_idx;
   const int32_t tiles_per_rank = rs.rows_per_rank / tile_m * rs.tiles_n;
@@ -68,7 +121,8 @@ CUTLASS_DEVICE void reduce_scatter_fixup(ReduceScatterTiles const& rs, int32_t t
     if (threadIdx.x % 32 == 0) rs.add_staged(row0, count);
     return;
   }
-  const uint32_t expected = rs.arrival_epoch();
+  // No peers at one rank (asynctp-bench times the kernel so), and then no epoch either.
+  const uint32_t expected = rs.world > 1 ? rs.arrival_epoch() : 0u;
   for (int32_t q = 0; q < rs.world; ++q) {
     if (q == rs.rank) continue;
     const int32_t index = q * rs.flag_stride + chunk;

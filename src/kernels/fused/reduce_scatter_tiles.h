@@ -81,6 +81,14 @@ struct ReduceScatterTiles {
   // the peers' copies are added: the scaled op's a_scale * b_scale, which differs from rank to rank,
   // so each partial product is scaled by its own before the sum.
   const float* partial_scale = nullptr;
+  // Where set (the scaled op's row-wise scales; partial_scale null then), each value of a tile's whole
+  // accumulators is multiplied by row_scales[row] * col_scales[col] of its place in the product
+  // instead: this rank's a_scale for each of the M rows and its b_scale for each of the `cols`
+  // columns (the last tile may reach past them).
+  const float* row_scales = nullptr;
+  const float* col_scales = nullptr;
+  int32_t cols = 0;
+  int32_t unused3 = 0;
 
   // Where the tile whose first row is `row0` belongs, for the scheduler and the epilogue alike: the rank
   // that owns its rows, the chunk of that rank's rows it is in, and that chunk's staged counter. Each
