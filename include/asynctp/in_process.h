@@ -15,7 +15,8 @@
 // Ranks that share a GPU share its CUDA context: a kernel that traps (a bounded wait gave up) ends
 // every rank on it, and a kernel that CUDA loads lazily, at its first launch, can wait for the device
 // to go idle while a peer's persistent kernel waits for this rank. Set CUDA_MODULE_LOADING=EAGER before
-// the process's first CUDA call (launch() with LaunchOptions::in_process does), and
+// the process's first CUDA call (launch() with LaunchOptions::in_process does; Communicator::
+// create_in_process refuses ranks that share a GPU without it), and
 // CUDA_DEVICE_MAX_CONNECTIONS=32 (it does too): a stream that waits on a peer's flag holds its hardware
 // queue, and streams of different ranks that share a queue would wait on each other. Likewise, a
 // rank's thread must not drain the device (cudaFree, cudaDeviceSynchronize, synchronous cudaMemset)

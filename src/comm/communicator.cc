@@ -21,6 +21,7 @@
 #include "comm/nccl_transport.h"
 #include "common/check.h"
 #include "common/device_fault.h"
+#include "common/driver_api.h"
 #include "common/env.h"
 
 namespace asynctp {
@@ -219,6 +220,14 @@ std::unique_ptr<Communicator> Communicator::create_in_process(const std::shared_
   const int device = group->device_of(rank);
   ASYNCTP_CHECK(options.device < 0 || options.device == device, "Communicator::create_in_process: options.device is ",
                 options.device, " but the group runs rank ", rank, " on GPU ", device, "; leave it -1");
+  // Every rank of the process sees the same mode, so every rank that shares a GPU refuses alike.
+  const int sharing = group->ranks_on_device(device);
+  ASYNCTP_CHECK(sharing <= 1 || !detail::lazy_module_loading(), "Communicator::create_in_process: ", sharing,
+                " ranks share GPU ", device, " but CUDA loads kernels lazily (CUDA_MODULE_LOADING is LAZY or was unset "
+                "at the process's first CUDA call): a kernel loaded at its first launch can wait for the GPU to go "
+                "idle, which it does not while a peer's fused kernel waits for this rank, and the call times out; "
+                "expected CUDA_MODULE_LOADING=EAGER set before the first CUDA call (asynctp::launch with "
+                "LaunchOptions::in_process sets it where it is unset)");
   auto impl = make_impl(rank, device, group->ranks_on_device(device), options, [&group, rank](Impl* m) {
     const kernels::WaitContext ctx{m->fault, static_cast<uint64_t>(m->timeout_ms) * 1000000ull, rank};
     return comm::make_in_process_transport(group, rank, m->timeout_ms, ctx);

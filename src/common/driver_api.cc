@@ -36,6 +36,16 @@ const DriverApi& driver() {
   return api;
 }
 
+bool lazy_module_loading() {
+  using GetLoadingMode = CUresult (*)(CUmoduleLoadingMode*);
+  GetLoadingMode fn = nullptr;
+  lookup("cuModuleGetLoadingMode", fn);
+  CUmoduleLoadingMode mode{};
+  const CUresult r = fn(&mode);
+  ASYNCTP_CHECK(r == CUDA_SUCCESS, "cuModuleGetLoadingMode failed: ", driver_error_string(static_cast<int>(r)));
+  return mode == CU_MODULE_LAZY_LOADING;
+}
+
 const char* driver_error_string(int code) {
   using GetErrorString = CUresult (*)(CUresult, const char**);
   void* fn = nullptr;

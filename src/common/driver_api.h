@@ -19,6 +19,10 @@ struct DriverApi {
 // Looked up once per process; throws asynctp::Error if the driver lacks one of them.
 const DriverApi& driver();
 
+// Whether CUDA loads this process's kernels lazily, at their first launch (cuModuleGetLoadingMode:
+// CUDA_MODULE_LOADING=LAZY, CUDA's default, read at the process's first CUDA call).
+bool lazy_module_loading();
+
 // cuGetErrorString where the driver is reachable, else "unknown".
 const char* driver_error_string(int code);
 

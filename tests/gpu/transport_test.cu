@@ -263,6 +263,31 @@ TEST(InProcess, ARankThatThrowsIsNamedAndTheOthersWaitsEnd) {
   EXPECT_LT(s, 60.0);
 }
 
+// In-process ranks that share a GPU under lazy kernel loading are refused by name on every rank when
+// their communicators are made, not left to time out at a first fused call (docs/design/transport.md).
+TEST(InProcess, RanksThatShareAGpuUnderLazyLoadingAreRefused) {
+  REQUIRE_GPUS(1);
+  std::string why;
+  if (testing::visible_gpus(&why) > 1) GTEST_SKIP() << "in-process ranks share a GPU here only where one is visible";
+  const testing::ScopedEnv lazy("CUDA_MODULE_LOADING", "LAZY");  // the launcher keeps a value that is set
+  LaunchOptions o = testing::test_launch_options();
+  o.in_process = true;
+  const LaunchResult r = launch(2, [](RankContext& ctx) {
+    try {
+      auto comm = make_comm(ctx);
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      RANK_CHECK(what.find("share GPU") != std::string::npos && what.find("CUDA_MODULE_LOADING=EAGER") != std::string::npos,
+                 "the error does not say why or what to set: ", what);
+      std::printf("rank %d: %s\n", ctx.rank, what.c_str());
+      return 0;
+    }
+    RANK_CHECK(false, "a communicator was made for ranks that share a GPU under lazy loading");
+    return 1;
+  }, o);
+  EXPECT_TRUE(r.ok) << r.message;
+}
+
 // In-process: a rank that never returns is named once the launch's time is up, and launch() returns.
 TEST(InProcess, ARankThatHangsIsNamedAndTheLaunchEnds) {
   REQUIRE_GPUS(1);
