@@ -224,7 +224,8 @@ const char* fused_gemm_unsupported(const FusedGemmArgs& a) {
     }
     if (a.N % 16 != 0 || a.K % 16 != 0) return "the fused kernel needs fp8 N and K to be multiples of 16";
     if ((a.row_scales == nullptr) != (a.col_scales == nullptr)) return "the fused kernel takes row and column scales together";
-    if ((a.rs.row_scales == nullptr) != (a.rs.col_scales == nullptr) || (a.rs.row_scales != nullptr && a.rs.partial_scale != nullptr)) {
+    const bool rs_rows = a.rs.row_scales != nullptr;
+    if (rs_rows != (a.rs.col_scales != nullptr) || (rs_rows && a.rs.partial_scale != nullptr)) {
       return "the fused reduce-scatter takes row and column scales together, in place of a partial scale";
     }
     if (a.row_scales != nullptr) {
