@@ -196,7 +196,7 @@ void run_fused_rs(Communicator& comm, const MatmulReduceScatterPlan& plan, const
   // kernel's alpha; with peers, what the kernel scales its partial product by before the sum
   // (partial_scale). Row-wise, alone, the epilogue applies the scales (row_scales); with peers, the
   // kernel scales its partial product by them before the sum (rs.row_scales).
-  const bool scaled = a_scale != nullptr && !rowwise;
+  const bool tensor_wise = a_scale != nullptr && !rowwise;
   constexpr size_t kProductBytes = 16;
   const auto make_product = [&](char* at) {
     float* product = reinterpret_cast<float*>(at);
@@ -204,7 +204,7 @@ void run_fused_rs(Communicator& comm, const MatmulReduceScatterPlan& plan, const
     return product;
   };
   if (ws == 1) {  // nothing to reduce; the average of one is itself
-    if (scaled) g.alpha_ptr = make_product(static_cast<char*>(m.scratch_for(kProductBytes, stream)));
+    if (tensor_wise) g.alpha_ptr = make_product(static_cast<char*>(m.scratch_for(kProductBytes, stream)));
     if (rowwise) g.row_scales = a_scale, g.col_scales = b_scale;
     kernels::fused::run_fused_gemm(g, stream);
     return;
@@ -218,9 +218,10 @@ void run_fused_rs(Communicator& comm, const MatmulReduceScatterPlan& plan, const
   // the peer waits for before it pushes again.
   const bool push = layout.epilogue && push_from_kernel() && pr.done_signal() != nullptr;
   const size_t rank_bytes = layout.bytes_before(rows);  // one rank's rows, staged
-  // Slot d: this rank's tiles of d's rows (none where the kernel pushes); the scaled op's product after them.
+  // Slot d: this rank's tiles of d's rows (none where the kernel pushes); the tensor-wise product after
+  // them.
   const size_t staging_bytes = push ? 0 : ws * rank_bytes;
-  const size_t scratch_bytes = staging_bytes + (scaled ? kProductBytes : 0);
+  const size_t scratch_bytes = staging_bytes + (tensor_wise ? kProductBytes : 0);
   char* scratch = scratch_bytes != 0 ? static_cast<char*>(m.scratch_for(scratch_bytes, stream)) : nullptr;
   char* staging = push ? nullptr : scratch;
   SymmetricBuffer& inbox = pr.inbox(ws * rank_bytes, stream);  // slot q: rank q's tiles of this rank's rows
@@ -239,7 +240,7 @@ void run_fused_rs(Communicator& comm, const MatmulReduceScatterPlan& plan, const
   rs.epoch = pr.epoch();
   rs.epoch_out = pr.epoch_word();
   rs.wait = pr.wait_context();
-  if (scaled) rs.partial_scale = make_product(scratch + staging_bytes);
+  if (tensor_wise) rs.partial_scale = make_product(scratch + staging_bytes);
   if (rowwise) rs.row_scales = a_scale, rs.col_scales = b_scale, rs.cols = static_cast<int32_t>(plan.N);
   g.c_row0 = me * rows;
   g.done = pr.done_signal();
