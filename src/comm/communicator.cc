@@ -228,7 +228,7 @@ std::unique_ptr<Communicator> Communicator::create_in_process(const std::shared_
                 "idle, which it does not while a peer's fused kernel waits for this rank, and the call times out; "
                 "expected CUDA_MODULE_LOADING=EAGER set before the first CUDA call (asynctp::launch with "
                 "LaunchOptions::in_process sets it where it is unset)");
-  auto impl = make_impl(rank, device, group->ranks_on_device(device), options, [&group, rank](Impl* m) {
+  auto impl = make_impl(rank, device, sharing, options, [&group, rank](Impl* m) {
     const kernels::WaitContext ctx{m->fault, static_cast<uint64_t>(m->timeout_ms) * 1000000ull, rank};
     return comm::make_in_process_transport(group, rank, m->timeout_ms, ctx);
   });
