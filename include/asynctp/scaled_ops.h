@@ -27,10 +27,10 @@
 // Algorithms: sequential (the collective, then cuBLASLt's fp8 GEMM); pipelined (copy-engine chunks, a
 // cuBLASLt fp8 GEMM per chunk; row-wise scales of this rank's rows gathered first, in one collective;
 // the reduce-scatter's partials summed by a kernel); fused, the fused kernel's fp8 form for both ops
-// with e4m3 inputs, use_fast_accum, a bf16 output and no bias, where the unscaled op would run fused
-// (along M; the reduce-scatter's rows per rank in whole 128-row tiles), with tensor-wise or row-wise
-// scales (the reduce-scatter's partial product scaled by the rank's own before the sum), else
-// pipelined; and auto, chosen as for the unscaled ops (a
+// with e4m3 inputs, use_fast_accum and a bf16 output, where the unscaled op would run fused (along
+// M; the reduce-scatter's rows per rank in whole 128-row tiles), with tensor-wise or row-wise scales
+// (the reduce-scatter's partial product scaled by the rank's own before the sum) and the all-gather's
+// biases (added by its epilogue; a reduce-scatter with a bias runs pipelined), else pipelined; and auto, chosen as for the unscaled ops (a
 // tuning cache's "fp8 e4m3" entries, else the model, which overlaps with pipelined). Everything else
 // is as for the unscaled ops: collective, checked across ranks, bad input refused on every rank with
 // the outputs untouched.

@@ -79,21 +79,23 @@ def _epilogue_cases(rank, world, algorithm):
 
 def _fused_kernel_cases(rank, world):
     """What the fused kernel's fp8 form takes (e4m3, fast accumulation, bf16 out): the all-gather with
-    tensor-wise and row-wise scales, the reduce-scatter (256 rows a rank) with each rank's own
-    tensor-wise and row-wise scales."""
+    tensor-wise and row-wise scales, with and without a bias, the reduce-scatter (256 rows a rank) with
+    each rank's own tensor-wise and row-wise scales."""
     dev = torch.device("cuda", torch.cuda.current_device())
     m, k, n = 64, 128, 96
     shards = [_fp8(110 + r, m, k) for r in range(world)]
     w = _fp8(120, n, k)
-    for rowwise in (False, True):
+    bias = (torch.arange(n) % 13 - 6).to(torch.bfloat16) * 0.5
+    for rowwise, with_bias in ((False, False), (True, False), (False, True), (True, True)):
         a_scales = [_scales(130 + r, m, 1) if rowwise else _scales(130, 1) for r in range(world)]
         b_scale = _scales(140, 1, n) if rowwise else _scales(141, 1)
-        what = f"fused all_gather_scaled_matmul {'row-wise' if rowwise else 'tensor-wise'}, fast accumulation"
+        what = (f"fused all_gather_scaled_matmul {'row-wise' if rowwise else 'tensor-wise'}, fast accumulation"
+                f"{', a bias' if with_bias else ''}")
         _, (out,) = asynctp.all_gather_scaled_matmul(
             shards[rank].to(dev), [w.to(dev).t()], a_scales[rank].to(dev), [b_scale.to(dev)], 0, use_fast_accum=True,
-            algorithm="fused")
+            algorithm="fused", biases=[bias.to(dev)] if with_bias else None)
         a_ref = torch.cat([s.float() * sc for s, sc in zip(shards, a_scales)])
-        _assert_close(out, a_ref @ (w.float().t() * b_scale), what)
+        _assert_close(out, a_ref @ (w.float().t() * b_scale) + (bias.float() if with_bias else 0), what)
     rows = 256 * world
     a_parts = [_fp8(150 + r, rows, k) for r in range(world)]
     w_parts = [_fp8(160 + r, n, k) for r in range(world)]

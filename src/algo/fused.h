@@ -19,14 +19,15 @@ void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan
                              const AgreeFn& agree, int chunks_per_rank);
 
 // Why the fused kernel's fp8 form does not take a scaled call's scales, accumulation, types or bias
-// ("" where it does): it takes e4m3 A and B, use_fast_accum, a bf16 output, no bias, and tensor-wise
-// or row-wise scales.
-inline const char* fused_scaling_unsupported(const Scaling& s, DType a_dtype) {
+// ("" where it does): it takes e4m3 A and B, use_fast_accum, a bf16 output, tensor-wise or row-wise
+// scales, and a bias where `takes_bias` (the all-gather's epilogue adds it; the reduce-scatter's
+// kernel, whose every rank's partial product would carry it, takes none).
+inline const char* fused_scaling_unsupported(const Scaling& s, DType a_dtype, bool takes_bias) {
   if (!s.fast_accum) return "without use_fast_accum";
   if (s.b_dtype != DType::kFP8E4M3 || a_dtype != DType::kFP8E4M3) return "an e5m2 input";
   if (s.fp8_out()) return "an fp8 output";
   if (s.out_dtype != DType::kBF16) return "an fp16 output";
-  if (s.bias) return "a bias";
+  if (s.bias && !takes_bias) return "a bias";
   return "";
 }
 
@@ -34,13 +35,14 @@ inline const char* fused_scaling_unsupported(const Scaling& s, DType a_dtype) {
 // takes, row-wise scales too, gathered along M); the rest runs pipelined (ops dispatch). Tensor-wise,
 // each B's alpha, a_scale * b_scales[i], is made on the stream first; row-wise, the epilogue applies
 // a_scale by row and each B's b_scale by column, a_scale of this rank's rows travelling with them to
-// the peers (ahead of their first chunk's flag).
+// the peers (ahead of their first chunk's flag). Each B's bias (epilogues[i], where defined) is
+// added by the epilogue after the scales.
 const char* fused_scaled_unsupported(const AllGatherMatmulPlan& plan);
 void fused_all_gather_scaled_matmul(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,
                                     const std::vector<TensorRef>& bs, const TensorRef& a_scale,
                                     const std::vector<TensorRef>& b_scales, const std::vector<TensorRef>& outputs,
-                                    const TensorRef& gathered_a, cudaStream_t stream, const AgreeFn& agree,
-                                    int chunks_per_rank);
+                                    const TensorRef& gathered_a, const std::vector<ScaledEpilogue>& epilogues,
+                                    cudaStream_t stream, const AgreeFn& agree, int chunks_per_rank);
 
 // matmul_reduce_scatter (scatter_dim 0, rows per rank a multiple of 128): one persistent GEMM whose
 // tiles of other ranks' rows are staged and pushed by the copy engine chunk by chunk, and whose own

@@ -49,10 +49,12 @@ namespace {
 
 // The scaled op's scales: a_scale and each B's. Tensor-wise, each B's alpha (their product), made in
 // scratch once the ranks agree; row-wise, every row's a_scale: a_scale itself, or where it holds this
-// rank's rows only (gather_a), the copy gathered after the rows in the symmetric buffer.
+// rank's rows only (gather_a), the copy gathered after the rows in the symmetric buffer. And each B's
+// bias, null where it has none.
 struct FusedScales {
   const float* a_scale = nullptr;
   std::vector<const float*> b_scales;
+  std::vector<const void*> biases;
   bool rowwise = false, gather_a = false;
   float* alphas = nullptr;
   const float* a_rows = nullptr;
@@ -68,6 +70,7 @@ kernels::fused::FusedGemmArgs gemm_args(Communicator& comm, const AllGatherMatmu
   } else if (scales != nullptr) {
     g.alpha_ptr = scales->alphas + i;
   }
+  if (scales != nullptr) g.bias = scales->biases[i];
   g.dtype = element_of(plan.dtype);
   g.b_layout = layout_of(plan.b_layout);
   g.M = plan.M;
@@ -86,9 +89,9 @@ void cublas_gemm(gemm::GemmRunner& runner, const AllGatherMatmulPlan& plan, cons
   gemm::Problem p{plan.M, plan.N[i], plan.K, plan.dtype, plan.b_layout};
   if (scales != nullptr) {
     const float* a_scale = scales->rowwise ? scales->a_rows : scales->a_scale;  // aligned, as the plan checks
-    // The fused form takes no bias and no fp8 output (fused_scaling_unsupported).
+    // The fused form takes no fp8 output, so no result scale (fused_scaling_unsupported).
     run_scaled_gemm(runner, ScaledWork::of(plan.scaling, a_scale, plan.scaling.out_dtype), p, a, b.data,
-                    gemm::ScaledPointers{a_scale, scales->b_scales[i]}, c.data, stream, 0);
+                    gemm::ScaledPointers{a_scale, scales->b_scales[i], scales->biases[i]}, c.data, stream, 0);
     return;
   }
   runner.run(p, a, b.data, c.data, stream);
@@ -310,19 +313,22 @@ void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan
 
 const char* fused_scaled_unsupported(const AllGatherMatmulPlan& plan) {
   if (plan.gather_last) return "gathered along the last dim";
-  return fused_scaling_unsupported(plan.scaling, plan.dtype);
+  return fused_scaling_unsupported(plan.scaling, plan.dtype, /*takes_bias=*/true);
 }
 
 void fused_all_gather_scaled_matmul(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,
                                     const std::vector<TensorRef>& bs, const TensorRef& a_scale,
                                     const std::vector<TensorRef>& b_scales, const std::vector<TensorRef>& outputs,
-                                    const TensorRef& gathered_a, cudaStream_t stream, const AgreeFn& agree,
-                                    int chunks_per_rank) {
+                                    const TensorRef& gathered_a, const std::vector<ScaledEpilogue>& epilogues,
+                                    cudaStream_t stream, const AgreeFn& agree, int chunks_per_rank) {
   const char* why = fused_scaled_unsupported(plan);
   ASYNCTP_CHECK(*why == '\0', "fused all_gather_scaled_matmul: ", why, " runs pipelined (ops dispatch)");
+  ASYNCTP_CHECK(epilogues.size() == bs.size(), "fused all_gather_scaled_matmul: ", epilogues.size(),
+                " epilogues for ", bs.size(), " Bs");
   FusedScales scales;
   scales.a_scale = static_cast<const float*>(a_scale.data);
   for (const TensorRef& b_scale : b_scales) scales.b_scales.push_back(static_cast<const float*>(b_scale.data));
+  for (const ScaledEpilogue& e : epilogues) scales.biases.push_back(e.bias.data);
   scales.rowwise = plan.scaling.rowwise;
   scales.gather_a = plan.scaling.gather_a_scale && comm.world_size() > 1;
   run_fused_ag(comm, plan, a_shard, bs, outputs, gathered_a, stream, agree, chunks_per_rank, &scales);

@@ -327,7 +327,7 @@ void fused_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPl
 
 const char* fused_scaled_rs_unsupported(const MatmulReduceScatterPlan& plan, const TensorRef& a, const TensorRef& b,
                                         const TensorRef& output, int sms) {
-  const char* why = fused_scaling_unsupported(plan.scaling, plan.dtype);
+  const char* why = fused_scaling_unsupported(plan.scaling, plan.dtype, /*takes_bias=*/false);
   return *why != '\0' ? why : fused_rs_unsupported(plan, a, b, output, sms);
 }
 

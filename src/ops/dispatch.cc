@@ -95,8 +95,8 @@ void run_all_gather_scaled_matmul(Communicator& comm, const algo::AllGatherMatmu
                                   const algo::AgreeFn& agree) {
   run_guarded(comm, "all_gather_scaled_matmul", [&] {
     if (chosen == Algorithm::kFused && *algo::fused_scaled_unsupported(plan) == '\0') {
-      algo::fused_all_gather_scaled_matmul(comm, plan, a_shard, bs, a_scale, b_scales, outputs, gathered_a, stream,
-                                           agree, chunks_per_rank);
+      algo::fused_all_gather_scaled_matmul(comm, plan, a_shard, bs, a_scale, b_scales, outputs, gathered_a, epilogues,
+                                           stream, agree, chunks_per_rank);
       return;
     }
     if (chosen == Algorithm::kPipelined || chosen == Algorithm::kFused) {  // fused's fallback, as unscaled

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <vector>
 
+#include <cuda_bf16.h>
 #include <cutlass/fast_math.h>
 
 #include "algo/fused.h"
@@ -37,12 +38,25 @@ struct KernelCase {
   // scales each value by its row's and column's scale before the sum (reduce_scatter_fixup.cuh), not
   // in the epilogue. tile_n set.
   bool one_rank_rs = false;
+  bool bias = false;  // fp8 all-gather: a bf16 bias over N added by the epilogue after the scales
 };
 
 // fp8 row-wise scales, exact in fp32: 0.5 to 1.25, a different cycle for A's rows and B's columns.
 __global__ void fill_row_scales(float* s, int64_t n, int period) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     s[i] = 0.5f + static_cast<float>(i % period) * 0.125f;
+  }
+}
+
+// An fp8 case's bf16 bias, exact in bf16 (-3 to 3 in halves), and the reference's share of it: the
+// check multiplies the reference by `scale`, so it gains bias / scale.
+__global__ void fill_bias_and_add(__nv_bfloat16* bias, float* ref, int64_t rows, int64_t cols, float scale) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < rows * cols;
+       i += gridDim.x * static_cast<int64_t>(blockDim.x)) {
+    const int64_t col = i % cols;
+    const float value = static_cast<float>(col % 13 - 6) * 0.5f;
+    if (i < cols) bias[col] = __float2bfloat16(value);
+    ref[i] += value / scale;
   }
 }
 
@@ -64,7 +78,7 @@ std::vector<char> run_checked(Communicator& comm, const KernelCase& c, uint64_t 
   const bool fp8 = c.dtype == DType::kFP8E4M3;
   const DType out_dtype = fp8 ? DType::kBF16 : c.dtype;
   const size_t es = dtype_size(c.dtype), out_es = dtype_size(out_dtype);
-  Buf a(c.M * c.K * es), b(c.K * c.N * es), out(c.M * c.N * out_es), alpha(sizeof(float));
+  Buf a(c.M * c.K * es), b(c.K * c.N * es), out(c.M * c.N * out_es), alpha(sizeof(float)), bias(c.N * 2);
   Buf row_scales(c.M * sizeof(float)), col_scales(c.N * sizeof(float));
   Buf a32(c.M * c.K * 4), b32(c.K * c.N * 4), ref(c.M * c.N * 4);
   const GenMatrix ga{seed, 0, 0}, gb{seed + 1, 0, 0};
@@ -86,6 +100,11 @@ std::vector<char> run_checked(Communicator& comm, const KernelCase& c, uint64_t 
     reference::fill_fp32(b32.f(), c.K, c.N, gb, 0, 0, s);
   }
   fp32.run(a32.f(), b32.f(), ref.f(), c.M, c.N, c.K, s);
+  const float scale = fp8 && !c.row_scales ? kFp8Alpha : 1.0f;
+  if (c.bias) {
+    fill_bias_and_add<<<64, 256, 0, s>>>(static_cast<__nv_bfloat16*>(bias.p), ref.f(), c.M, c.N, scale);
+    RANK_CUDA(cudaGetLastError());
+  }
   reference::poison(out.p, c.M * c.N * out_es, s);
 
   kernels::fused::FusedGemmArgs g;
@@ -104,7 +123,7 @@ std::vector<char> run_checked(Communicator& comm, const KernelCase& c, uint64_t 
   } else if (fp8) {
     g.alpha_ptr = alpha.f();
   }
-  const float scale = fp8 && !c.row_scales ? kFp8Alpha : 1.0f;
+  if (c.bias) g.bias = bias.p;
   algo::attach_grid(comm, g, s);
   RANK_CHECK(g.split_workspace != nullptr, "no split workspace outside graph capture");
   g.max_splits = max_splits;
@@ -114,7 +133,7 @@ std::vector<char> run_checked(Communicator& comm, const KernelCase& c, uint64_t 
                                       reference::tolerance(out_dtype, 1), s);
   RANK_CHECK(cmp.ok(), c.M, "x", c.N, "x", c.K, " ", dtype_name(c.dtype), c.col_major ? " B=col" : " B=row",
              c.row_scales ? (c.one_rank_rs ? " row-wise, one-rank reduce-scatter" : " row-wise") : "",
-             " max_splits=", max_splits, ": ", cmp.bad, " bad elements, max err ", cmp.max_abs_err, cmp.where());
+             c.bias ? " bias" : "", " max_splits=", max_splits, ": ", cmp.bad, " bad elements, max err ", cmp.max_abs_err, cmp.where());
   RANK_CUDA(cudaStreamSynchronize(s));
   return host_copy(out, c.M * c.N * out_es);
 }
@@ -216,7 +235,7 @@ TEST(FusedKernel, SplitLastRoundMatchesReferenceAndRepeatsBitForBit) {
 
 // The fp8 instantiations (e4m3 A and B, B column-major, a bf16 product, alpha read from the device as
 // a tensor-wise a_scale * b_scale, or row-wise scales applied by the epilogue, or by a one-rank
-// reduce-scatter's kernel before its sum), as a plain GEMM: whole
+// reduce-scatter's kernel before its sum; a bias added by the epilogue after either), as a plain GEMM: whole
 // tiles, split tiles and ragged shapes, against the fp32 GEMM of the fp8 values read back
 // (run_checked); a second launch gives the same bits; what they do not take is refused by name.
 TEST(FusedKernel, Fp8MatchesTheDequantisedReference) {
@@ -257,6 +276,16 @@ TEST(FusedKernel, Fp8MatchesTheDequantisedReference) {
         {4096, 3584, 1024, DType::kFP8E4M3, true, true, true, 256, true},
         {512, 272, 512, DType::kFP8E4M3, true, true, true, kernels::fused::kPingpongTileN, true},
         {384, 272, 512, DType::kFP8E4M3, true, true, true, kernels::fused::kOneRowTileN, true},
+        // A bias added by the epilogue after the scales, tensor-wise and row-wise, in each kind of tile:
+        // the ping-pong's, the cooperative kernel's (a split tail; ragged N forced), one-CTA clusters'.
+        {1000, 528, 1024, DType::kFP8E4M3, true, true, false, 0, false, true},
+        {4096, 3584, 1024, DType::kFP8E4M3, true, true, false, 0, false, true},
+        {520, 272, 528, DType::kFP8E4M3, true, true, false, 256, false, true},
+        {72, 528, 1024, DType::kFP8E4M3, true, true, false, 0, false, true},
+        {1000, 528, 1024, DType::kFP8E4M3, true, true, true, 0, false, true},
+        {4096, 3584, 1024, DType::kFP8E4M3, true, true, true, 0, false, true},
+        {520, 272, 528, DType::kFP8E4M3, true, true, true, 256, false, true},
+        {128, 4096, 4096, DType::kFP8E4M3, true, true, true, 0, false, true},
     };
     for (const KernelCase& c : cases) {
       for (int max_splits : {kernels::fused::kMaxTailSplits, 1}) {
@@ -282,6 +311,22 @@ TEST(FusedKernel, Fp8MatchesTheDequantisedReference) {
     bf16_scaled.dtype = Element::kBF16;
     bf16_scaled.col_scales = &kFp8Alpha;
     RANK_CHECK(contains(kernels::fused::fused_gemm_unsupported(bf16_scaled), "fp8 only"), "bf16 row scales were taken");
+    // A bias: fp8 only, the all-gather's only, on a 16-byte boundary.
+    Buf bias(64);
+    kernels::fused::FusedGemmArgs biased;
+    biased.dtype = Element::kFP8E4M3;
+    biased.b_layout = Layout::kColMajor;
+    biased.M = biased.N = biased.K = 256;
+    biased.bias = static_cast<char*>(bias.p) + 2;
+    RANK_CHECK(contains(kernels::fused::fused_gemm_unsupported(biased), "16-byte boundary"), "a misaligned bias was taken");
+    biased.bias = bias.p;
+    biased.rs.rank = 0, biased.rs.world = 1;
+    RANK_CHECK(contains(kernels::fused::fused_gemm_unsupported(biased), "takes no bias"),
+               "a reduce-scatter's bias was taken");
+    kernels::fused::FusedGemmArgs bf16_biased;
+    bf16_biased.M = bf16_biased.N = bf16_biased.K = 256;
+    bf16_biased.bias = bias.p;
+    RANK_CHECK(contains(kernels::fused::fused_gemm_unsupported(bf16_biased), "fp8 only"), "a bf16 bias was taken");
     cudaStreamDestroy(s);
     return 0;
   });

@@ -381,7 +381,8 @@ int fused_kernel_rs_cases(RankContext& ctx, Communicator& comm, const ScaledOpOp
 }
 
 // Biases (on every other B) and fp8 outputs, with and without a result scale: cuBLASLt's epilogue
-// in sequential and pipelined (fused runs these pipelined), the reduce-scatter's bias once a rank and
+// in sequential and pipelined (fused runs these pipelined but the all-gather's bias with fast
+// accumulation and a bf16 output, which its kernel adds), the reduce-scatter's bias once a rank and
 // its fp8 output rounded once after a bf16 sum.
 int epilogue_cases(Communicator& comm, const ScaledOpOptions& o, cudaStream_t s, reference::Fp32Gemm& fp32) {
   const int ws = comm.world_size();
@@ -447,6 +448,16 @@ int every_scaled_case(RankContext& ctx) {
     run_scaled_ag_case(*comm, ScaledAgCase{96, 256, 336, false, true, true, true, 2, DType::kFP8E4M3, DType::kBF16, true},
                        o, st.s, fp32);
     ++n, ++fused_cases;
+    // A bias on every other B, added by the fused kernel's epilogue after the scales (the others none).
+    for (const bool rowwise : {false, true}) {
+      run_scaled_ag_case(
+          *comm, ScaledAgCase{33, 128, 80, false, rowwise, false, true, 3, DType::kFP8E4M3, DType::kBF16, false, true},
+          o, st.s, fp32);
+      run_scaled_ag_case(
+          *comm, ScaledAgCase{256, 512, 384, false, rowwise, true, true, 2, DType::kFP8E4M3, DType::kBF16, false, true},
+          o, st.s, fp32);
+      n += 2, fused_cases += 2;
+    }
     pr = algo::Resources::of(*comm).overlap.get();
     if (o.algorithm == Algorithm::kFused && ws > 1) {
       const uint64_t gathers = (pr != nullptr ? pr->fused_gathers() : 0) - gathers_before;

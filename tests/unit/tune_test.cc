@@ -449,6 +449,9 @@ TEST(ProblemKeys, AScaledCallsKeySaysWhetherTheFusedKernelTakesIt) {
   k = key_of(ag, 2, "g");
   EXPECT_TRUE(k.fused_kernel);
   EXPECT_TRUE(fused_kernel_applies(k));
+  ag.scaling.bias = true;  // and a bias after them
+  EXPECT_TRUE(key_of(ag, 2, "g").fused_kernel);
+  ag.scaling.bias = false;
   ag.scaling.out_dtype = DType::kFP16;
   EXPECT_FALSE(key_of(ag, 2, "g").fused_kernel);
   ag.scaling.out_dtype = DType::kBF16, ag.scaling.b_dtype = DType::kFP8E5M2;
@@ -466,6 +469,9 @@ TEST(ProblemKeys, AScaledCallsKeySaysWhetherTheFusedKernelTakesIt) {
   rs.scaling.fast_accum = false;
   EXPECT_FALSE(key_of(rs, 2, "g").fused_kernel);
   rs.scaling.fast_accum = true;
+  rs.scaling.bias = true;  // every rank's partial product would carry it: the reduce-scatter's kernel takes none
+  EXPECT_FALSE(key_of(rs, 2, "g").fused_kernel);
+  rs.scaling.bias = false;
   // The choice for a key the fused kernel takes overlaps with pipelined where the model overlaps at all.
   TuningCache empty;
   k.gpu = "NVIDIA H200";

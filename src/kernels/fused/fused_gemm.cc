@@ -234,8 +234,14 @@ const char* fused_gemm_unsupported(const FusedGemmArgs& a) {
         return "the fused kernel needs row-wise scales to start on 16-byte boundaries";
       }
     }
+    if (a.bias != nullptr) {
+      if (a.rs.rank >= 0) return "the fused kernel's reduce-scatter takes no bias";
+      if (!aligned16(a.bias)) return "the fused kernel needs the bias to start on a 16-byte boundary";
+    }
   } else if (a.row_scales != nullptr || a.col_scales != nullptr || a.rs.row_scales != nullptr) {
     return "the fused kernel takes row-wise scales for fp8 only";
+  } else if (a.bias != nullptr) {
+    return "the fused kernel takes a bias for fp8 only";
   } else if (a.dtype != Element::kBF16 && a.dtype != Element::kFP16) {
     return "the fused kernel takes bf16, fp16 or fp8 e4m3";
   }

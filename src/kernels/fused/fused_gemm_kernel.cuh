@@ -87,19 +87,29 @@ struct FusedGemmKernel {
   // With C, CUTLASS reuses C's shared memory for D: 33 KB against 17 KB, which still leaves the
   // mainloop its four stages.
   using LinearCombination = cutlass::epilogue::fusion::LinearCombination<ElementD, float, ElementD, float>;
-  // Row-wise scales: D = (row_scales[m] * acc) * col_scales[n], the row's scale broadcast along N
-  // (read into registers) and the column's along M (staged once per tile in shared memory), stored
-  // in subtiles 16 wide: with the automatic 32 the 256-wide tile's consumers spill a register.
+  // fp8: D = alpha * A @ B + bias[n], the scaled op's bias (bf16, FusedGemmArgs::bias) broadcast along M
+  // and staged once per tile in shared memory; a null bias adds nothing and loads nothing.
+  using BiasElement = cutlass::bfloat16_t;
+  using TensorWiseBias =
+      cutlass::epilogue::fusion::LinCombPerColBias<ElementD, float, BiasElement, ElementD, float, 16 / sizeof(BiasElement)>;
+  using PlainFusion = std::conditional_t<sizeof(Element) == 1, TensorWiseBias, LinearCombination>;
+  // Row-wise scales: D = col_scales[n] * (row_scales[m] * acc) + bias[n], the row's scale broadcast along
+  // N (read into registers), the column's scale and the bias along M (staged once per tile in shared
+  // memory; a null bias adds nothing), stored in subtiles 16 wide: with the automatic 32 the 256-wide
+  // tile's consumers spill a register.
   using RowScaled = cutlass::epilogue::fusion::Sm90EVT<
-      cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, ElementD, float, cutlass::FloatRoundStyle::round_to_nearest>,
+      cutlass::epilogue::fusion::Sm90Compute<cutlass::homogeneous_multiply_add, ElementD, float,
+                                             cutlass::FloatRoundStyle::round_to_nearest>,
       cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, float, float, cute::Stride<cute::_0, cute::_1, cute::_0>, 4,
                                                   /*EnableNullptr=*/false>,
       cutlass::epilogue::fusion::Sm90EVT<
           cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, float, float, cutlass::FloatRoundStyle::round_to_nearest>,
           cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, float, float, cute::Stride<cute::_1, cute::_0, cute::_0>, 4,
                                                       /*EnableNullptr=*/false>,
-          cutlass::epilogue::fusion::Sm90AccFetch>>;
-  template <class ElementC, class Fusion = LinearCombination, class EpilogueTile = cutlass::epilogue::collective::EpilogueTileAuto>
+          cutlass::epilogue::fusion::Sm90AccFetch>,
+      cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, BiasElement, float, cute::Stride<cute::_0, cute::_1, cute::_0>,
+                                                  16 / sizeof(BiasElement)>>;
+  template <class ElementC, class Fusion = PlainFusion, class EpilogueTile = cutlass::epilogue::collective::EpilogueTileAuto>
   using BuiltEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       EpilogueTile, float, float,
@@ -112,7 +122,8 @@ struct FusedGemmKernel {
   using RowScaledTile = std::conditional_t<kPingpong, cutlass::epilogue::collective::EpilogueTileAuto,
                                            cute::Shape<cute::_128, cute::_16>>;
   using Epilogue = std::conditional_t<
-      kReduceInEpilogue, ReduceScatterEpilogue<BuiltEpilogue<ElementD>, BuiltEpilogue<void>>,
+      kReduceInEpilogue,
+      ReduceScatterEpilogue<BuiltEpilogue<ElementD, LinearCombination>, BuiltEpilogue<void, LinearCombination>>,
       std::conditional_t<kRowScales, RowWindowEpilogue<BuiltEpilogue<void, RowScaled, RowScaledTile>>,
                          std::conditional_t<kPingpongRs, PingpongEpilogue<BuiltEpilogue<void>>,
                                             RowWindowEpilogue<BuiltEpilogue<void>>>>>;
@@ -268,12 +279,19 @@ cutlass_arguments(const FusedGemmArgs& a) {
     // c holds rows [c_row0, c_row0 + rows) of the product: a reduce-scatter's rank's rows, or all.
     const int64_t rows = a.rs.rank >= 0 ? a.rs.rows_per_rank : a.M - a.c_row0;
     if constexpr (kRowScales) {
-      // {column scales (along N), {row scales (along M), acc, multiply}, multiply}: see RowScaled.
-      args.epilogue.thread = {{a.col_scales, 0.0f, {}}, {{a.row_scales, 0.0f, {}}, {}, {}}, {}};
+      // {column scales (along N), {row scales (along M), acc, multiply}, bias (along M), multiply-add}:
+      // see RowScaled.
+      args.epilogue.thread = {{a.col_scales, 0.0f, {}},
+                              {{a.row_scales, 0.0f, {}}, {}, {}},
+                              {static_cast<const typename K::BiasElement*>(a.bias), typename K::BiasElement(0.0f), {}},
+                              {}};
     } else {
       args.epilogue.thread.alpha = a.alpha;
       args.epilogue.thread.alpha_ptr = a.alpha_ptr;
       args.epilogue.thread.beta = 0.0f;
+      if constexpr (sizeof(Element) == 1) {
+        args.epilogue.thread.bias_ptr = static_cast<const typename K::BiasElement*>(a.bias);
+      }
     }
     args.epilogue.ptr_C = nullptr;
     args.epilogue.ptr_D = static_cast<ElementD*>(a.c);
