@@ -29,8 +29,9 @@
 // the reduce-scatter's partials summed by a kernel); fused, the fused kernel's fp8 form for both ops
 // with e4m3 inputs, use_fast_accum and a bf16 output, where the unscaled op would run fused (along
 // M; the reduce-scatter's rows per rank in whole 128-row tiles), with tensor-wise or row-wise scales
-// (the reduce-scatter's partial product scaled by the rank's own before the sum) and the all-gather's
-// biases (added by its epilogue; a reduce-scatter with a bias runs pipelined), else pipelined; and auto, chosen as for the unscaled ops (a
+// (the reduce-scatter's partial product scaled by the rank's own before the sum), and biases (added
+// after the scales: by the all-gather's epilogue, to each rank's partial product before the sum),
+// else pipelined; and auto, chosen as for the unscaled ops (a
 // tuning cache's "fp8 e4m3" entries, else the model, which overlaps with pipelined). Everything else
 // is as for the unscaled ops: collective, checked across ranks, bad input refused on every rank with
 // the outputs untouched.

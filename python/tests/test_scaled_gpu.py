@@ -79,8 +79,8 @@ def _epilogue_cases(rank, world, algorithm):
 
 def _fused_kernel_cases(rank, world):
     """What the fused kernel's fp8 form takes (e4m3, fast accumulation, bf16 out): the all-gather with
-    tensor-wise and row-wise scales, with and without a bias, the reduce-scatter (256 rows a rank) with
-    each rank's own tensor-wise and row-wise scales."""
+    tensor-wise and row-wise scales, the reduce-scatter (256 rows a rank) with each rank's own
+    tensor-wise and row-wise scales, each with and without a bias."""
     dev = torch.device("cuda", torch.cuda.current_device())
     m, k, n = 64, 128, 96
     shards = [_fp8(110 + r, m, k) for r in range(world)]
@@ -99,15 +99,18 @@ def _fused_kernel_cases(rank, world):
     rows = 256 * world
     a_parts = [_fp8(150 + r, rows, k) for r in range(world)]
     w_parts = [_fp8(160 + r, n, k) for r in range(world)]
-    for rowwise, reduce_op in ((False, "sum"), (False, "avg"), (True, "sum"), (True, "avg")):
+    for rowwise, reduce_op, with_bias in ((False, "sum", False), (False, "avg", False), (True, "sum", False),
+                                          (True, "avg", False), (False, "sum", True), (True, "avg", True)):
         a_scales = [_scales(170 + r, rows, 1) if rowwise else _scales(170 + r, 1) for r in range(world)]
         b_scales = [_scales(180 + r, 1, n) if rowwise else _scales(180 + r, 1) for r in range(world)]
         kind = "row-wise" if rowwise else "tensor-wise"
-        what = f"fused scaled_matmul_reduce_scatter {reduce_op}, each rank's own {kind} scales, fast accumulation"
+        what = (f"fused scaled_matmul_reduce_scatter {reduce_op}, each rank's own {kind} scales, fast accumulation"
+                f"{', a bias' if with_bias else ''}")
         out = asynctp.scaled_matmul_reduce_scatter(a_parts[rank].to(dev), w_parts[rank].to(dev).t(), a_scales[rank].to(dev),
                                                    b_scales[rank].to(dev), reduce_op, 0, use_fast_accum=True,
-                                                   algorithm="fused")
-        full = sum((a.float() * sa) @ (wp.float().t() * sb) for a, wp, sa, sb in zip(a_parts, w_parts, a_scales, b_scales))
+                                                   algorithm="fused", bias=bias.to(dev) if with_bias else None)
+        full = sum((a.float() * sa) @ (wp.float().t() * sb) + (bias.float() if with_bias else 0)
+                   for a, wp, sa, sb in zip(a_parts, w_parts, a_scales, b_scales))
         if reduce_op == "avg":
             full = full / world
         _assert_close(out, full.chunk(world, dim=0)[rank], what)

@@ -18,16 +18,14 @@ void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan
                              const std::vector<TensorRef>& outputs, const TensorRef& gathered_a, cudaStream_t stream,
                              const AgreeFn& agree, int chunks_per_rank);
 
-// Why the fused kernel's fp8 form does not take a scaled call's scales, accumulation, types or bias
-// ("" where it does): it takes e4m3 A and B, use_fast_accum, a bf16 output, tensor-wise or row-wise
-// scales, and a bias where `takes_bias` (the all-gather's epilogue adds it; the reduce-scatter's
-// kernel, whose every rank's partial product would carry it, takes none).
-inline const char* fused_scaling_unsupported(const Scaling& s, DType a_dtype, bool takes_bias) {
+// Why the fused kernel's fp8 form does not take a scaled call's scales, accumulation or types ("" where
+// it does): it takes e4m3 A and B, use_fast_accum, a bf16 output, tensor-wise or row-wise scales, and
+// a bias or none.
+inline const char* fused_scaling_unsupported(const Scaling& s, DType a_dtype) {
   if (!s.fast_accum) return "without use_fast_accum";
   if (s.b_dtype != DType::kFP8E4M3 || a_dtype != DType::kFP8E4M3) return "an e5m2 input";
   if (s.fp8_out()) return "an fp8 output";
   if (s.out_dtype != DType::kBF16) return "an fp16 output";
-  if (s.bias && !takes_bias) return "a bias";
   return "";
 }
 
@@ -56,13 +54,14 @@ void fused_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPl
 // The scaled op's, for what fused_scaled_rs_unsupported returns "" for (what fused_scaling_unsupported
 // and fused_rs_unsupported take); the rest runs pipelined (ops dispatch). Each rank's partial product
 // is scaled by its own scales before the ranks' are summed: tensor-wise by a_scale * b_scale, made on
-// the stream first; row-wise each value by its row's a_scale and its column's b_scale, in the kernel.
+// the stream first; row-wise each value by its row's a_scale and its column's b_scale, in the kernel;
+// then the bias (epilogue.bias, where defined) is added to it, so the sum counts it once a rank.
 const char* fused_scaled_rs_unsupported(const MatmulReduceScatterPlan& plan, const TensorRef& a, const TensorRef& b,
                                         const TensorRef& output, int sms);
 void fused_scaled_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPlan& plan, const TensorRef& a,
                                         const TensorRef& b, const TensorRef& a_scale, const TensorRef& b_scale,
-                                        const TensorRef& output, cudaStream_t stream, const AgreeFn& agree,
-                                        int chunks_per_rank);
+                                        const TensorRef& output, const ScaledEpilogue& epilogue, cudaStream_t stream,
+                                        const AgreeFn& agree, int chunks_per_rank);
 
 // Whether the fused reduce-scatter takes rows per rank this many: whole 128-row tiles, so that no tile
 // holds two ranks' rows (and no cluster: an odd number of tile rows a rank runs one-CTA clusters,

@@ -313,7 +313,7 @@ void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan
 
 const char* fused_scaled_unsupported(const AllGatherMatmulPlan& plan) {
   if (plan.gather_last) return "gathered along the last dim";
-  return fused_scaling_unsupported(plan.scaling, plan.dtype, /*takes_bias=*/true);
+  return fused_scaling_unsupported(plan.scaling, plan.dtype);
 }
 
 void fused_all_gather_scaled_matmul(Communicator& comm, const AllGatherMatmulPlan& plan, const TensorRef& a_shard,

@@ -171,11 +171,23 @@ const char* fused_rs_unsupported(const MatmulReduceScatterPlan& plan, const Tens
 
 namespace {
 
-// Both ops' body: `a_scale` and `b_scale` are the scaled op's scales (device floats; `rowwise`: one for
-// each of A's M rows and B's N columns, else one each), null for the unscaled op.
+// The scaled op's inputs beside A and B: its scales (device floats; `rowwise`: one for each of A's M
+// rows and B's N columns, else one each) and its bias (null: none).
+struct FusedRsScaling {
+  const float* a_scale = nullptr;
+  const float* b_scale = nullptr;
+  bool rowwise = false;
+  const void* bias = nullptr;
+};
+
+// Both ops' body: `scaling` is null for the unscaled op.
 void run_fused_rs(Communicator& comm, const MatmulReduceScatterPlan& plan, const TensorRef& a, const TensorRef& b,
                   const TensorRef& output, cudaStream_t stream, const AgreeFn& agree, int chunks_per_rank,
-                  const float* a_scale, const float* b_scale, bool rowwise) {
+                  const FusedRsScaling* scaling) {
+  const float* a_scale = scaling != nullptr ? scaling->a_scale : nullptr;
+  const float* b_scale = scaling != nullptr ? scaling->b_scale : nullptr;
+  const bool rowwise = scaling != nullptr && scaling->rowwise;
+  const void* bias = scaling != nullptr ? scaling->bias : nullptr;
   kernels::fused::CallTimeline timeline(stream);
   timeline.mark("entry");
   agree();
@@ -195,7 +207,8 @@ void run_fused_rs(Communicator& comm, const MatmulReduceScatterPlan& plan, const
   // Tensor-wise, the scaled op's a_scale * b_scale, in the scratch after the staged tiles: alone, the
   // kernel's alpha; with peers, what the kernel scales its partial product by before the sum
   // (partial_scale). Row-wise, alone, the epilogue applies the scales (row_scales); with peers, the
-  // kernel scales its partial product by them before the sum (rs.row_scales).
+  // kernel scales its partial product by them before the sum (rs.row_scales). The bias likewise: alone,
+  // the epilogue's; with peers, added to the partial product after its scales (rs.bias).
   const bool tensor_wise = a_scale != nullptr && !rowwise;
   constexpr size_t kProductBytes = 16;
   const auto make_product = [&](char* at) {
@@ -206,6 +219,7 @@ void run_fused_rs(Communicator& comm, const MatmulReduceScatterPlan& plan, const
   if (ws == 1) {  // nothing to reduce; the average of one is itself
     if (tensor_wise) g.alpha_ptr = make_product(static_cast<char*>(m.scratch_for(kProductBytes, stream)));
     if (rowwise) g.row_scales = a_scale, g.col_scales = b_scale;
+    g.bias = bias;
     kernels::fused::run_fused_gemm(g, stream);
     return;
   }
@@ -241,7 +255,9 @@ void run_fused_rs(Communicator& comm, const MatmulReduceScatterPlan& plan, const
   rs.epoch_out = pr.epoch_word();
   rs.wait = pr.wait_context();
   if (tensor_wise) rs.partial_scale = make_product(scratch + staging_bytes);
-  if (rowwise) rs.row_scales = a_scale, rs.col_scales = b_scale, rs.cols = static_cast<int32_t>(plan.N);
+  if (rowwise) rs.row_scales = a_scale, rs.col_scales = b_scale;
+  rs.bias = bias;
+  if (rowwise || bias != nullptr) rs.cols = static_cast<int32_t>(plan.N);
   g.c_row0 = me * rows;
   g.done = pr.done_signal();
   pr.count_fused_reduction(layout.epilogue, push);
@@ -322,23 +338,27 @@ void fused_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPl
                                  const AgreeFn& agree, int chunks_per_rank) {
   const char* why = fused_rs_unsupported(plan, a, b, output, impl_of(comm).sm_budget);
   ASYNCTP_CHECK(*why == '\0', "fused matmul_reduce_scatter: ", why, "; such a call runs pipelined (ops::algorithm_that_runs)");
-  run_fused_rs(comm, plan, a, b, output, stream, agree, chunks_per_rank, nullptr, nullptr, false);
+  run_fused_rs(comm, plan, a, b, output, stream, agree, chunks_per_rank, nullptr);
 }
 
 const char* fused_scaled_rs_unsupported(const MatmulReduceScatterPlan& plan, const TensorRef& a, const TensorRef& b,
                                         const TensorRef& output, int sms) {
-  const char* why = fused_scaling_unsupported(plan.scaling, plan.dtype, /*takes_bias=*/false);
+  const char* why = fused_scaling_unsupported(plan.scaling, plan.dtype);
   return *why != '\0' ? why : fused_rs_unsupported(plan, a, b, output, sms);
 }
 
 void fused_scaled_matmul_reduce_scatter(Communicator& comm, const MatmulReduceScatterPlan& plan, const TensorRef& a,
                                         const TensorRef& b, const TensorRef& a_scale, const TensorRef& b_scale,
-                                        const TensorRef& output, cudaStream_t stream, const AgreeFn& agree,
-                                        int chunks_per_rank) {
+                                        const TensorRef& output, const ScaledEpilogue& epilogue, cudaStream_t stream,
+                                        const AgreeFn& agree, int chunks_per_rank) {
   const char* why = fused_scaled_rs_unsupported(plan, a, b, output, impl_of(comm).sm_budget);
   ASYNCTP_CHECK(*why == '\0', "fused scaled_matmul_reduce_scatter: ", why, " runs pipelined (ops dispatch)");
-  run_fused_rs(comm, plan, a, b, output, stream, agree, chunks_per_rank, static_cast<const float*>(a_scale.data),
-               static_cast<const float*>(b_scale.data), plan.scaling.rowwise);
+  FusedRsScaling scaling;
+  scaling.a_scale = static_cast<const float*>(a_scale.data);
+  scaling.b_scale = static_cast<const float*>(b_scale.data);
+  scaling.rowwise = plan.scaling.rowwise;
+  scaling.bias = epilogue.bias.data;
+  run_fused_rs(comm, plan, a, b, output, stream, agree, chunks_per_rank, &scaling);
 }
 
 }  // namespace asynctp::algo

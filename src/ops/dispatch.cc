@@ -117,7 +117,7 @@ void run_scaled_matmul_reduce_scatter(Communicator& comm, const algo::MatmulRedu
   run_guarded(comm, "scaled_matmul_reduce_scatter", [&] {
     const int sms = impl_of(comm).sm_budget;
     if (chosen == Algorithm::kFused && *algo::fused_scaled_rs_unsupported(plan, a, b, output, sms) == '\0') {
-      algo::fused_scaled_matmul_reduce_scatter(comm, plan, a, b, a_scale, b_scale, output, stream, agree,
+      algo::fused_scaled_matmul_reduce_scatter(comm, plan, a, b, a_scale, b_scale, output, epilogue, stream, agree,
                                                chunks_per_rank);
       return;
     }

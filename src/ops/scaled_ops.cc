@@ -31,7 +31,7 @@ void add_scaling(ops::Signature& s, const algo::Scaling& scaling) {
   // A rank that gathers its a_scale takes part in a collective the others would not.
   s.add("a_scale gathered with A's rows", scaling.gather_a_scale ? 1 : 0);
   s.add("use_fast_accum", scaling.fast_accum ? 1 : 0);
-  // The fused reduce-scatter takes no bias: ranks that differ here would run different algorithms.
+  // A bias on some ranks only is refused on all of them.
   s.add("bias", scaling.bias ? 1 : 0);
 }
 

@@ -36,8 +36,7 @@ ProblemKey key_of(const algo::MatmulReduceScatterPlan& plan, int world_size, con
   key.K = plan.k_local * world_size;
   key.dtype = plan.dtype;
   key.last_dim = plan.scatter_last;
-  key.fused_kernel =
-      !plan.scaling.scaled || *algo::fused_scaling_unsupported(plan.scaling, plan.dtype, /*takes_bias=*/false) == '\0';
+  key.fused_kernel = !plan.scaling.scaled || *algo::fused_scaling_unsupported(plan.scaling, plan.dtype) == '\0';
   key.world_size = world_size;
   key.gpu = gpu;
   return key;

@@ -34,11 +34,11 @@ struct KernelCase {
   bool expect_split;  // on a GPU of 132 SMs (H100 SXM, H200); checked against the plan where that holds
   bool row_scales = false;  // fp8: row-wise scales (one per row of A, one per column of B) for the alpha
   int tile_n = 0;           // 0: the kernel's choice
-  // With row_scales: the kernel as a one-rank reduce-scatter (every tile its own, nothing to add), which
-  // scales each value by its row's and column's scale before the sum (reduce_scatter_fixup.cuh), not
-  // in the epilogue. tile_n set.
+  // fp8: the kernel as a one-rank reduce-scatter (every tile its own, nothing to add), which scales each
+  // value (by its row's and column's scale, or the tensor-wise alpha) and adds the bias before the sum
+  // (reduce_scatter_fixup.cuh), not in the epilogue. tile_n set.
   bool one_rank_rs = false;
-  bool bias = false;  // fp8 all-gather: a bf16 bias over N added by the epilogue after the scales
+  bool bias = false;  // fp8: a bf16 bias over N added after the scales
 };
 
 // fp8 row-wise scales, exact in fp32: 0.5 to 1.25, a different cycle for A's rows and B's columns.
@@ -113,17 +113,22 @@ std::vector<char> run_checked(Communicator& comm, const KernelCase& c, uint64_t 
   g.M = c.M, g.N = c.N, g.K = c.K;
   g.a = a.p, g.b = b.p, g.c = out.p;
   g.tile_n = c.tile_n;
-  if (fp8 && c.row_scales && c.one_rank_rs) {
-    g.rs.rank = 0, g.rs.world = 1;
-    g.rs.rows_per_rank = g.rs.rows_per_chunk = static_cast<int32_t>(c.M);
-    g.rs.tiles_n = static_cast<int32_t>((c.N + c.tile_n - 1) / c.tile_n);
-    g.rs.row_scales = row_scales.f(), g.rs.col_scales = col_scales.f(), g.rs.cols = static_cast<int32_t>(c.N);
+  if (fp8 && c.one_rank_rs) {
+    g.rs = kernels::fused::ReduceScatterTiles::one_rank(static_cast<int32_t>(c.M),
+                                                        static_cast<int32_t>((c.N + c.tile_n - 1) / c.tile_n));
+    if (c.row_scales) {
+      g.rs.row_scales = row_scales.f(), g.rs.col_scales = col_scales.f();
+    } else {
+      g.rs.partial_scale = alpha.f();
+    }
+    g.rs.cols = static_cast<int32_t>(c.N);
+    if (c.bias) g.rs.bias = bias.p;
   } else if (fp8 && c.row_scales) {
     g.row_scales = row_scales.f(), g.col_scales = col_scales.f();
   } else if (fp8) {
     g.alpha_ptr = alpha.f();
   }
-  if (c.bias) g.bias = bias.p;
+  if (c.bias && !c.one_rank_rs) g.bias = bias.p;
   algo::attach_grid(comm, g, s);
   RANK_CHECK(g.split_workspace != nullptr, "no split workspace outside graph capture");
   g.max_splits = max_splits;
@@ -132,7 +137,7 @@ std::vector<char> run_checked(Communicator& comm, const KernelCase& c, uint64_t 
   const auto cmp = reference::compare(out.p, out_dtype, c.M, c.N, ref.f(), c.N, 0, 0, scale,
                                       reference::tolerance(out_dtype, 1), s);
   RANK_CHECK(cmp.ok(), c.M, "x", c.N, "x", c.K, " ", dtype_name(c.dtype), c.col_major ? " B=col" : " B=row",
-             c.row_scales ? (c.one_rank_rs ? " row-wise, one-rank reduce-scatter" : " row-wise") : "",
+             c.row_scales ? " row-wise" : "", c.one_rank_rs ? " one-rank reduce-scatter" : "",
              c.bias ? " bias" : "", " max_splits=", max_splits, ": ", cmp.bad, " bad elements, max err ", cmp.max_abs_err, cmp.where());
   RANK_CUDA(cudaStreamSynchronize(s));
   return host_copy(out, c.M * c.N * out_es);
@@ -286,6 +291,11 @@ TEST(FusedKernel, Fp8MatchesTheDequantisedReference) {
         {4096, 3584, 1024, DType::kFP8E4M3, true, true, true, 0, false, true},
         {520, 272, 528, DType::kFP8E4M3, true, true, true, 256, false, true},
         {128, 4096, 4096, DType::kFP8E4M3, true, true, true, 0, false, true},
+        // The bias added before the reduce-scatter's sum, after its scales, tensor-wise and row-wise.
+        {1024, 528, 1024, DType::kFP8E4M3, true, true, false, 256, true, true},
+        {512, 272, 512, DType::kFP8E4M3, true, true, false, kernels::fused::kPingpongTileN, true, true},
+        {4096, 3584, 1024, DType::kFP8E4M3, true, true, true, 256, true, true},
+        {384, 272, 512, DType::kFP8E4M3, true, true, true, kernels::fused::kOneRowTileN, true, true},
     };
     for (const KernelCase& c : cases) {
       for (int max_splits : {kernels::fused::kMaxTailSplits, 1}) {
@@ -311,7 +321,7 @@ TEST(FusedKernel, Fp8MatchesTheDequantisedReference) {
     bf16_scaled.dtype = Element::kBF16;
     bf16_scaled.col_scales = &kFp8Alpha;
     RANK_CHECK(contains(kernels::fused::fused_gemm_unsupported(bf16_scaled), "fp8 only"), "bf16 row scales were taken");
-    // A bias: fp8 only, the all-gather's only, on a 16-byte boundary.
+    // A bias: fp8 only, on a 16-byte boundary, a reduce-scatter's in ReduceScatterTiles.
     Buf bias(64);
     kernels::fused::FusedGemmArgs biased;
     biased.dtype = Element::kFP8E4M3;
@@ -321,8 +331,12 @@ TEST(FusedKernel, Fp8MatchesTheDequantisedReference) {
     RANK_CHECK(contains(kernels::fused::fused_gemm_unsupported(biased), "16-byte boundary"), "a misaligned bias was taken");
     biased.bias = bias.p;
     biased.rs.rank = 0, biased.rs.world = 1;
-    RANK_CHECK(contains(kernels::fused::fused_gemm_unsupported(biased), "takes no bias"),
-               "a reduce-scatter's bias was taken");
+    RANK_CHECK(contains(kernels::fused::fused_gemm_unsupported(biased), "in ReduceScatterTiles"),
+               "a reduce-scatter's bias was taken in place of its own");
+    biased.bias = nullptr;
+    biased.rs.bias = bias.p;  // rs.cols unset
+    RANK_CHECK(contains(kernels::fused::fused_gemm_unsupported(biased), "cols = N"),
+               "a reduce-scatter's bias without its columns was taken");
     kernels::fused::FusedGemmArgs bf16_biased;
     bf16_biased.M = bf16_biased.N = bf16_biased.K = 256;
     bf16_biased.bias = bias.p;

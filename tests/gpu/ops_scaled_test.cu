@@ -333,9 +333,9 @@ void run_scaled_rs_case(Communicator& comm, const ScaledRsCase& c, const ScaledO
 // Reduce-scatters the fused kernel's fp8 form takes (e4m3, fast accumulation, bf16 out, tensor-wise and
 // row-wise scales, each rank's own): 256 and 512 rows a rank, N not a multiple of the tile (the
 // ping-pong schedule's, reduced in its epilogue), and 3072 rows a rank of 2048 columns (the cooperative
-// kernel's 256-wide tiles, reduced in fixup()); under `fused`, a check that every one of them on more
-// than one rank ran the fused kernel, and on two ranks at 4096 rows a rank (768 tiles: five rounds),
-// its reduction in the epilogue.
+// kernel's 256-wide tiles, reduced in fixup()), each with and without a bias; under `fused`, a check
+// that every one of them on more than one rank ran the fused kernel, and on two ranks at 4096 rows a
+// rank (768 tiles: five rounds), its reduction in the epilogue.
 int fused_kernel_rs_cases(RankContext& ctx, Communicator& comm, const ScaledOpOptions& o, cudaStream_t s,
                           reference::Fp32Gemm& fp32) {
   const int ws = ctx.world_size;
@@ -363,12 +363,23 @@ int fused_kernel_rs_cases(RankContext& ctx, Communicator& comm, const ScaledOpOp
     run_scaled_rs_case(comm, ScaledRsCase{3072 * ws, 2048, 128 * ws, false, rowwise, ReduceOp::kSum, DType::kBF16, true}, o,
                        s, fp32);
     ++n;
+    // A bias, added to every rank's partial product after its scales: the ping-pong's and 256-wide tiles.
+    for (const ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+      run_scaled_rs_case(comm, ScaledRsCase{256 * ws, 336, 64 * ws, false, rowwise, op, DType::kBF16, true, true}, o, s,
+                         fp32);
+      ++n;
+    }
+    run_scaled_rs_case(comm, ScaledRsCase{3072 * ws, 2048, 128 * ws, false, rowwise, ReduceOp::kSum, DType::kBF16, true, true},
+                       o, s, fp32);
+    ++n;
   }
   const bool epilogue_way = ws == 2 && o.algorithm == Algorithm::kFused;
   if (epilogue_way) {
     for (const bool rowwise : {false, true}) {
       run_scaled_rs_case(comm, ScaledRsCase{8192, 3072, 128, false, rowwise, ReduceOp::kAvg, DType::kBF16, true}, o, s, fp32);
-      ++n;
+      run_scaled_rs_case(comm, ScaledRsCase{8192, 3072, 128, false, rowwise, ReduceOp::kSum, DType::kBF16, true, true}, o, s,
+                         fp32);
+      n += 2;
     }
   }
   if (o.algorithm == Algorithm::kFused && ws > 1) {
@@ -381,9 +392,9 @@ int fused_kernel_rs_cases(RankContext& ctx, Communicator& comm, const ScaledOpOp
 }
 
 // Biases (on every other B) and fp8 outputs, with and without a result scale: cuBLASLt's epilogue
-// in sequential and pipelined (fused runs these pipelined but the all-gather's bias with fast
-// accumulation and a bf16 output, which its kernel adds), the reduce-scatter's bias once a rank and
-// its fp8 output rounded once after a bf16 sum.
+// in sequential and pipelined (fused runs these pipelined but a bias with fast accumulation and a
+// bf16 output, which its kernel adds), the reduce-scatter's bias once a rank and its fp8 output
+// rounded once after a bf16 sum.
 int epilogue_cases(Communicator& comm, const ScaledOpOptions& o, cudaStream_t s, reference::Fp32Gemm& fp32) {
   const int ws = comm.world_size();
   constexpr DType kE4M3 = DType::kFP8E4M3, kBF16 = DType::kBF16, kFP16 = DType::kFP16;

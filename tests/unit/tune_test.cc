@@ -469,8 +469,8 @@ TEST(ProblemKeys, AScaledCallsKeySaysWhetherTheFusedKernelTakesIt) {
   rs.scaling.fast_accum = false;
   EXPECT_FALSE(key_of(rs, 2, "g").fused_kernel);
   rs.scaling.fast_accum = true;
-  rs.scaling.bias = true;  // every rank's partial product would carry it: the reduce-scatter's kernel takes none
-  EXPECT_FALSE(key_of(rs, 2, "g").fused_kernel);
+  rs.scaling.bias = true;  // every rank's kernel adds it to its partial product after the scales
+  EXPECT_TRUE(key_of(rs, 2, "g").fused_kernel);
   rs.scaling.bias = false;
   // The choice for a key the fused kernel takes overlaps with pipelined where the model overlaps at all.
   TuningCache empty;

@@ -289,9 +289,8 @@ CaseResult run_case(RankContext& ctx, Communicator& comm, const CaseSetup& args,
   if (fp8_fused && args.rowwise_scales && ag) {
     g.row_scales = scales.a(), g.col_scales = scales.b();
   } else if (fp8_fused && args.rowwise_scales) {
-    g.rs.rank = 0, g.rs.world = 1;
-    g.rs.rows_per_rank = g.rs.rows_per_chunk = static_cast<int32_t>(gm);
-    g.rs.tiles_n = static_cast<int32_t>((N + g.tile_n - 1) / g.tile_n);
+    const auto tiles_n = static_cast<int32_t>((N + g.tile_n - 1) / g.tile_n);
+    g.rs = kernels::fused::ReduceScatterTiles::one_rank(static_cast<int32_t>(gm), tiles_n);
     g.rs.row_scales = scales.a(), g.rs.col_scales = scales.b(), g.rs.cols = static_cast<int32_t>(N);
   } else if (fp8_fused) {
     g.alpha_ptr = scales.product();

@@ -40,12 +40,12 @@
 
 namespace asynctp::kernels::fused {
 
-// Tag that selects AsyncInputTileScheduler in cutlass::gemm::kernel::GemmUniversal; Element is the
-// output type (a reduce-scatter's staged partial sums are rounded to it).
-template <class Element>
+// Tag that selects AsyncInputTileScheduler in GemmUniversal; Element is the output type (a reduce-scatter's
+// staged partial sums are rounded to it); kScaled: fp8's, whose reduce-scatter scales (reduce_scatter_fixup.cuh).
+template <class Element, bool kScaled = false>
 struct AsyncInputSchedule {};
 
-template <class Element>
+template <class Element, bool kScaled = false>
 class AsyncInputTileScheduler {
  public:
   // The kernel refers to these names when it sizes its launch; the raster is fixed (see above).
@@ -287,9 +287,9 @@ class AsyncInputTileScheduler {
   template <class FrgTensorC>
   CUTLASS_DEVICE static void reduce_scatter_fixup(Params const& params, WorkTileInfo const& work,
                                                   FrgTensorC& accumulators, uint32_t thread, uint32_t threads) {
-    fused::reduce_scatter_fixup<Element>(params.rs, params.tile_m, params.rank_rows_div, params.chunk_rows_div, work,
-                                         accumulators, thread, threads,
-                                         [&](int word) { trace_mark(params, work, thread, word); });
+    fused::reduce_scatter_fixup<Element, kScaled>(params.rs, params.tile_m, params.rank_rows_div, params.chunk_rows_div,
+                                                  work, accumulators, thread, threads,
+                                                  [&](int word) { trace_mark(params, work, thread, word); });
   }
 
   // This CTA's unit u, which follows `prev` (invalid for its first), as the kernel's loops get it; for
@@ -391,10 +391,10 @@ class AsyncInputTileScheduler {
 namespace cutlass::gemm::kernel::detail {
 
 // Lets GemmUniversal<..., asynctp::kernels::fused::AsyncInputSchedule> find the scheduler.
-template <class Element, class ArchTag, class TileShape, class ClusterShape, uint32_t SchedulerPipelineStageCount>
-struct TileSchedulerSelector<asynctp::kernels::fused::AsyncInputSchedule<Element>, ArchTag, TileShape, ClusterShape,
-                             SchedulerPipelineStageCount> {
-  using Scheduler = asynctp::kernels::fused::AsyncInputTileScheduler<Element>;
+template <class Element, bool kScaled, class ArchTag, class TileShape, class ClusterShape, uint32_t kStages>
+struct TileSchedulerSelector<asynctp::kernels::fused::AsyncInputSchedule<Element, kScaled>, ArchTag, TileShape,
+                             ClusterShape, kStages> {
+  using Scheduler = asynctp::kernels::fused::AsyncInputTileScheduler<Element, kScaled>;
 };
 
 }  // namespace cutlass::gemm::kernel::detail

@@ -235,13 +235,21 @@ const char* fused_gemm_unsupported(const FusedGemmArgs& a) {
       }
     }
     if (a.bias != nullptr) {
-      if (a.rs.rank >= 0) return "the fused kernel's reduce-scatter takes no bias";
+      if (a.rs.rank >= 0) return "the fused kernel's reduce-scatter takes its bias in ReduceScatterTiles";
       if (!aligned16(a.bias)) return "the fused kernel needs the bias to start on a 16-byte boundary";
+    }
+    if (a.rs.bias != nullptr && (!aligned16(a.rs.bias) || a.rs.cols != a.N)) {
+      return "the fused reduce-scatter needs its bias on a 16-byte boundary, with cols = N";
+    }
+    if (a.rs.bias != nullptr && a.rs.partial_scale == nullptr && a.rs.row_scales == nullptr) {
+      return "the fused reduce-scatter takes a bias with the scaled op's scales only";
     }
   } else if (a.row_scales != nullptr || a.col_scales != nullptr || a.rs.row_scales != nullptr) {
     return "the fused kernel takes row-wise scales for fp8 only";
-  } else if (a.bias != nullptr) {
+  } else if (a.bias != nullptr || a.rs.bias != nullptr) {
     return "the fused kernel takes a bias for fp8 only";
+  } else if (a.rs.partial_scale != nullptr) {
+    return "the fused kernel's reduce-scatter takes a partial scale for fp8 only";
   } else if (a.dtype != Element::kBF16 && a.dtype != Element::kFP16) {
     return "the fused kernel takes bf16, fp16 or fp8 e4m3";
   }

@@ -38,8 +38,9 @@ struct FusedGemmArgs {
   // all-gather's tiles wait for their rows' flags first).
   const float* row_scales = nullptr;
   const float* col_scales = nullptr;
-  // fp8 all-gather: a bf16 [N] bias added to every row after the scales (C = scaled product + bias),
-  // in device memory on a 16-byte boundary; null: none. The reduce-scatter takes none.
+  // fp8: a bf16 [N] bias added to every row after the scales (C = scaled product + bias), in device
+  // memory on a 16-byte boundary; null: none. A reduce-scatter's partial product takes its own in
+  // ReduceScatterTiles (rs.bias).
   const void* bias = nullptr;
   ChunkFlags chunks;              // chunks.flags null: every row of `a` is in place (a plain GEMM)
   int band_m = 0;                 // tile order (async_input_scheduler.cuh); 0 picks the default

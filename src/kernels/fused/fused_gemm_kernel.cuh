@@ -125,7 +125,7 @@ struct FusedGemmKernel {
       kReduceInEpilogue,
       ReduceScatterEpilogue<BuiltEpilogue<ElementD, LinearCombination>, BuiltEpilogue<void, LinearCombination>>,
       std::conditional_t<kRowScales, RowWindowEpilogue<BuiltEpilogue<void, RowScaled, RowScaledTile>>,
-                         std::conditional_t<kPingpongRs, PingpongEpilogue<BuiltEpilogue<void>>,
+                         std::conditional_t<kPingpongRs, PingpongEpilogue<BuiltEpilogue<void>, sizeof(Element) == 1>,
                                             RowWindowEpilogue<BuiltEpilogue<void>>>>>;
 
   // fp8 accumulates fast (WGMMA's own accumulation, no promotion to a second set of fp32
@@ -149,7 +149,7 @@ struct FusedGemmKernel {
 
   // The scheduler's element is what it stages and reduces: the product's.
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
-                                                      AsyncInputSchedule<ElementD>>;
+                                                      AsyncInputSchedule<ElementD, sizeof(Element) == 1>>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
 

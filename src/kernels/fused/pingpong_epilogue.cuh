@@ -26,7 +26,8 @@
 
 namespace asynctp::kernels::fused {
 
-template <class Base>
+// kScaled: the scaled op's (fp8) instantiation, whose reduce-scatter scales its tiles and adds a bias.
+template <class Base, bool kScaled>
 class PingpongEpilogue : public RowWindowEpilogue<Base> {
   using Window = RowWindowEpilogue<Base>;
 
@@ -92,10 +93,10 @@ class PingpongEpilogue : public RowWindowEpilogue<Base> {
 
   template <class TileKind, class Accumulators>
   CUTLASS_DEVICE void reduce(TileKind const& tile, Accumulators& accumulators, int thread_idx) const {
-    reduce_scatter_fixup<typename Base::ElementD>(params_.rs, Window::kTileM, params_.rank_rows_div,
-                                                  params_.chunk_rows_div, tile, accumulators,
-                                                  static_cast<uint32_t>(thread_idx), cutlass::NumThreadsPerWarpGroup,
-                                                  [](int) {});
+    reduce_scatter_fixup<typename Base::ElementD, kScaled>(params_.rs, Window::kTileM, params_.rank_rows_div,
+                                                           params_.chunk_rows_div, tile, accumulators,
+                                                           static_cast<uint32_t>(thread_idx),
+                                                           cutlass::NumThreadsPerWarpGroup, [](int) {});
   }
 
   Params const& params_;

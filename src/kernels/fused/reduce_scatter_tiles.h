@@ -89,6 +89,22 @@ struct ReduceScatterTiles {
   const float* col_scales = nullptr;
   int32_t cols = 0;
   int32_t unused3 = 0;
+  // Where set (the scaled op's bias: `cols` values of the output's type, on a 16-byte boundary; with
+  // partial_scale or row_scales only), each value of a tile's whole accumulators gains its column's
+  // bias after the scales, so that every rank's partial product carries it and the sum counts it once
+  // a rank (the average, once).
+  const void* bias = nullptr;
+
+  // The reduce-scatter's kernel as the one rank of one (every tile its own, nothing to add): `rows`
+  // rows in one chunk, `tiles_n` tiles along N. asynctp-bench times the kernel so, and the kernel's
+  // tests check it so; the scales and the bias are the caller's to set.
+  static ReduceScatterTiles one_rank(int32_t rows, int32_t tiles_n) {
+    ReduceScatterTiles rs;
+    rs.rank = 0, rs.world = 1;
+    rs.rows_per_rank = rs.rows_per_chunk = rows;
+    rs.tiles_n = tiles_n;
+    return rs;
+  }
 
   // Where the tile whose first row is `row0` belongs, for the scheduler and the epilogue alike: the rank
   // that owns its rows, the chunk of that rank's rows it is in, and that chunk's staged counter. Each
