@@ -174,6 +174,18 @@ void scale(float* data, int64_t rows, int64_t cols, const float* row_scale, int6
   ASYNCTP_CUDA_CHECK(cudaGetLastError());
 }
 
+__global__ void add_row_kernel(float* m, int64_t rows, int64_t cols, const float* row, float times) {
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < rows * cols;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    m[idx] += times * row[idx % cols];
+  }
+}
+
+void add_row(float* data, int64_t rows, int64_t cols, const float* row, float times, cudaStream_t stream) {
+  add_row_kernel<<<kBlocks, kThreads, 0, stream>>>(data, rows, cols, row, times);
+  ASYNCTP_CUDA_CHECK(cudaGetLastError());
+}
+
 void poison(void* data, size_t bytes, cudaStream_t stream) {
   ASYNCTP_CUDA_CHECK(cudaMemsetAsync(data, 0xFF, bytes, stream));
 }

@@ -40,6 +40,9 @@ void fill_fp32_as(float* data, DType as, int64_t rows, int64_t cols, const GenMa
 void scale(float* data, int64_t rows, int64_t cols, const float* row_scale, int64_t row_count, const float* col_scale,
            int64_t col_count, cudaStream_t stream);
 
+// data[i][j] += times * row[j] for fp32 row-major data [rows, cols] and a device fp32 vector of cols values.
+void add_row(float* data, int64_t rows, int64_t cols, const float* row, float times, cudaStream_t stream);
+
 // Sets every byte to 0xFF: NaN in bf16 and fp16, so an element an op forgot to write fails the check.
 void poison(void* data, size_t bytes, cudaStream_t stream);
 

@@ -46,6 +46,8 @@ TEST(BenchCli, Fp8TakesItsScalesAndAColumnMajorB) {
   EXPECT_EQ(a.b_layout, BLayout::kColMajor);  // without --b-layout
   EXPECT_FALSE(parse_args({"--dtype", "e4m3"}).rowwise_scales);
   EXPECT_TRUE(parse_args({"--dtype", "e4m3", "--fast-accum"}).fast_accum);
+  EXPECT_TRUE(parse_args({"--dtype", "e4m3", "--bias"}).bias);
+  EXPECT_FALSE(parse_args({"--dtype", "e4m3"}).bias);
 }
 
 TEST(BenchCli, BadValuesNameTheOption) {
@@ -72,6 +74,7 @@ TEST(BenchCli, BadValuesNameTheOption) {
   EXPECT_NE(msg({"--scales", "block"}).find("--scales 'block' is not valid; expected tensor or row"), std::string::npos);
   EXPECT_NE(msg({"--scales", "row"}).find("--scales is for --dtype e4m3 only"), std::string::npos);
   EXPECT_NE(msg({"--fast-accum"}).find("--fast-accum is for --dtype e4m3 only"), std::string::npos);
+  EXPECT_NE(msg({"--bias"}).find("--bias is for --dtype e4m3 only"), std::string::npos);
   EXPECT_NE(msg({"--dtype", "e4m3", "--b-layout", "row"}).find("fp8 B is column-major only"), std::string::npos);
   // Numbers past what the option's int holds are refused, not cut to 32 bits (4294967298 was 2 GPUs,
   // 4294967296 iterations 0, 4294967297 chunks 1).

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -12,6 +13,7 @@
 #include "algo/fused.h"
 #include "algo/resources.h"
 #include "bench/device_buffer.h"
+#include "bench/fp8_inputs.h"
 #include "comm/communicator_impl.h"
 #include "common/check.h"
 #include "common/element.h"
@@ -21,30 +23,6 @@
 
 namespace asynctp::bench {
 namespace {
-
-// fp8's scales, exact in fp32 and the same on every rank: 0.5 to 1.25 by row of the whole A and by
-// column of B (row-wise), or 0.75 and 1.25 (tensor-wise). Made for every dtype; only fp8 reads them.
-struct Fp8Scales {
-  int64_t a_count, b_count;
-  int64_t b_offset;  // B's start in floats, 256-byte aligned as cuBLASLt wants scale vectors
-  int64_t product_offset;  // tensor-wise: a_scale * b_scale, the fused kernel's alpha
-  DeviceBuffer buf;
-  Fp8Scales(const CaseSetup& s, int64_t M, int64_t N, cudaStream_t stream)
-      : a_count(s.rowwise_scales ? M : 1), b_count(s.rowwise_scales ? N : 1), b_offset((a_count + 63) / 64 * 64),
-        product_offset(b_offset + b_count), buf(static_cast<size_t>(product_offset + 1) * sizeof(float), stream) {
-    std::vector<float> host(static_cast<size_t>(product_offset + 1), 0.0f);
-    for (int64_t i = 0; i < a_count; ++i) host[i] = s.rowwise_scales ? 0.5f + static_cast<float>(i % 7) * 0.125f : 0.75f;
-    for (int64_t j = 0; j < b_count; ++j) {
-      host[b_offset + j] = s.rowwise_scales ? 0.5f + static_cast<float>((j + 3) % 7) * 0.125f : 1.25f;
-    }
-    host[product_offset] = host[0] * host[b_offset];
-    ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(buf.p, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice, stream));
-    ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(stream));  // `host` goes out of scope
-  }
-  float* a() const { return buf.f(); }
-  float* b() const { return buf.f() + b_offset; }
-  float* product() const { return buf.f() + product_offset; }
-};
 
 constexpr size_t kFlushBytes = 512u << 20;  // several times the H100/H200 L2
 
@@ -126,6 +104,7 @@ CaseSetup setup_of(const Args& args) {
   s.dtype = args.dtype;
   s.rowwise_scales = args.rowwise_scales;
   s.fast_accum = args.fast_accum;
+  s.bias = args.bias;
   s.gather_last = args.gather_last;
   s.scatter_last = args.scatter_last;
   s.b_layout = args.b_layout;
@@ -248,6 +227,12 @@ CaseResult run_case(RankContext& ctx, Communicator& comm, const CaseSetup& args,
     reference::Fp32Gemm().run(a_full.f(), b_full.f(), ref.f(), M, N, K, stream);
     ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
+  // The bias: once in the all-gather's product, once a rank in the reduce-scatter's sum.
+  const bool biased = scaled && args.bias;
+  std::unique_ptr<Fp8Bias> bias = biased ? std::make_unique<Fp8Bias>(N, stream) : nullptr;
+  if (biased) reference::add_row(ref.f(), M, N, bias->fp32.f(), static_cast<float>(ag ? 1 : ws), stream);
+  const TensorRef tbias = biased ? TensorRef::dense(bias->bf16.p, DType::kBF16, {N}) : TensorRef{};
+  const void* bias_data = biased ? bias->bf16.p : nullptr;
   // This rank's a_scale: row-wise along a gathered M its own rows (gathered with them), else every row.
   const bool own_rows = args.rowwise_scales && ag && !args.gather_last;
   const TensorRef ta_scale = !args.rowwise_scales ? TensorRef::dense(scales.a(), DType::kFP32, {1})
@@ -271,7 +256,8 @@ CaseResult run_case(RankContext& ctx, Communicator& comm, const CaseSetup& args,
   if (scaled) {
     p.scaled = true, p.b_dtype = args.dtype, p.out_dtype = out_dtype, p.rowwise = args.rowwise_scales;
     p.fast_accum = args.fast_accum;
-    timed.push_back([&] { runner.run_scaled(p, ga.p, gb.p, gemm::ScaledPointers{scales.a(), scales.b()}, gc.p, stream); });
+    const gemm::ScaledPointers pointers{scales.a(), scales.b(), bias_data};
+    timed.push_back([&, pointers] { runner.run_scaled(p, ga.p, gb.p, pointers, gc.p, stream); });
   } else {
     timed.push_back([&] { runner.run(p, ga.p, gb.p, gc.p, stream); });
   }
@@ -292,9 +278,11 @@ CaseResult run_case(RankContext& ctx, Communicator& comm, const CaseSetup& args,
     const auto tiles_n = static_cast<int32_t>((N + g.tile_n - 1) / g.tile_n);
     g.rs = kernels::fused::ReduceScatterTiles::one_rank(static_cast<int32_t>(gm), tiles_n);
     g.rs.row_scales = scales.a(), g.rs.col_scales = scales.b(), g.rs.cols = static_cast<int32_t>(N);
+    g.rs.bias = bias_data;
   } else if (fp8_fused) {
     g.alpha_ptr = scales.product();
   }
+  if (fp8_fused && g.rs.rank < 0) g.bias = bias_data;
   // A reduce-scatter's 128-wide tiles at an odd number of tile rows a rank run one-CTA clusters, which
   // only its own launch (rs.rank set) takes; a plain GEMM of that width above one tile row would run the
   // ping-pong schedule, so none is timed. (At an even number they run the ping-pong schedule too.)
@@ -331,9 +319,11 @@ CaseResult run_case(RankContext& ctx, Communicator& comm, const CaseSetup& args,
     scaled_options.use_fast_accum = args.fast_accum;
     auto call = [&, options, scaled_options] {
       if (scaled && ag) {
-        all_gather_scaled_matmul(comm, ta, {tb}, ta_scale, {tb_scale}, dim, {tout}, TensorRef{}, stream, scaled_options);
+        all_gather_scaled_matmul(comm, ta, {tb}, ta_scale, {tb_scale}, dim, {tout}, TensorRef{}, stream, scaled_options,
+                                 {tbias});
       } else if (scaled) {
-        scaled_matmul_reduce_scatter(comm, ta, tb, ta_scale, tb_scale, dim, ReduceOp::kSum, tout, stream, scaled_options);
+        scaled_matmul_reduce_scatter(comm, ta, tb, ta_scale, tb_scale, dim, ReduceOp::kSum, tout, stream, scaled_options,
+                                     tbias);
       } else if (ag) {
         all_gather_matmul(comm, ta, {tb}, dim, {tout}, TensorRef{}, stream, options);
       } else {

@@ -24,6 +24,7 @@ struct Candidate {
 struct CaseSetup {
   DType dtype = DType::kBF16;  // kFP8E4M3: the scaled ops (bf16 output)
   bool rowwise_scales = false, fast_accum = false;
+  bool bias = false;  // fp8: a bias over N (Fp8Bias in case.cc)
   bool gather_last = false, scatter_last = false;
   BLayout b_layout = BLayout::kRowMajor;
   bool flush_l2 = false;

@@ -40,6 +40,9 @@ const char* const kUsage =
     "                       is then also timed as a GEMM alone (rs with row-wise scales: as a\n"
     "                       one-rank reduce-scatter's kernel, which scales its tiles as each rank's\n"
     "                       does before the sum)\n"
+    "  --bias               e4m3: a bf16 bias over N, in the ops (the reduce-scatter's added to every\n"
+    "                       rank's partial product, as torch._scaled_mm's would be), in cuBLASLt's\n"
+    "                       GEMM alone and in the fused kernel alone\n"
     "  --gather-dim 0|last  how A is sharded for ag (default 0: along M)\n"
     "  --scatter-dim 0|last how the output is scattered for rs (default 0: along M)\n"
     "  --b-layout row|col   B as [K, N] row-major or [N, K] (nn.Linear's weight) (default row)\n"
@@ -139,6 +142,10 @@ Args parse_args(const std::vector<std::string>& argv) {
       a.fast_accum = true;
       continue;
     }
+    if (f == "--bias") {
+      a.bias = true;
+      continue;
+    }
     if (f.rfind("--", 0) != 0) throw Error("asynctp-bench: unexpected argument '" + f + "' (see --help)");
     if (i + 1 >= argv.size()) throw Error("asynctp-bench: " + f + " needs a value (see --help)");
     const std::string& v = argv[++i];
@@ -201,8 +208,8 @@ Args parse_args(const std::vector<std::string>& argv) {
       throw Error("asynctp-bench: --b-layout row with --dtype e4m3: fp8 B is column-major only (--b-layout col)");
     }
     a.b_layout = BLayout::kColMajor;
-  } else if (scales_given || a.fast_accum) {
-    throw Error(std::string("asynctp-bench: ") + (scales_given ? "--scales" : "--fast-accum") +
+  } else if (scales_given || a.fast_accum || a.bias) {
+    throw Error(std::string("asynctp-bench: ") + (scales_given ? "--scales" : a.fast_accum ? "--fast-accum" : "--bias") +
                 " is for --dtype e4m3 only");
   }
   return a;

@@ -22,6 +22,7 @@ struct Args {
   DType dtype = DType::kBF16;  // kFP8E4M3: the scaled ops, output bf16
   bool rowwise_scales = false;  // fp8: a scale per row of A and column of B, not one per tensor
   bool fast_accum = false;      // fp8: use_fast_accum (and the fused kernel, which accumulates so, timed)
+  bool bias = false;            // fp8: the scaled ops' bias over N, in the ops and the GEMMs alone
   bool gather_last = false;
   bool scatter_last = false;
   BLayout b_layout = BLayout::kRowMajor;
