@@ -78,37 +78,45 @@ def _epilogue_cases(rank, world, algorithm):
 
 
 def _fused_kernel_cases(rank, world):
-    """What the fused kernel's fp8 form takes (e4m3, fast accumulation, bf16 out): the all-gather with
-    tensor-wise and row-wise scales, the reduce-scatter (256 rows a rank) with each rank's own
-    tensor-wise and row-wise scales, each with and without a bias."""
+    """What the fused kernel's fp8 form takes (e4m3, fast accumulation, bf16 or fp16 out): the all-gather
+    with tensor-wise and row-wise scales, the reduce-scatter (256 rows a rank) with each rank's own
+    tensor-wise and row-wise scales, each with and without a bias (of the output's dtype)."""
     dev = torch.device("cuda", torch.cuda.current_device())
     m, k, n = 64, 128, 96
     shards = [_fp8(110 + r, m, k) for r in range(world)]
     w = _fp8(120, n, k)
-    bias = (torch.arange(n) % 13 - 6).to(torch.bfloat16) * 0.5
-    for rowwise, with_bias in ((False, False), (True, False), (False, True), (True, True)):
+    bias_values = (torch.arange(n) % 13 - 6) * 0.5
+    bf16, fp16 = torch.bfloat16, torch.float16
+    for rowwise, with_bias, out_dtype in ((False, False, bf16), (True, False, bf16), (False, True, bf16),
+                                          (True, True, bf16), (False, True, fp16), (True, False, fp16)):
+        bias = bias_values.to(out_dtype)
         a_scales = [_scales(130 + r, m, 1) if rowwise else _scales(130, 1) for r in range(world)]
         b_scale = _scales(140, 1, n) if rowwise else _scales(141, 1)
         what = (f"fused all_gather_scaled_matmul {'row-wise' if rowwise else 'tensor-wise'}, fast accumulation"
-                f"{', a bias' if with_bias else ''}")
+                f"{', a bias' if with_bias else ''}, {out_dtype}")
         _, (out,) = asynctp.all_gather_scaled_matmul(
             shards[rank].to(dev), [w.to(dev).t()], a_scales[rank].to(dev), [b_scale.to(dev)], 0, use_fast_accum=True,
-            algorithm="fused", biases=[bias.to(dev)] if with_bias else None)
+            algorithm="fused", biases=[bias.to(dev)] if with_bias else None, out_dtype=out_dtype)
+        assert out.dtype == out_dtype, what
         a_ref = torch.cat([s.float() * sc for s, sc in zip(shards, a_scales)])
         _assert_close(out, a_ref @ (w.float().t() * b_scale) + (bias.float() if with_bias else 0), what)
     rows = 256 * world
     a_parts = [_fp8(150 + r, rows, k) for r in range(world)]
     w_parts = [_fp8(160 + r, n, k) for r in range(world)]
-    for rowwise, reduce_op, with_bias in ((False, "sum", False), (False, "avg", False), (True, "sum", False),
-                                          (True, "avg", False), (False, "sum", True), (True, "avg", True)):
+    for rowwise, reduce_op, with_bias, out_dtype in (
+            (False, "sum", False, bf16), (False, "avg", False, bf16), (True, "sum", False, bf16), (True, "avg", False, bf16),
+            (False, "sum", True, bf16), (True, "avg", True, bf16), (False, "avg", True, fp16), (True, "sum", False, fp16)):
+        bias = bias_values.to(out_dtype)
         a_scales = [_scales(170 + r, rows, 1) if rowwise else _scales(170 + r, 1) for r in range(world)]
         b_scales = [_scales(180 + r, 1, n) if rowwise else _scales(180 + r, 1) for r in range(world)]
         kind = "row-wise" if rowwise else "tensor-wise"
         what = (f"fused scaled_matmul_reduce_scatter {reduce_op}, each rank's own {kind} scales, fast accumulation"
-                f"{', a bias' if with_bias else ''}")
+                f"{', a bias' if with_bias else ''}, {out_dtype}")
         out = asynctp.scaled_matmul_reduce_scatter(a_parts[rank].to(dev), w_parts[rank].to(dev).t(), a_scales[rank].to(dev),
                                                    b_scales[rank].to(dev), reduce_op, 0, use_fast_accum=True,
-                                                   algorithm="fused", bias=bias.to(dev) if with_bias else None)
+                                                   algorithm="fused", bias=bias.to(dev) if with_bias else None,
+                                                   out_dtype=out_dtype)
+        assert out.dtype == out_dtype, what
         full = sum((a.float() * sa) @ (wp.float().t() * sb) + (bias.float() if with_bias else 0)
                    for a, wp, sa, sb in zip(a_parts, w_parts, a_scales, b_scales))
         if reduce_op == "avg":

@@ -72,6 +72,7 @@ kernels::fused::FusedGemmArgs gemm_args(Communicator& comm, const AllGatherMatmu
   }
   if (scales != nullptr) g.bias = scales->biases[i];
   g.dtype = element_of(plan.dtype);
+  if (scales != nullptr) g.out = element_of(plan.scaling.out_dtype);
   g.b_layout = layout_of(plan.b_layout);
   g.M = plan.M;
   g.N = plan.N[i];

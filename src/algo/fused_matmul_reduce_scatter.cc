@@ -199,6 +199,7 @@ void run_fused_rs(Communicator& comm, const MatmulReduceScatterPlan& plan, const
 
   kernels::fused::FusedGemmArgs g;
   g.dtype = element_of(plan.dtype);
+  if (scaling != nullptr) g.out = element_of(plan.scaling.out_dtype);
   g.b_layout = layout_of(plan.b_layout);
   g.M = plan.M, g.N = plan.N, g.K = plan.k_local;
   g.a = a.data, g.b = b.data, g.c = output.data;

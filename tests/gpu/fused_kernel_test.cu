@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cutlass/fast_math.h>
 
 #include "algo/fused.h"
@@ -38,7 +39,8 @@ struct KernelCase {
   // value (by its row's and column's scale, or the tensor-wise alpha) and adds the bias before the sum
   // (reduce_scatter_fixup.cuh), not in the epilogue. tile_n set.
   bool one_rank_rs = false;
-  bool bias = false;  // fp8: a bf16 bias over N added after the scales
+  bool bias = false;  // fp8: a bias over N, of the product's type, added after the scales
+  bool fp16_out = false;  // fp8: an fp16 product (and bias) in place of bf16
 };
 
 // fp8 row-wise scales, exact in fp32: 0.5 to 1.25, a different cycle for A's rows and B's columns.
@@ -48,14 +50,18 @@ __global__ void fill_row_scales(float* s, int64_t n, int period) {
   }
 }
 
-// An fp8 case's bf16 bias, exact in bf16 (-3 to 3 in halves), and the reference's share of it: the
-// check multiplies the reference by `scale`, so it gains bias / scale.
-__global__ void fill_bias_and_add(__nv_bfloat16* bias, float* ref, int64_t rows, int64_t cols, float scale) {
+__device__ void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16(v); }
+__device__ void store(__half* p, float v) { *p = __float2half(v); }
+
+// An fp8 case's bias (bf16 or fp16), exact in either (-3 to 3 in halves), and the reference's share of
+// it: the check multiplies the reference by `scale`, so it gains bias / scale.
+template <class T>
+__global__ void fill_bias_and_add(T* bias, float* ref, int64_t rows, int64_t cols, float scale) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < rows * cols;
        i += gridDim.x * static_cast<int64_t>(blockDim.x)) {
     const int64_t col = i % cols;
     const float value = static_cast<float>(col % 13 - 6) * 0.5f;
-    if (i < cols) bias[col] = __float2bfloat16(value);
+    if (i < cols) store(bias + col, value);
     ref[i] += value / scale;
   }
 }
@@ -71,12 +77,12 @@ constexpr float kFp8Alpha = 0.75f * 1.25f;
 
 // Fills A and B from `seed`, runs the kernel with at most `max_splits` splits, checks C against the
 // fp32 GEMM of the same inputs, and returns C's bytes. An fp8 case (e4m3 A and B, B column-major) has
-// a bf16 product scaled by kFp8Alpha, or with row_scales by A's row's and B's column's scale, checked
+// a bf16 (fp16_out: fp16) product scaled by kFp8Alpha, or with row_scales by A's row's and B's column's scale, checked
 // against the fp32 GEMM of the fp8 values read back (scaled first).
 std::vector<char> run_checked(Communicator& comm, const KernelCase& c, uint64_t seed, int max_splits,
                               reference::Fp32Gemm& fp32, cudaStream_t s) {
   const bool fp8 = c.dtype == DType::kFP8E4M3;
-  const DType out_dtype = fp8 ? DType::kBF16 : c.dtype;
+  const DType out_dtype = !fp8 ? c.dtype : c.fp16_out ? DType::kFP16 : DType::kBF16;
   const size_t es = dtype_size(c.dtype), out_es = dtype_size(out_dtype);
   Buf a(c.M * c.K * es), b(c.K * c.N * es), out(c.M * c.N * out_es), alpha(sizeof(float)), bias(c.N * 2);
   Buf row_scales(c.M * sizeof(float)), col_scales(c.N * sizeof(float));
@@ -102,13 +108,18 @@ std::vector<char> run_checked(Communicator& comm, const KernelCase& c, uint64_t 
   fp32.run(a32.f(), b32.f(), ref.f(), c.M, c.N, c.K, s);
   const float scale = fp8 && !c.row_scales ? kFp8Alpha : 1.0f;
   if (c.bias) {
-    fill_bias_and_add<<<64, 256, 0, s>>>(static_cast<__nv_bfloat16*>(bias.p), ref.f(), c.M, c.N, scale);
+    if (c.fp16_out) {
+      fill_bias_and_add<<<64, 256, 0, s>>>(static_cast<__half*>(bias.p), ref.f(), c.M, c.N, scale);
+    } else {
+      fill_bias_and_add<<<64, 256, 0, s>>>(static_cast<__nv_bfloat16*>(bias.p), ref.f(), c.M, c.N, scale);
+    }
     RANK_CUDA(cudaGetLastError());
   }
   reference::poison(out.p, c.M * c.N * out_es, s);
 
   kernels::fused::FusedGemmArgs g;
   g.dtype = element_of(c.dtype);
+  if (fp8) g.out = element_of(out_dtype);
   g.b_layout = c.col_major ? Layout::kColMajor : Layout::kRowMajor;
   g.M = c.M, g.N = c.N, g.K = c.K;
   g.a = a.p, g.b = b.p, g.c = out.p;
@@ -134,11 +145,13 @@ std::vector<char> run_checked(Communicator& comm, const KernelCase& c, uint64_t 
   g.max_splits = max_splits;
   RANK_CHECK(*kernels::fused::fused_gemm_unsupported(g) == '\0', "the kernel refused ", c.M, "x", c.N, "x", c.K);
   kernels::fused::run_fused_gemm(g, s);
-  const auto cmp = reference::compare(out.p, out_dtype, c.M, c.N, ref.f(), c.N, 0, 0, scale,
-                                      reference::tolerance(out_dtype, 1), s);
+  // fp8 accumulates fast: the tolerance of an fp8 GEMM so (the 16-bit outputs' own rounding is finer
+  // than that accumulation's error, fp16's most of all).
+  const double tol = fp8 ? reference::fast_accum_tolerance(out_dtype, 1, c.K) : reference::tolerance(out_dtype, 1);
+  const auto cmp = reference::compare(out.p, out_dtype, c.M, c.N, ref.f(), c.N, 0, 0, scale, tol, s);
   RANK_CHECK(cmp.ok(), c.M, "x", c.N, "x", c.K, " ", dtype_name(c.dtype), c.col_major ? " B=col" : " B=row",
              c.row_scales ? " row-wise" : "", c.one_rank_rs ? " one-rank reduce-scatter" : "",
-             c.bias ? " bias" : "", " max_splits=", max_splits, ": ", cmp.bad, " bad elements, max err ", cmp.max_abs_err, cmp.where());
+             c.bias ? " bias" : "", c.fp16_out ? " fp16 out" : "", " max_splits=", max_splits, ": ", cmp.bad, " bad elements, max err ", cmp.max_abs_err, cmp.where());
   RANK_CUDA(cudaStreamSynchronize(s));
   return host_copy(out, c.M * c.N * out_es);
 }
@@ -238,7 +251,7 @@ TEST(FusedKernel, SplitLastRoundMatchesReferenceAndRepeatsBitForBit) {
 }
 
 
-// The fp8 instantiations (e4m3 A and B, B column-major, a bf16 product, alpha read from the device as
+// The fp8 instantiations (e4m3 A and B, B column-major, a bf16 or fp16 product, alpha read from the device as
 // a tensor-wise a_scale * b_scale, or row-wise scales applied by the epilogue, or by a one-rank
 // reduce-scatter's kernel before its sum; a bias added by the epilogue after either), as a plain GEMM: whole
 // tiles, split tiles and ragged shapes, against the fp32 GEMM of the fp8 values read back
@@ -296,6 +309,18 @@ TEST(FusedKernel, Fp8MatchesTheDequantisedReference) {
         {512, 272, 512, DType::kFP8E4M3, true, true, false, kernels::fused::kPingpongTileN, true, true},
         {4096, 3584, 1024, DType::kFP8E4M3, true, true, true, 256, true, true},
         {384, 272, 512, DType::kFP8E4M3, true, true, true, kernels::fused::kOneRowTileN, true, true},
+        // An fp16 product, with an fp16 bias, in each instantiation: tensor-wise and row-wise, the
+        // cooperative kernel's (a split tail), the ping-pong's, one-CTA clusters', and the one-rank
+        // reduce-scatter's.
+        {4096, 3584, 1024, DType::kFP8E4M3, true, true, false, 0, false, true, true},
+        {1000, 528, 1024, DType::kFP8E4M3, true, true, false, 0, false, true, true},
+        {72, 528, 1024, DType::kFP8E4M3, true, true, false, 0, false, true, true},
+        {4096, 3584, 1024, DType::kFP8E4M3, true, true, true, 0, false, true, true},
+        {1000, 528, 1024, DType::kFP8E4M3, true, true, true, 0, false, false, true},
+        {128, 4096, 4096, DType::kFP8E4M3, true, true, true, 0, false, true, true},
+        {1024, 528, 1024, DType::kFP8E4M3, true, true, false, 256, true, true, true},
+        {512, 272, 512, DType::kFP8E4M3, true, true, true, kernels::fused::kPingpongTileN, true, true, true},
+        {384, 272, 512, DType::kFP8E4M3, true, true, false, kernels::fused::kOneRowTileN, true, false, true},
     };
     for (const KernelCase& c : cases) {
       for (int max_splits : {kernels::fused::kMaxTailSplits, 1}) {
@@ -310,6 +335,10 @@ TEST(FusedKernel, Fp8MatchesTheDequantisedReference) {
     row_b.b_layout = Layout::kRowMajor;
     row_b.M = row_b.N = row_b.K = 256;
     RANK_CHECK(contains(kernels::fused::fused_gemm_unsupported(row_b), "column-major"), "a row-major fp8 B was taken");
+    kernels::fused::FusedGemmArgs fp8_out = row_b;
+    fp8_out.b_layout = Layout::kColMajor;
+    fp8_out.out = Element::kFP8E4M3;
+    RANK_CHECK(contains(kernels::fused::fused_gemm_unsupported(fp8_out), "bf16 or fp16"), "an fp8 product was taken");
     kernels::fused::FusedGemmArgs half_scaled;
     half_scaled.dtype = Element::kFP8E4M3;
     half_scaled.b_layout = Layout::kColMajor;

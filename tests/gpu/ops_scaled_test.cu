@@ -330,8 +330,8 @@ void run_scaled_rs_case(Communicator& comm, const ScaledRsCase& c, const ScaledO
              c.result_scale ? " result scale" : "", ": ", cmp.bad, " bad elements, max err ", cmp.max_abs_err, cmp.where());
 }
 
-// Reduce-scatters the fused kernel's fp8 form takes (e4m3, fast accumulation, bf16 out, tensor-wise and
-// row-wise scales, each rank's own): 256 and 512 rows a rank, N not a multiple of the tile (the
+// Reduce-scatters the fused kernel's fp8 form takes (e4m3, fast accumulation, bf16 or fp16 out,
+// tensor-wise and row-wise scales, each rank's own): 256 and 512 rows a rank, N not a multiple of the tile (the
 // ping-pong schedule's, reduced in its epilogue), and 3072 rows a rank of 2048 columns (the cooperative
 // kernel's 256-wide tiles, reduced in fixup()), each with and without a bias; under `fused`, a check
 // that every one of them on more than one rank ran the fused kernel, and on two ranks at 4096 rows a
@@ -372,6 +372,12 @@ int fused_kernel_rs_cases(RankContext& ctx, Communicator& comm, const ScaledOpOp
     run_scaled_rs_case(comm, ScaledRsCase{3072 * ws, 2048, 128 * ws, false, rowwise, ReduceOp::kSum, DType::kBF16, true, true},
                        o, s, fp32);
     ++n;
+    // An fp16 output (and bias): staged, reduced and stored in fp16.
+    run_scaled_rs_case(comm, ScaledRsCase{256 * ws, 336, 64 * ws, false, rowwise, ReduceOp::kSum, DType::kFP16, true, true}, o,
+                       s, fp32);
+    run_scaled_rs_case(comm, ScaledRsCase{3072 * ws, 2048, 128 * ws, false, rowwise, ReduceOp::kAvg, DType::kFP16, true}, o,
+                       s, fp32);
+    n += 2;
   }
   const bool epilogue_way = ws == 2 && o.algorithm == Algorithm::kFused;
   if (epilogue_way) {
@@ -379,7 +385,9 @@ int fused_kernel_rs_cases(RankContext& ctx, Communicator& comm, const ScaledOpOp
       run_scaled_rs_case(comm, ScaledRsCase{8192, 3072, 128, false, rowwise, ReduceOp::kAvg, DType::kBF16, true}, o, s, fp32);
       run_scaled_rs_case(comm, ScaledRsCase{8192, 3072, 128, false, rowwise, ReduceOp::kSum, DType::kBF16, true, true}, o, s,
                          fp32);
-      n += 2;
+      run_scaled_rs_case(comm, ScaledRsCase{8192, 3072, 128, false, rowwise, ReduceOp::kSum, DType::kFP16, true, true}, o, s,
+                         fp32);
+      n += 3;
     }
   }
   if (o.algorithm == Algorithm::kFused && ws > 1) {
@@ -393,7 +401,7 @@ int fused_kernel_rs_cases(RankContext& ctx, Communicator& comm, const ScaledOpOp
 
 // Biases (on every other B) and fp8 outputs, with and without a result scale: cuBLASLt's epilogue
 // in sequential and pipelined (fused runs these pipelined but a bias with fast accumulation and a
-// bf16 output, which its kernel adds), the reduce-scatter's bias once a rank and its fp8 output
+// 16-bit output, which its kernel adds), the reduce-scatter's bias once a rank and its fp8 output
 // rounded once after a bf16 sum.
 int epilogue_cases(Communicator& comm, const ScaledOpOptions& o, cudaStream_t s, reference::Fp32Gemm& fp32) {
   const int ws = comm.world_size();
@@ -441,9 +449,9 @@ int every_scaled_case(RankContext& ctx) {
   fused.algorithm = Algorithm::kFused;
   automatic.algorithm = Algorithm::kAuto;
   for (const ScaledOpOptions& o : {sequential, pipelined, fused, automatic}) {
-    // With fast accumulation and a bf16 output, the fused kernel's: tensor-wise and row-wise (this rank's
-    // rows' scales, gathered with them, or every row's); 33 rows a rank put tiles across ranks, one row
-    // a rank makes one tile row.
+    // With fast accumulation and a bf16 or fp16 output, the fused kernel's: tensor-wise and row-wise (this
+    // rank's rows' scales, gathered with them, or every row's); 33 rows a rank put tiles across ranks, one
+    // row a rank makes one tile row.
     const algo::OverlapResources* pr = algo::Resources::of(*comm).overlap.get();
     const uint64_t gathers_before = pr != nullptr ? pr->fused_gathers() : 0;
     int fused_cases = 0;
@@ -466,6 +474,15 @@ int every_scaled_case(RankContext& ctx) {
           o, st.s, fp32);
       run_scaled_ag_case(
           *comm, ScaledAgCase{256, 512, 384, false, rowwise, true, true, 2, DType::kFP8E4M3, DType::kBF16, false, true},
+          o, st.s, fp32);
+      n += 2, fused_cases += 2;
+    }
+    // An fp16 output (and an fp16 bias on every other B).
+    for (const bool rowwise : {false, true}) {
+      run_scaled_ag_case(*comm, ScaledAgCase{33, 128, 80, false, rowwise, false, true, 1, DType::kFP8E4M3, DType::kFP16},
+                         o, st.s, fp32);
+      run_scaled_ag_case(
+          *comm, ScaledAgCase{256, 512, 384, false, rowwise, true, true, 3, DType::kFP8E4M3, DType::kFP16, false, true},
           o, st.s, fp32);
       n += 2, fused_cases += 2;
     }

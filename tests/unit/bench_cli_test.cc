@@ -48,6 +48,8 @@ TEST(BenchCli, Fp8TakesItsScalesAndAColumnMajorB) {
   EXPECT_TRUE(parse_args({"--dtype", "e4m3", "--fast-accum"}).fast_accum);
   EXPECT_TRUE(parse_args({"--dtype", "e4m3", "--bias"}).bias);
   EXPECT_FALSE(parse_args({"--dtype", "e4m3"}).bias);
+  EXPECT_EQ(parse_args({"--dtype", "e4m3"}).out_dtype, DType::kBF16);
+  EXPECT_EQ(parse_args({"--dtype", "e4m3", "--out-dtype", "fp16"}).out_dtype, DType::kFP16);
 }
 
 TEST(BenchCli, BadValuesNameTheOption) {
@@ -75,6 +77,9 @@ TEST(BenchCli, BadValuesNameTheOption) {
   EXPECT_NE(msg({"--scales", "row"}).find("--scales is for --dtype e4m3 only"), std::string::npos);
   EXPECT_NE(msg({"--fast-accum"}).find("--fast-accum is for --dtype e4m3 only"), std::string::npos);
   EXPECT_NE(msg({"--bias"}).find("--bias is for --dtype e4m3 only"), std::string::npos);
+  EXPECT_NE(msg({"--out-dtype", "fp16"}).find("--out-dtype is for --dtype e4m3 only"), std::string::npos);
+  EXPECT_NE(msg({"--dtype", "e4m3", "--out-dtype", "e4m3"}).find("--out-dtype 'e4m3' is not valid; expected bf16 or fp16"),
+            std::string::npos);
   EXPECT_NE(msg({"--dtype", "e4m3", "--b-layout", "row"}).find("fp8 B is column-major only"), std::string::npos);
   // Numbers past what the option's int holds are refused, not cut to 32 bits (4294967298 was 2 GPUs,
   // 4294967296 iterations 0, 4294967297 chunks 1).

@@ -123,6 +123,23 @@ TEST(FusedPlan, AReduceScattersRowWiseScalesComeInPairsInPlaceOfAPartialScaleAnd
   EXPECT_STREQ(fused_gemm_unsupported(g), "the fused kernel takes row-wise scales for fp8 only");
 }
 
+TEST(FusedPlan, AnFp8ProductIsBf16OrFp16AndA16BitOneItsInputs) {
+  using kernels::fused::fused_gemm_unsupported;
+  alignas(16) static char data[64];
+  kernels::fused::FusedGemmArgs g;
+  g.dtype = Element::kFP8E4M3, g.b_layout = Layout::kColMajor;
+  g.M = 256, g.N = 256, g.K = 256;
+  g.a = g.b = data, g.c = data;
+  for (Element out : {Element::kBF16, Element::kFP16}) {
+    g.out = out;
+    EXPECT_STREQ(fused_gemm_unsupported(g), "");
+  }
+  g.out = Element::kFP8E4M3;
+  EXPECT_STREQ(fused_gemm_unsupported(g), "the fused kernel's fp8 product is bf16 or fp16");
+  g.dtype = Element::kFP16, g.b_layout = Layout::kRowMajor;  // 16-bit inputs give their own, whatever `out` says
+  EXPECT_STREQ(fused_gemm_unsupported(g), "");
+}
+
 TEST(FusedPlan, ATailAfterFullRoundsSplitsOnlyWhereKIsDeepEnough) {
   using kernels::fused::split_tail_rounds;
   // Each split beyond the first costs 12 K steps after full rounds, nothing in a problem of one round.

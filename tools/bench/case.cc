@@ -102,6 +102,7 @@ class Timer {
 CaseSetup setup_of(const Args& args) {
   CaseSetup s;
   s.dtype = args.dtype;
+  s.out_dtype = args.out_dtype;
   s.rowwise_scales = args.rowwise_scales;
   s.fast_accum = args.fast_accum;
   s.bias = args.bias;
@@ -181,9 +182,9 @@ CaseResult run_case(RankContext& ctx, Communicator& comm, const CaseSetup& args,
   const int ws = ctx.world_size, r = ctx.rank;
   const int64_t M = shape.M, N = shape.N, K = shape.K;
   const size_t es = dtype_size(args.dtype);
-  // fp8: the scaled ops, whose output is bf16.
+  // fp8: the scaled ops, whose output is args.out_dtype.
   const bool scaled = args.dtype == DType::kFP8E4M3;
-  const DType out_dtype = scaled ? DType::kBF16 : args.dtype;
+  const DType out_dtype = scaled ? args.out_dtype : args.dtype;
   const size_t out_es = dtype_size(out_dtype);
   const bool col = args.b_layout == BLayout::kColMajor;
   const int dim = ag ? (args.gather_last ? -1 : 0) : (args.scatter_last ? -1 : 0);
@@ -229,10 +230,10 @@ CaseResult run_case(RankContext& ctx, Communicator& comm, const CaseSetup& args,
   }
   // The bias: once in the all-gather's product, once a rank in the reduce-scatter's sum.
   const bool biased = scaled && args.bias;
-  std::unique_ptr<Fp8Bias> bias = biased ? std::make_unique<Fp8Bias>(N, stream) : nullptr;
+  std::unique_ptr<Fp8Bias> bias = biased ? std::make_unique<Fp8Bias>(N, out_dtype, stream) : nullptr;
   if (biased) reference::add_row(ref.f(), M, N, bias->fp32.f(), static_cast<float>(ag ? 1 : ws), stream);
-  const TensorRef tbias = biased ? TensorRef::dense(bias->bf16.p, DType::kBF16, {N}) : TensorRef{};
-  const void* bias_data = biased ? bias->bf16.p : nullptr;
+  const TensorRef tbias = biased ? TensorRef::dense(bias->values.p, out_dtype, {N}) : TensorRef{};
+  const void* bias_data = biased ? bias->values.p : nullptr;
   // This rank's a_scale: row-wise along a gathered M its own rows (gathered with them), else every row.
   const bool own_rows = args.rowwise_scales && ag && !args.gather_last;
   const TensorRef ta_scale = !args.rowwise_scales ? TensorRef::dense(scales.a(), DType::kFP32, {1})
@@ -263,7 +264,7 @@ CaseResult run_case(RankContext& ctx, Communicator& comm, const CaseSetup& args,
   }
   results.push_back(&result.gemm_us);
   kernels::fused::FusedGemmArgs g;
-  g.dtype = element_of(args.dtype), g.b_layout = layout_of(args.b_layout), g.M = gm, g.N = N, g.K = gk;
+  g.dtype = element_of(args.dtype), g.out = element_of(out_dtype), g.b_layout = layout_of(args.b_layout), g.M = gm, g.N = N, g.K = gk;
   g.a = ga.p, g.b = gb.p, g.c = gc.p;
   // rs: the partial GEMM with the reduce-scatter's tile width at this world size, no staging or reduction.
   if (!ag) g.tile_n = algo::fused_rs_tile_n(ws, args.dtype, gm, N, gk, impl_of(comm).sm_budget);

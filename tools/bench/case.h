@@ -22,7 +22,8 @@ struct Candidate {
 };
 
 struct CaseSetup {
-  DType dtype = DType::kBF16;  // kFP8E4M3: the scaled ops (bf16 output)
+  DType dtype = DType::kBF16;  // kFP8E4M3: the scaled ops, of output out_dtype
+  DType out_dtype = DType::kBF16;  // fp8: bf16 or fp16
   bool rowwise_scales = false, fast_accum = false;
   bool bias = false;  // fp8: a bias over N (Fp8Bias in case.cc)
   bool gather_last = false, scatter_last = false;

@@ -31,8 +31,10 @@ const char* const kUsage =
     "  --op ag|rs|both      all_gather_matmul, matmul_reduce_scatter or both (default both)\n"
     "  --dtype bf16|fp16|e4m3\n"
     "                       input type (default bf16); the output is of the same type, but for e4m3:\n"
-    "                       fp8 A and B, B column-major, bf16 output, the scaled ops, the GEMM alone\n"
-    "                       cuBLASLt's fp8 GEMM\n"
+    "                       fp8 A and B, B column-major, the scaled ops, the GEMM alone cuBLASLt's\n"
+    "                       fp8 GEMM\n"
+    "  --out-dtype bf16|fp16\n"
+    "                       e4m3: the output's type, and the bias's (default bf16)\n"
     "  --scales tensor|row  e4m3's scales: one per tensor, or one per row of A and one per column of\n"
     "                       B (default tensor)\n"
     "  --fast-accum         e4m3: use_fast_accum, in the ops and in cuBLASLt's GEMM alone. Fused runs\n"
@@ -40,7 +42,7 @@ const char* const kUsage =
     "                       is then also timed as a GEMM alone (rs with row-wise scales: as a\n"
     "                       one-rank reduce-scatter's kernel, which scales its tiles as each rank's\n"
     "                       does before the sum)\n"
-    "  --bias               e4m3: a bf16 bias over N, in the ops (the reduce-scatter's added to every\n"
+    "  --bias               e4m3: a bias over N, in the ops (the reduce-scatter's added to every\n"
     "                       rank's partial product, as torch._scaled_mm's would be), in cuBLASLt's\n"
     "                       GEMM alone and in the fused kernel alone\n"
     "  --gather-dim 0|last  how A is sharded for ag (default 0: along M)\n"
@@ -127,7 +129,7 @@ bool parse_dim(const std::string& option, const std::string& text) {
 Args parse_args(const std::vector<std::string>& argv) {
   Args a;
   a.shapes = seed_shapes();
-  bool scales_given = false, b_layout_given = false;
+  bool scales_given = false, b_layout_given = false, out_given = false;
   for (size_t i = 0; i < argv.size(); ++i) {
     const std::string& f = argv[i];
     if (f == "-h" || f == "--help") {
@@ -172,6 +174,10 @@ Args parse_args(const std::vector<std::string>& argv) {
     } else if (f == "--dtype") {
       if (v != "bf16" && v != "fp16" && v != "e4m3") bad(f, v, "bf16, fp16 or e4m3");
       a.dtype = v == "bf16" ? DType::kBF16 : v == "fp16" ? DType::kFP16 : DType::kFP8E4M3;
+    } else if (f == "--out-dtype") {
+      if (v != "bf16" && v != "fp16") bad(f, v, "bf16 or fp16");
+      a.out_dtype = v == "bf16" ? DType::kBF16 : DType::kFP16;
+      out_given = true;
     } else if (f == "--scales") {
       if (v != "tensor" && v != "row") bad(f, v, "tensor or row");
       a.rowwise_scales = v == "row";
@@ -208,8 +214,9 @@ Args parse_args(const std::vector<std::string>& argv) {
       throw Error("asynctp-bench: --b-layout row with --dtype e4m3: fp8 B is column-major only (--b-layout col)");
     }
     a.b_layout = BLayout::kColMajor;
-  } else if (scales_given || a.fast_accum || a.bias) {
-    throw Error(std::string("asynctp-bench: ") + (scales_given ? "--scales" : a.fast_accum ? "--fast-accum" : "--bias") +
+  } else if (scales_given || a.fast_accum || a.bias || out_given) {
+    throw Error(std::string("asynctp-bench: ") +
+                (scales_given ? "--scales" : a.fast_accum ? "--fast-accum" : a.bias ? "--bias" : "--out-dtype") +
                 " is for --dtype e4m3 only");
   }
   return a;

@@ -19,7 +19,8 @@ struct Args {
   int ranks_per_gpu = 1;  // > 1: the ranks are threads of one process (the in-process transport)
   std::vector<Shape> shapes;
   bool run_ag = true, run_rs = true;
-  DType dtype = DType::kBF16;  // kFP8E4M3: the scaled ops, output bf16
+  DType dtype = DType::kBF16;  // kFP8E4M3: the scaled ops, of output out_dtype
+  DType out_dtype = DType::kBF16;  // fp8: the scaled ops' output, bf16 or fp16
   bool rowwise_scales = false;  // fp8: a scale per row of A and column of B, not one per tensor
   bool fast_accum = false;      // fp8: use_fast_accum (and the fused kernel, which accumulates so, timed)
   bool bias = false;            // fp8: the scaled ops' bias over N, in the ops and the GEMMs alone

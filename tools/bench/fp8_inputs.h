@@ -38,21 +38,35 @@ struct Fp8Scales {
   float* product() const { return buf.f() + product_offset; }
 };
 
-// fp8's bias over N, the same on every rank: bf16 values exact in bf16 (-3 to 3 in halves), and the
-// same as fp32 for the reference.
+// The bits of `v` in bf16 and fp16, for values those hold exactly (zero, or normal with few
+// significant bits), as the bias's are.
+inline uint16_t bf16_bits(float v) {
+  uint32_t w;
+  std::memcpy(&w, &v, sizeof w);
+  return static_cast<uint16_t>(w >> 16);
+}
+inline uint16_t fp16_bits(float v) {
+  uint32_t w;
+  std::memcpy(&w, &v, sizeof w);
+  const uint32_t sign = (w >> 16) & 0x8000u;
+  if ((w & 0x7FFFFFFFu) == 0) return static_cast<uint16_t>(sign);
+  const uint32_t exponent = ((w >> 23) & 0xFFu) - 127u + 15u;
+  return static_cast<uint16_t>(sign | (exponent << 10) | ((w >> 13) & 0x3FFu));
+}
+
+// fp8's bias over N, the same on every rank: values exact in bf16 and fp16 (-3 to 3 in halves), in the
+// output's dtype (`values`), and the same as fp32 for the reference.
 struct Fp8Bias {
-  DeviceBuffer bf16, fp32;
-  Fp8Bias(int64_t N, cudaStream_t stream) : bf16(N * 2, stream), fp32(N * sizeof(float), stream) {
-    std::vector<float> values(static_cast<size_t>(N));
+  DeviceBuffer values, fp32;
+  Fp8Bias(int64_t N, DType dtype, cudaStream_t stream) : values(N * 2, stream), fp32(N * sizeof(float), stream) {
+    std::vector<float> exact(static_cast<size_t>(N));
     std::vector<uint16_t> bits(static_cast<size_t>(N));
     for (int64_t j = 0; j < N; ++j) {
-      values[j] = static_cast<float>(j % 13 - 6) * 0.5f;
-      uint32_t word;
-      std::memcpy(&word, &values[j], sizeof word);
-      bits[j] = static_cast<uint16_t>(word >> 16);  // exact: at most 3 significant bits
+      exact[j] = static_cast<float>(j % 13 - 6) * 0.5f;
+      bits[j] = dtype == DType::kFP16 ? fp16_bits(exact[j]) : bf16_bits(exact[j]);
     }
-    ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(bf16.p, bits.data(), bits.size() * 2, cudaMemcpyHostToDevice, stream));
-    ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(fp32.p, values.data(), values.size() * sizeof(float), cudaMemcpyHostToDevice, stream));
+    ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(values.p, bits.data(), bits.size() * 2, cudaMemcpyHostToDevice, stream));
+    ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(fp32.p, exact.data(), exact.size() * sizeof(float), cudaMemcpyHostToDevice, stream));
     ASYNCTP_CUDA_CHECK(cudaStreamSynchronize(stream));  // the host vectors go out of scope
   }
 };

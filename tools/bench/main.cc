@@ -42,8 +42,9 @@ void report(RankContext& ctx, const Args& args, const Shape& s, bool ag, const C
   const char* dim_name = dim == 0 ? "0" : "last";
   const std::string dtype_text =
       std::string(dtype_name(args.dtype)) +
-      (args.dtype == DType::kFP8E4M3 ? (args.rowwise_scales ? " -> bf16, row-wise scales" : " -> bf16, tensor-wise scales")
-                                     : "") +
+      (args.dtype == DType::kFP8E4M3 ? std::string(" -> ") + dtype_name(args.out_dtype) +
+                                           (args.rowwise_scales ? ", row-wise scales" : ", tensor-wise scales")
+                                     : std::string()) +
       (args.fast_accum ? ", fast accumulation" : "");
   std::printf("\n%s %s  (world %d, %s, %s_dim %s, B %s)   GEMM alone %.1f us, %s alone %.1f us\n",
               ag ? "all_gather_matmul" : "matmul_reduce_scatter", shape_text(s).c_str(), ws, dtype_text.c_str(),
@@ -77,6 +78,7 @@ void report(RankContext& ctx, const Args& args, const Shape& s, bool ag, const C
     j.add("world_size", ws).add("dtype", dtype_name(args.dtype));
     if (args.dtype == DType::kFP8E4M3) {
       j.add("scales", args.rowwise_scales ? "row" : "tensor").add("fast_accum", args.fast_accum);
+      j.add("out_dtype", dtype_name(args.out_dtype));
     }
     j.add("dim", dim_name);
     j.add("b_layout", col ? "col" : "row").add("median_us", row.median_us).add("tflops", tflops);

@@ -82,8 +82,9 @@ TuneArgs parse(const std::vector<std::string>& argv) {
       }
     } else if (f == "--algorithms" || f == "--json" || f == "--chunks") {
       throw Error("asynctp-tune: " + f + " is asynctp-bench's; asynctp-tune tries every algorithm (see --help)");
-    } else if (f == "--bias") {
-      throw Error("asynctp-tune: --bias is asynctp-bench's; a tuning cache's key has no bias (see --help)");
+    } else if (f == "--bias" || f == "--out-dtype") {
+      throw Error("asynctp-tune: " + f + " is asynctp-bench's; a tuning cache's key has no " +
+                  (f == "--bias" ? "bias" : "output dtype") + " (see --help)");
     } else {
       rest.push_back(f);
     }

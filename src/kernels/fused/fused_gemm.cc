@@ -57,13 +57,14 @@ int tile_n_for(const FusedGemmArgs& a) {
   return tile_n_above_one_row(a.M, a.N, a.K, grid_sms(a), a.dtype, max_splits, !straddles);
 }
 
-// Launches (or, kLoad, only loads) the fused GEMM's instantiation for kElement, kLayoutB and kTileN.
-template <bool kLoad, Element kElement, Layout kLayoutB, int kTileN>
+// Launches (or, kLoad, only loads) the fused GEMM's instantiation for kElement, kLayoutB, kTileN and
+// the product kOut.
+template <bool kLoad, Element kElement, Layout kLayoutB, Element kOut, int kTileN>
 void launch_one(const FusedGemmArgs& a, cudaStream_t stream) {
   if constexpr (kLoad) {
-    load_fused_gemm_instance<kElement, kLayoutB, kTileN>();
+    load_fused_gemm_instance<kElement, kLayoutB, kTileN, kOut>();
   } else {
-    launch_fused_gemm_instance<kElement, kLayoutB, kTileN>(a, stream);
+    launch_fused_gemm_instance<kElement, kLayoutB, kTileN, kOut>(a, stream);
   }
 }
 
@@ -75,70 +76,96 @@ bool one_cta_clusters(const FusedGemmArgs& a) {
 }
 
 // Launches (or, kLoad, only loads) the instantiation for problems of one tile row.
-template <bool kLoad, Element kElement, Layout kLayoutB>
+template <bool kLoad, Element kElement, Layout kLayoutB, Element kOut>
 void launch_one_row(const FusedGemmArgs& a, cudaStream_t stream) {
   if constexpr (kLoad) {
-    load_one_row_gemm_instance<kElement, kLayoutB>();
+    load_one_row_gemm_instance<kElement, kLayoutB, kOut>();
   } else {
-    launch_one_row_gemm_instance<kElement, kLayoutB>(a, stream);
+    launch_one_row_gemm_instance<kElement, kLayoutB, kOut>(a, stream);
   }
 }
 
 // Launches (or, kLoad, only loads) the ping-pong schedule's instantiation.
-template <bool kLoad, Element kElement, Layout kLayoutB>
+template <bool kLoad, Element kElement, Layout kLayoutB, Element kOut = own_product(kElement)>
 void launch_pingpong(const FusedGemmArgs& a, cudaStream_t stream) {
   if constexpr (kLoad) {
-    load_pingpong_gemm_instance<kElement, kLayoutB>();
+    load_pingpong_gemm_instance<kElement, kLayoutB, kOut>();
   } else {
-    launch_pingpong_gemm_instance<kElement, kLayoutB>(a, stream);
+    launch_pingpong_gemm_instance<kElement, kLayoutB, kOut>(a, stream);
   }
 }
 
-// The instantiation for kElement and kLayoutB that `a` needs: the two-rank reduce-scatter's, whose
-// epilogue does the reduction, the one-CTA clusters' (one_cta_clusters), the ping-pong schedule's
-// (tile_n kPingpongTileN elsewhere), or the fused GEMM's of width `tile_n`.
-template <bool kLoad, Element kElement, Layout kLayoutB>
+// The instantiation for kElement, kLayoutB and the product kOut that `a` needs: the two-rank
+// reduce-scatter's, whose epilogue does the reduction, the one-CTA clusters' (one_cta_clusters), the
+// ping-pong schedule's (tile_n kPingpongTileN elsewhere), or the fused GEMM's of width `tile_n`.
+template <bool kLoad, Element kElement, Layout kLayoutB, Element kOut = own_product(kElement)>
 void launch_typed(const FusedGemmArgs& a, int tile_n, cudaStream_t stream) {
   if (a.rs.rank >= 0 && a.rs.reduce_in_epilogue) {
     if constexpr (kLoad) {
-      load_rs_gemm_instance<kElement, kLayoutB>();
+      load_rs_gemm_instance<kElement, kLayoutB, kOut>();
     } else {
-      launch_rs_gemm_instance<kElement, kLayoutB>(a, stream);
+      launch_rs_gemm_instance<kElement, kLayoutB, kOut>(a, stream);
     }
   } else if (tile_n == kOneRowTileN && one_cta_clusters(a)) {
-    launch_one_row<kLoad, kElement, kLayoutB>(a, stream);
+    launch_one_row<kLoad, kElement, kLayoutB, kOut>(a, stream);
   } else if (tile_n == kPingpongTileN) {
-    launch_pingpong<kLoad, kElement, kLayoutB>(a, stream);
+    launch_pingpong<kLoad, kElement, kLayoutB, kOut>(a, stream);
   } else if (tile_n == 192) {
-    if constexpr (kElement != Element::kFP8E4M3) launch_one<kLoad, kElement, kLayoutB, 192>(a, stream);  // none for fp8
+    if constexpr (kElement != Element::kFP8E4M3) launch_one<kLoad, kElement, kLayoutB, kOut, 192>(a, stream);  // none for fp8
   } else {
-    launch_one<kLoad, kElement, kLayoutB, 256>(a, stream);
+    launch_one<kLoad, kElement, kLayoutB, kOut, 256>(a, stream);
   }
 }
 
-// Launches (or, kLoad, only loads) fp8's instantiation with row-wise scales of kind kKind.
-template <bool kLoad, RowScaledKind kKind>
+// Launches (or, kLoad, only loads) fp8's instantiation with row-wise scales of kind kKind and product kOut.
+template <bool kLoad, RowScaledKind kKind, Element kOut>
 void launch_row_scaled(const FusedGemmArgs& a, cudaStream_t stream) {
   if constexpr (kLoad) {
-    load_row_scaled_gemm_instance<kKind>();
+    load_row_scaled_gemm_instance<kKind, kOut>();
   } else {
-    launch_row_scaled_gemm_instance<kKind>(a, stream);
+    launch_row_scaled_gemm_instance<kKind, kOut>(a, stream);
   }
+}
+
+// fp8's instantiations (B column-major only: fused_gemm_unsupported keeps the others out), of the
+// product kOut.
+template <bool kLoad, Element kOut>
+void launch_fp8(const FusedGemmArgs& a, int tile_n, cudaStream_t stream) {
+  if (a.row_scales == nullptr) {
+    launch_typed<kLoad, Element::kFP8E4M3, Layout::kColMajor, kOut>(a, tile_n, stream);
+  } else if (tile_n == 256) {  // row-wise scales: no reduce-scatter (fused_gemm_unsupported)
+    launch_row_scaled<kLoad, RowScaledKind::kWide, kOut>(a, stream);
+  } else if (a.M <= kTileRows) {  // kOneRowTileN
+    launch_row_scaled<kLoad, RowScaledKind::kOneRow, kOut>(a, stream);
+  } else {  // kPingpongTileN
+    launch_row_scaled<kLoad, RowScaledKind::kPingpong, kOut>(a, stream);
+  }
+}
+
+// Loads fp8's instantiations of the product kOut.
+template <Element kOut>
+void load_fp8() {
+  FusedGemmArgs a;
+  a.dtype = Element::kFP8E4M3;
+  a.b_layout = Layout::kColMajor;
+  a.out = kOut;
+  launch_typed</*kLoad=*/true, Element::kFP8E4M3, Layout::kColMajor, kOut>(a, 256, nullptr);
+  launch_typed</*kLoad=*/true, Element::kFP8E4M3, Layout::kColMajor, kOut>(a, kOneRowTileN, nullptr);  // a.M = 0: one tile row's
+  launch_pingpong</*kLoad=*/true, Element::kFP8E4M3, Layout::kColMajor, kOut>(a, nullptr);
+  launch_row_scaled</*kLoad=*/true, RowScaledKind::kWide, kOut>(a, nullptr);
+  launch_row_scaled</*kLoad=*/true, RowScaledKind::kOneRow, kOut>(a, nullptr);
+  launch_row_scaled</*kLoad=*/true, RowScaledKind::kPingpong, kOut>(a, nullptr);
+  a.rs.rank = 0;
+  a.rs.reduce_in_epilogue = true;
+  launch_typed</*kLoad=*/true, Element::kFP8E4M3, Layout::kColMajor, kOut>(a, kRsTileN, nullptr);
 }
 
 template <bool kLoad>
 void launch_dispatch(const FusedGemmArgs& a, int tile_n, cudaStream_t stream) {
   const bool row_b = a.b_layout == Layout::kRowMajor;
-  if (a.row_scales != nullptr) {  // fp8, B column-major, no reduce-scatter (fused_gemm_unsupported)
-    if (tile_n == 256) {
-      launch_row_scaled<kLoad, RowScaledKind::kWide>(a, stream);
-    } else if (a.M <= kTileRows) {  // kOneRowTileN
-      launch_row_scaled<kLoad, RowScaledKind::kOneRow>(a, stream);
-    } else {  // kPingpongTileN
-      launch_row_scaled<kLoad, RowScaledKind::kPingpong>(a, stream);
-    }
-  } else if (a.dtype == Element::kFP8E4M3) {  // B column-major only (fused_gemm_unsupported keeps the others out)
-    launch_typed<kLoad, Element::kFP8E4M3, Layout::kColMajor>(a, tile_n, stream);
+  if (a.dtype == Element::kFP8E4M3) {
+    a.out == Element::kFP16 ? launch_fp8<kLoad, Element::kFP16>(a, tile_n, stream)
+                            : launch_fp8<kLoad, Element::kBF16>(a, tile_n, stream);
   } else if (a.dtype == Element::kBF16) {
     row_b ? launch_typed<kLoad, Element::kBF16, Layout::kRowMajor>(a, tile_n, stream)
           : launch_typed<kLoad, Element::kBF16, Layout::kColMajor>(a, tile_n, stream);
@@ -219,6 +246,7 @@ bool pingpong_takes(int64_t M, int64_t N, int sms, Element dtype) {
 const char* fused_gemm_unsupported(const FusedGemmArgs& a) {
   if (a.dtype == Element::kFP8E4M3) {
     if (a.b_layout != Layout::kColMajor) return "the fused kernel takes fp8 B column-major only";
+    if (a.out != Element::kBF16 && a.out != Element::kFP16) return "the fused kernel's fp8 product is bf16 or fp16";
     if (a.tile_n != 0 && a.tile_n != 256 && a.tile_n != kPingpongTileN) {
       return "the fused kernel's fp8 tiles are 256 or 128 wide";
     }
@@ -288,18 +316,8 @@ void load_fused_gemm_kernels() {
   launch_pingpong</*kLoad=*/true, Element::kBF16, Layout::kColMajor>(FusedGemmArgs{}, nullptr);
   launch_pingpong</*kLoad=*/true, Element::kFP16, Layout::kRowMajor>(FusedGemmArgs{}, nullptr);
   launch_pingpong</*kLoad=*/true, Element::kFP16, Layout::kColMajor>(FusedGemmArgs{}, nullptr);
-  launch_pingpong</*kLoad=*/true, Element::kFP8E4M3, Layout::kColMajor>(FusedGemmArgs{}, nullptr);
-  FusedGemmArgs fp8;
-  fp8.dtype = Element::kFP8E4M3;
-  fp8.b_layout = Layout::kColMajor;
-  launch_dispatch</*kLoad=*/true>(fp8, 256, nullptr);
-  launch_dispatch</*kLoad=*/true>(fp8, kOneRowTileN, nullptr);
-  fp8.rs.rank = 0;
-  fp8.rs.reduce_in_epilogue = true;
-  launch_dispatch</*kLoad=*/true>(fp8, kRsTileN, nullptr);
-  launch_row_scaled</*kLoad=*/true, RowScaledKind::kWide>(fp8, nullptr);
-  launch_row_scaled</*kLoad=*/true, RowScaledKind::kOneRow>(fp8, nullptr);
-  launch_row_scaled</*kLoad=*/true, RowScaledKind::kPingpong>(fp8, nullptr);
+  load_fp8<Element::kBF16>();
+  load_fp8<Element::kFP16>();
 }
 
 void run_fused_gemm(const FusedGemmArgs& args, cudaStream_t stream) {

@@ -19,7 +19,7 @@
 namespace asynctp::kernels::fused {
 
 struct FusedGemmArgs {
-  Element dtype = Element::kBF16;      // A and B, and C but where A and B are fp8 (C bf16 then)
+  Element dtype = Element::kBF16;      // A and B, and C but where A and B are fp8 (C `out` then)
   Layout b_layout = Layout::kRowMajor;  // B: [K, N] row-major or [N, K] column-major
   int64_t M = 0, N = 0, K = 0;
   const void* a = nullptr;        // A [M, K], row-major: rows appear as their chunk flags are set
@@ -29,7 +29,9 @@ struct FusedGemmArgs {
   void* c = nullptr;              // rows [c_row0, c_row0 + (rows the kernel stores)) of [M, N], row-major
   int64_t c_row0 = 0;             // reduce-scatter: the first of this rank's rows; else 0
   float alpha = 1.0f;
-  uint32_t unused0 = 0;  // no padding anywhere here: a kept launch is found by comparing bytes (same_launch)
+  // fp8: the product's element, bf16 or fp16 (a reduce-scatter's staged and reduced tiles, and the
+  // bias, are of it too); 16-bit inputs give their own, whatever this holds.
+  Element out = Element::kBF16;  // no padding anywhere here: a kept launch is found by comparing bytes (same_launch)
   // Where set, alpha is read from this device float as the kernel starts (fp8: a_scale * b_scale).
   const float* alpha_ptr = nullptr;
   // fp8 with row-wise scales, both set or neither (alpha then unused): C[m, n] = row_scales[m] *
@@ -38,7 +40,7 @@ struct FusedGemmArgs {
   // all-gather's tiles wait for their rows' flags first).
   const float* row_scales = nullptr;
   const float* col_scales = nullptr;
-  // fp8: a bf16 [N] bias added to every row after the scales (C = scaled product + bias), in device
+  // fp8: an [N] bias of `out`'s type added to every row after the scales (C = scaled product + bias), in device
   // memory on a 16-byte boundary; null: none. A reduce-scatter's partial product takes its own in
   // ReduceScatterTiles (rs.bias).
   const void* bias = nullptr;

@@ -50,7 +50,7 @@ template <Element kElement>
 using CutlassElement = std::conditional_t<
     kElement == Element::kBF16, cutlass::bfloat16_t,
     std::conditional_t<kElement == Element::kFP16, cutlass::half_t, cutlass::float_e4m3_t>>;
-// The product's element: the inputs', but bf16 for fp8 inputs.
+// The product's element by default: the inputs', but bf16 for fp8 inputs (which may also give fp16).
 template <class Element>
 using ProductElement = std::conditional_t<sizeof(Element) == 1, cutlass::bfloat16_t, Element>;
 // asynctp's kRowMajor B is [K, N] with N contiguous: CUTLASS's RowMajor B. kColMajor ([N, K]) is its ColumnMajor.
@@ -61,21 +61,26 @@ using CutlassLayoutB =
 // kClusterM: CTAs per cluster along M, sharing B's loads (2), or one (a problem of one tile row, where a
 // second CTA along M would have no rows, and a reduce-scatter's of an odd number of tile rows a rank,
 // where it would hold two ranks' rows: fused_gemm_instances.h). kRowScales: fp8 with row-wise
-// scales, applied by the epilogue (FusedGemmArgs::row_scales).
+// scales, applied by the epilogue (FusedGemmArgs::row_scales). Out: the product's element, bf16 or
+// fp16 for fp8 inputs (FusedGemmArgs::out), the inputs' otherwise.
 template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue = false, int kClusterM = 2,
-          bool kRowScales = false, bool kPingpong = false>
+          bool kRowScales = false, bool kPingpong = false, class Out = ProductElement<Element>>
 struct FusedGemmKernel {
   using TileShape = cute::Shape<cute::_128, cute::Int<kTileN>, cute::Int<static_cast<int>(kTileKBytes / sizeof(Element))>>;
   using ClusterShape = cute::Shape<cute::Int<kClusterM>, cute::_1, cute::_1>;
   static constexpr int64_t kRowsPerCluster = kTileRows * kClusterM;  // the scheduler's unit of order
   static_assert(kClusterM == 2 || (kClusterM == 1 && !kReduceInEpilogue),
                 "one-CTA clusters are for problems of one tile row, and a reduce-scatter's reduced in fixup()");
-  using ElementD = ProductElement<Element>;
+  // fp8: the scaled op's instantiations, the only ones with scales and a bias.
+  static constexpr bool kScaled = sizeof(Element) == 1;
+  using ElementD = Out;
+  static_assert(kScaled ? sizeof(Out) == 2 : std::is_same_v<Out, Element>,
+                "16-bit inputs give their own type, fp8 inputs a 16-bit one");
   static constexpr int kAlign = 16 / sizeof(Element);    // elements per 16 bytes: what TMA needs
   static constexpr int kAlignD = 16 / sizeof(ElementD);
   static_assert(cute::size<0>(TileShape{}) == kTileRows, "kTileRows (tile_shape.h) must match the tile's M");
   static_assert(!kReduceInEpilogue || kTileN == kRsTileN, "a reduce-scatter's tiles are kRsTileN wide");
-  static_assert(!kRowScales || (sizeof(Element) == 1 && !kReduceInEpilogue), "row-wise scales are the all-gather's fp8");
+  static_assert(!kRowScales || (kScaled && !kReduceInEpilogue), "row-wise scales are the all-gather's fp8");
   static_assert(!kPingpong || (kClusterM == 2 && !kReduceInEpilogue),
                 "the ping-pong schedule runs 2 x 1 clusters, and a reduce-scatter's reduces in its own epilogue");
   // The ping-pong schedule's instantiations but the row-wise one also run the reduce-scatter
@@ -87,12 +92,12 @@ struct FusedGemmKernel {
   // With C, CUTLASS reuses C's shared memory for D: 33 KB against 17 KB, which still leaves the
   // mainloop its four stages.
   using LinearCombination = cutlass::epilogue::fusion::LinearCombination<ElementD, float, ElementD, float>;
-  // fp8: D = alpha * A @ B + bias[n], the scaled op's bias (bf16, FusedGemmArgs::bias) broadcast along M
-  // and staged once per tile in shared memory; a null bias adds nothing and loads nothing.
-  using BiasElement = cutlass::bfloat16_t;
+  // fp8: D = alpha * A @ B + bias[n], the scaled op's bias (of the output's type, FusedGemmArgs::bias)
+  // broadcast along M and staged once per tile in shared memory; a null bias adds nothing and loads nothing.
+  using BiasElement = ElementD;
   using TensorWiseBias =
       cutlass::epilogue::fusion::LinCombPerColBias<ElementD, float, BiasElement, ElementD, float, 16 / sizeof(BiasElement)>;
-  using PlainFusion = std::conditional_t<sizeof(Element) == 1, TensorWiseBias, LinearCombination>;
+  using PlainFusion = std::conditional_t<kScaled, TensorWiseBias, LinearCombination>;
   // Row-wise scales: D = col_scales[n] * (row_scales[m] * acc) + bias[n], the row's scale broadcast along
   // N (read into registers), the column's scale and the bias along M (staged once per tile in shared
   // memory; a null bias adds nothing), stored in subtiles 16 wide: with the automatic 32 the 256-wide
@@ -125,7 +130,7 @@ struct FusedGemmKernel {
       kReduceInEpilogue,
       ReduceScatterEpilogue<BuiltEpilogue<ElementD, LinearCombination>, BuiltEpilogue<void, LinearCombination>>,
       std::conditional_t<kRowScales, RowWindowEpilogue<BuiltEpilogue<void, RowScaled, RowScaledTile>>,
-                         std::conditional_t<kPingpongRs, PingpongEpilogue<BuiltEpilogue<void>, sizeof(Element) == 1>,
+                         std::conditional_t<kPingpongRs, PingpongEpilogue<BuiltEpilogue<void>, kScaled>,
                                             RowWindowEpilogue<BuiltEpilogue<void>>>>>;
 
   // fp8 accumulates fast (WGMMA's own accumulation, no promotion to a second set of fp32
@@ -133,7 +138,7 @@ struct FusedGemmKernel {
   // kPingpong: each consumer warpgroup holds a whole tile of its own, and one's epilogue runs while the
   // other's mainloop does (CUTLASS's ping-pong kernel).
   using MainloopSchedule = std::conditional_t<
-      sizeof(Element) == 1,
+      kScaled,
       std::conditional_t<kPingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum,
                          cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum>,
       std::conditional_t<kPingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
@@ -149,7 +154,7 @@ struct FusedGemmKernel {
 
   // The scheduler's element is what it stages and reduces: the product's.
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
-                                                      AsyncInputSchedule<ElementD, sizeof(Element) == 1>>;
+                                                      AsyncInputSchedule<ElementD, kScaled>>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
 
@@ -211,10 +216,10 @@ void launch_on_clusters(const Gemm& gemm, CUfunction fn, uint32_t begin_epoch, c
 }  // namespace detail
 
 template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue = false, int kClusterM = 2,
-          bool kRowScales = false, bool kPingpong = false>
+          bool kRowScales = false, bool kPingpong = false, class Out = ProductElement<Element>>
 void load_fused_gemm() {
   using Kernel =
-      typename FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue, kClusterM, kRowScales, kPingpong>::Kernel;
+      typename FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue, kClusterM, kRowScales, kPingpong, Out>::Kernel;
   (void)detail::hardware_info<Kernel>();  // the occupancy query loads the kernel
   ASYNCTP_CUDA_CHECK(cudaFuncSetAttribute(cutlass::device_kernel<Kernel>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(Kernel::SharedStorageSize)));
@@ -222,10 +227,10 @@ void load_fused_gemm() {
 
 // CUTLASS's arguments for one launch.
 template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue, int kClusterM, bool kRowScales,
-          bool kPingpong>
-typename FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue, kClusterM, kRowScales, kPingpong>::Gemm::Arguments
+          bool kPingpong, class Out>
+typename FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue, kClusterM, kRowScales, kPingpong, Out>::Gemm::Arguments
 cutlass_arguments(const FusedGemmArgs& a) {
-  using K = FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue, kClusterM, kRowScales, kPingpong>;
+  using K = FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue, kClusterM, kRowScales, kPingpong, Out>;
   using Kernel = typename K::Kernel;
   using ElementD = typename K::ElementD;
   static_assert(kClusterM != 2 || K::kRowsPerCluster == kClusterRows,
@@ -289,7 +294,7 @@ cutlass_arguments(const FusedGemmArgs& a) {
       args.epilogue.thread.alpha = a.alpha;
       args.epilogue.thread.alpha_ptr = a.alpha_ptr;
       args.epilogue.thread.beta = 0.0f;
-      if constexpr (sizeof(Element) == 1) {
+      if constexpr (K::kScaled) {
         args.epilogue.thread.bias_ptr = static_cast<const typename K::BiasElement*>(a.bias);
       }
     }
@@ -335,9 +340,9 @@ cutlass_arguments(const FusedGemmArgs& a) {
 }
 
 template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue = false, int kClusterM = 2,
-          bool kRowScales = false, bool kPingpong = false>
+          bool kRowScales = false, bool kPingpong = false, class Out = ProductElement<Element>>
 void launch_fused_gemm(const FusedGemmArgs& a, cudaStream_t stream) {
-  using K = FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue, kClusterM, kRowScales, kPingpong>;
+  using K = FusedGemmKernel<Element, LayoutB, kTileN, kReduceInEpilogue, kClusterM, kRowScales, kPingpong, Out>;
   using Gemm = typename K::Gemm;
   // Building the kernel's parameters encodes five TMA descriptors on the host; a call with the same
   // arguments as one of the last few reuses them, so a training loop pays that once. Only a set-up
@@ -359,7 +364,8 @@ void launch_fused_gemm(const FusedGemmArgs& a, cudaStream_t stream) {
   if (hit != cache.end()) {
     std::rotate(hit, hit + 1, cache.end());
   } else {
-    const auto args = cutlass_arguments<Element, LayoutB, kTileN, kReduceInEpilogue, kClusterM, kRowScales, kPingpong>(a);
+    const auto args =
+        cutlass_arguments<Element, LayoutB, kTileN, kReduceInEpilogue, kClusterM, kRowScales, kPingpong, Out>(a);
     auto fresh = std::make_unique<Cached>();
     fresh->args = a;
     fresh->device = device;
