@@ -27,8 +27,9 @@
 // Algorithms: sequential (the collective, then cuBLASLt's fp8 GEMM); pipelined (copy-engine chunks, a
 // cuBLASLt fp8 GEMM per chunk; row-wise scales of this rank's rows gathered first, in one collective;
 // the reduce-scatter's partials summed by a kernel); fused, the fused kernel's fp8 form for both ops
-// with e4m3 inputs, use_fast_accum and a bf16 or fp16 output, where the unscaled op would run fused (along
-// M; the reduce-scatter's rows per rank in whole 128-row tiles), with tensor-wise or row-wise scales
+// with e4m3 inputs and use_fast_accum (an fp8 output rounded from a bf16 product after it), where the
+// unscaled op would run fused (along M; the reduce-scatter's rows per rank in whole 128-row tiles),
+// with tensor-wise or row-wise scales
 // (the reduce-scatter's partial product scaled by the rank's own before the sum), and biases (added
 // after the scales: by the all-gather's epilogue, to each rank's partial product before the sum),
 // else pipelined; and auto, chosen as for the unscaled ops (a

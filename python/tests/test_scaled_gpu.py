@@ -39,9 +39,10 @@ def _cases(rank, world):
     _fused_kernel_cases(rank, world)
     for algorithm in ("sequential", "pipelined", "fused"):
         _epilogue_cases(rank, world, algorithm)
+    _epilogue_cases(rank, world, "fused", use_fast_accum=True)  # the fused kernel's (the all-gather's)
 
 
-def _epilogue_cases(rank, world, algorithm):
+def _epilogue_cases(rank, world, algorithm, use_fast_accum=False):
     """A bias (bf16, large beside the products so that an fp8 output's tolerance sees one left out) and
     an fp8 output with its result scale, tensor-wise scales; the reduce-scatter adds the bias to every
     rank's product before the sum."""
@@ -59,7 +60,8 @@ def _epilogue_cases(rank, world, algorithm):
         what = f"{algorithm} all_gather_scaled_matmul with a bias, out {out_dtype}, result scale {scale}"
         _, (out,) = asynctp.all_gather_scaled_matmul(
             shards[rank].to(dev), [w.to(dev).t()], sa.to(dev), [sb.to(dev)], 0, out_dtype=out_dtype, algorithm=algorithm,
-            biases=[bias.to(dev)], result_scales=[scale.to(dev) if scale is not None else None])
+            biases=[bias.to(dev)], result_scales=[scale.to(dev) if scale is not None else None],
+            use_fast_accum=use_fast_accum)
         assert out.dtype == out_dtype, what
         _assert_close(out, product * (scale.item() if scale is not None else 1.0), what)
     a_parts = [_fp8(240 + r, world * m, k) for r in range(world)]
@@ -71,7 +73,7 @@ def _epilogue_cases(rank, world, algorithm):
             out = asynctp.scaled_matmul_reduce_scatter(
                 a_parts[rank].to(dev), w_parts[rank].to(dev).t(), sa.to(dev), sb.to(dev), reduce_op, 0,
                 out_dtype=out_dtype, algorithm=algorithm, bias=bias.to(dev),
-                result_scale=scale.to(dev) if scale is not None else None)
+                result_scale=scale.to(dev) if scale is not None else None, use_fast_accum=use_fast_accum)
             full = sum((a.float() * sa) @ (wp.float().t() * sb) + bias.float() for a, wp in zip(a_parts, w_parts))
             full = full / (world if reduce_op == "avg" else 1) * (scale.item() if scale is not None else 1.0)
             _assert_close(out, full.chunk(world, dim=0)[rank], what)

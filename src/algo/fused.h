@@ -19,12 +19,12 @@ void fused_all_gather_matmul(Communicator& comm, const AllGatherMatmulPlan& plan
                              const AgreeFn& agree, int chunks_per_rank);
 
 // Why the fused kernel's fp8 form does not take a scaled call's scales, accumulation or types ("" where
-// it does): it takes e4m3 A and B, use_fast_accum, a bf16 or fp16 output, tensor-wise or row-wise
-// scales, and a bias or none.
+// it does): it takes e4m3 A and B, use_fast_accum, tensor-wise or row-wise scales, a bias or none, and
+// a bf16 or fp16 output, or an fp8 one (the plan: tensor-wise only), which the kernel's bf16 product is
+// rounded to after it, with the result scale.
 inline const char* fused_scaling_unsupported(const Scaling& s, DType a_dtype) {
   if (!s.fast_accum) return "without use_fast_accum";
   if (s.b_dtype != DType::kFP8E4M3 || a_dtype != DType::kFP8E4M3) return "an e5m2 input";
-  if (s.fp8_out()) return "an fp8 output";
   return "";
 }
 

@@ -16,6 +16,7 @@
 #include "kernels/fused/fused_gemm.h"
 #include "kernels/fused/shard_rows.h"
 #include "kernels/scale_product.h"
+#include "kernels/sum_partials.h"
 
 namespace asynctp::algo {
 
@@ -50,11 +51,12 @@ namespace {
 // The scaled op's scales: a_scale and each B's. Tensor-wise, each B's alpha (their product), made in
 // scratch once the ranks agree; row-wise, every row's a_scale: a_scale itself, or where it holds this
 // rank's rows only (gather_a), the copy gathered after the rows in the symmetric buffer. And each B's
-// bias, null where it has none.
+// bias, null where it has none, and for an fp8 output each B's result scale (null: none).
 struct FusedScales {
   const float* a_scale = nullptr;
   std::vector<const float*> b_scales;
   std::vector<const void*> biases;
+  std::vector<const float*> result_scales;
   bool rowwise = false, gather_a = false;
   float* alphas = nullptr;
   const float* a_rows = nullptr;
@@ -72,7 +74,7 @@ kernels::fused::FusedGemmArgs gemm_args(Communicator& comm, const AllGatherMatmu
   }
   if (scales != nullptr) g.bias = scales->biases[i];
   g.dtype = element_of(plan.dtype);
-  if (scales != nullptr) g.out = element_of(plan.scaling.out_dtype);
+  if (scales != nullptr) g.out = element_of(plan.scaling.partial_dtype());
   g.b_layout = layout_of(plan.b_layout);
   g.M = plan.M;
   g.N = plan.N[i];
@@ -84,14 +86,14 @@ kernels::fused::FusedGemmArgs gemm_args(Communicator& comm, const AllGatherMatmu
   return g;
 }
 
-// outputs[i] = a @ bs[i] with cuBLASLt, where the fused kernel cannot take the problem.
+// c = a @ bs[i] with cuBLASLt, where the fused kernel cannot take the problem.
 void cublas_gemm(gemm::GemmRunner& runner, const AllGatherMatmulPlan& plan, const void* a, const TensorRef& b,
                  const TensorRef& c, size_t i, const FusedScales* scales, cudaStream_t stream) {
   gemm::Problem p{plan.M, plan.N[i], plan.K, plan.dtype, plan.b_layout};
   if (scales != nullptr) {
     const float* a_scale = scales->rowwise ? scales->a_rows : scales->a_scale;  // aligned, as the plan checks
-    // The fused form takes no fp8 output, so no result scale (fused_scaling_unsupported).
-    run_scaled_gemm(runner, ScaledWork::of(plan.scaling, a_scale, plan.scaling.out_dtype), p, a, b.data,
+    // An fp8 output's product is bf16 here, rounded to the output with its result scale after.
+    run_scaled_gemm(runner, ScaledWork::of(plan.scaling, a_scale, plan.scaling.partial_dtype()), p, a, b.data,
                     gemm::ScaledPointers{a_scale, scales->b_scales[i], scales->biases[i]}, c.data, stream, 0);
     return;
   }
@@ -112,12 +114,35 @@ void run_fused_ag(Communicator& comm, const AllGatherMatmulPlan& plan, const Ten
   timeline.mark("entry");
   agree();
   timeline.mark("agreed");
-  if (scales != nullptr && !scales->rowwise) {
-    scales->alphas = static_cast<float*>(impl_of(comm).scratch_for(bs.size() * sizeof(float), stream));
-    for (size_t i = 0; i < bs.size(); ++i) {
-      kernels::scale_product(scales->a_scale, scales->b_scales[i], scales->alphas + i, stream);
+  // What each B's GEMM writes: its output, or for an fp8 output a bf16 product in scratch (ahead of the
+  // alphas), rounded to the output, times its result scale, once the call's work is on the stream
+  // (round_outputs).
+  const bool fp8_out = scales != nullptr && plan.scaling.fp8_out();
+  std::vector<TensorRef> results = outputs;
+  const auto product_bytes = [&](size_t i) {
+    return align_up(static_cast<size_t>(plan.M * plan.N[i]) * dtype_size(DType::kBF16));
+  };
+  size_t products = 0;
+  for (size_t i = 0; fp8_out && i < bs.size(); ++i) products += product_bytes(i);
+  const size_t alpha_bytes = scales != nullptr && !scales->rowwise ? bs.size() * sizeof(float) : 0;
+  if (products + alpha_bytes > 0) {
+    char* scratch = static_cast<char*>(impl_of(comm).scratch_for(products + alpha_bytes, stream));
+    for (size_t i = 0, at = 0; fp8_out && i < bs.size(); at += product_bytes(i), ++i) {
+      results[i] = TensorRef::dense(scratch + at, DType::kBF16, {plan.M, plan.N[i]});
+    }
+    if (alpha_bytes > 0) {
+      scales->alphas = reinterpret_cast<float*>(scratch + products);
+      for (size_t i = 0; i < bs.size(); ++i) {
+        kernels::scale_product(scales->a_scale, scales->b_scales[i], scales->alphas + i, stream);
+      }
     }
   }
+  const auto round_outputs = [&] {
+    for (size_t i = 0; fp8_out && i < bs.size(); ++i) {
+      kernels::sum_partials_to(Element::kBF16, {results[i].data}, element_of(plan.scaling.out_dtype), outputs[i].data,
+                               plan.M * plan.N[i], 1.0f, scales->result_scales[i], stream);
+    }
+  };
   if (scales != nullptr && scales->rowwise) scales->a_rows = scales->a_scale;  // unless gathered, below
   Communicator::Impl& m = impl_of(comm);
   const int ws = m.world_size, me = m.rank;
@@ -128,13 +153,14 @@ void run_fused_ag(Communicator& comm, const AllGatherMatmulPlan& plan, const Ten
 
   if (ws == 1) {
     for (size_t i = 0; i < bs.size(); ++i) {
-      kernels::fused::FusedGemmArgs g = gemm_args(comm, plan, a_shard.data, bs[i], outputs[i], i, scales, stream);
+      kernels::fused::FusedGemmArgs g = gemm_args(comm, plan, a_shard.data, bs[i], results[i], i, scales, stream);
       if (*kernels::fused::fused_gemm_unsupported(g) == '\0') {
         kernels::fused::run_fused_gemm(g, stream);
       } else {
-        cublas_gemm(Resources::of(comm).gemm, plan, a_shard.data, bs[i], outputs[i], i, scales, stream);
+        cublas_gemm(Resources::of(comm).gemm, plan, a_shard.data, bs[i], results[i], i, scales, stream);
       }
     }
+    round_outputs();
     if (plan.return_a) {
       ASYNCTP_CUDA_CHECK(cudaMemcpyAsync(gathered_a.data, a_shard.data, shard_bytes, cudaMemcpyDeviceToDevice, stream));
     }
@@ -161,7 +187,7 @@ void run_fused_ag(Communicator& comm, const AllGatherMatmulPlan& plan, const Ten
   std::vector<kernels::fused::FusedGemmArgs> kernels_args;
   bool all_kernel = true;
   for (size_t i = 0; i < bs.size(); ++i) {
-    kernels_args.push_back(gemm_args(comm, plan, mine, bs[i], outputs[i], i, scales, stream));
+    kernels_args.push_back(gemm_args(comm, plan, mine, bs[i], results[i], i, scales, stream));
     all_kernel = all_kernel && *kernels::fused::fused_gemm_unsupported(kernels_args.back()) == '\0';
   }
   // The kernel reads this rank's rows from the caller's tensor (which the plan has checked is 16-byte
@@ -284,7 +310,7 @@ void run_fused_ag(Communicator& comm, const AllGatherMatmulPlan& plan, const Ten
     }
     pr.wait_ready(stream, all);
     for (size_t i = 0; i < bs.size(); ++i) {
-      cublas_gemm(Resources::of(comm).gemm, plan, mine, bs[i], outputs[i], i, scales, stream);
+      cublas_gemm(Resources::of(comm).gemm, plan, mine, bs[i], results[i], i, scales, stream);
     }
   }
   timeline.mark("copies_enqueued");
@@ -299,6 +325,7 @@ void run_fused_ag(Communicator& comm, const AllGatherMatmulPlan& plan, const Ten
     pr.end_call();  // the pushes and the done signal above complete what the peers wait for
     std::rethrow_exception(launch_failed);
   }
+  round_outputs();
   timeline.mark("end");
   if (all_kernel) finish_tile_trace(comm, "ag", kernels_args[0], timeline, stream);
 }
@@ -329,7 +356,10 @@ void fused_all_gather_scaled_matmul(Communicator& comm, const AllGatherMatmulPla
   FusedScales scales;
   scales.a_scale = static_cast<const float*>(a_scale.data);
   for (const TensorRef& b_scale : b_scales) scales.b_scales.push_back(static_cast<const float*>(b_scale.data));
-  for (const ScaledEpilogue& e : epilogues) scales.biases.push_back(e.bias.data);
+  for (const ScaledEpilogue& e : epilogues) {
+    scales.biases.push_back(e.bias.data);
+    scales.result_scales.push_back(static_cast<const float*>(e.result_scale.data));
+  }
   scales.rowwise = plan.scaling.rowwise;
   scales.gather_a = plan.scaling.gather_a_scale && comm.world_size() > 1;
   run_fused_ag(comm, plan, a_shard, bs, outputs, gathered_a, stream, agree, chunks_per_rank, &scales);

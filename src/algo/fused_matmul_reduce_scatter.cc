@@ -21,6 +21,7 @@
 #include "kernels/fused/staged_layout.h"
 #include "kernels/fused/tail_split.h"
 #include "kernels/scale_product.h"
+#include "kernels/sum_partials.h"
 
 namespace asynctp::algo {
 namespace {
@@ -172,12 +173,14 @@ const char* fused_rs_unsupported(const MatmulReduceScatterPlan& plan, const Tens
 namespace {
 
 // The scaled op's inputs beside A and B: its scales (device floats; `rowwise`: one for each of A's M
-// rows and B's N columns, else one each) and its bias (null: none).
+// rows and B's N columns, else one each), its bias (null: none), and an fp8 output's result scale
+// (null: none).
 struct FusedRsScaling {
   const float* a_scale = nullptr;
   const float* b_scale = nullptr;
   bool rowwise = false;
   const void* bias = nullptr;
+  const float* result_scale = nullptr;
 };
 
 // Both ops' body: `scaling` is null for the unscaled op.
@@ -196,10 +199,20 @@ void run_fused_rs(Communicator& comm, const MatmulReduceScatterPlan& plan, const
   const int ws = m.world_size, me = m.rank;
   const int64_t rows = plan.out_rows;
   const float scale = plan.reduce_op == ReduceOp::kAvg ? 1.0f / static_cast<float>(ws) : 1.0f;
+  // An fp8 output: the kernel reduces into a bf16 product in scratch (after the rest), rounded to the
+  // output, times the result scale, once the call's work is on the stream (round_output).
+  const bool fp8_out = scaling != nullptr && plan.scaling.fp8_out();
+  const size_t out_bytes = fp8_out ? align_up(static_cast<size_t>(rows * plan.N) * dtype_size(DType::kBF16)) : 0;
+  void* out_product = nullptr;
+  const auto round_output = [&] {
+    if (!fp8_out) return;
+    kernels::sum_partials_to(Element::kBF16, {out_product}, element_of(plan.scaling.out_dtype), output.data, rows * plan.N,
+                             1.0f, scaling->result_scale, stream);
+  };
 
   kernels::fused::FusedGemmArgs g;
   g.dtype = element_of(plan.dtype);
-  if (scaling != nullptr) g.out = element_of(plan.scaling.out_dtype);
+  if (scaling != nullptr) g.out = element_of(plan.scaling.partial_dtype());
   g.b_layout = layout_of(plan.b_layout);
   g.M = plan.M, g.N = plan.N, g.K = plan.k_local;
   g.a = a.data, g.b = b.data, g.c = output.data;
@@ -218,10 +231,13 @@ void run_fused_rs(Communicator& comm, const MatmulReduceScatterPlan& plan, const
     return product;
   };
   if (ws == 1) {  // nothing to reduce; the average of one is itself
-    if (tensor_wise) g.alpha_ptr = make_product(static_cast<char*>(m.scratch_for(kProductBytes, stream)));
+    char* scratch = static_cast<char*>(m.scratch_for(out_bytes + kProductBytes, stream));
+    if (fp8_out) g.c = out_product = scratch;
+    if (tensor_wise) g.alpha_ptr = make_product(scratch + out_bytes);
     if (rowwise) g.row_scales = a_scale, g.col_scales = b_scale;
     g.bias = bias;
     kernels::fused::run_fused_gemm(g, stream);
+    round_output();
     return;
   }
 
@@ -233,12 +249,13 @@ void run_fused_rs(Communicator& comm, const MatmulReduceScatterPlan& plan, const
   // the peer waits for before it pushes again.
   const bool push = layout.epilogue && push_from_kernel() && pr.done_signal() != nullptr;
   const size_t rank_bytes = layout.bytes_before(rows);  // one rank's rows, staged
-  // Slot d: this rank's tiles of d's rows (none where the kernel pushes); the tensor-wise product after
-  // them.
-  const size_t staging_bytes = push ? 0 : ws * rank_bytes;
-  const size_t scratch_bytes = staging_bytes + (tensor_wise ? kProductBytes : 0);
+  // Slot d: this rank's tiles of d's rows (none where the kernel pushes); an fp8 output's bf16 product
+  // and the tensor-wise product after them.
+  const size_t staging_bytes = push ? 0 : align_up(ws * rank_bytes);
+  const size_t scratch_bytes = staging_bytes + out_bytes + (tensor_wise ? kProductBytes : 0);
   char* scratch = scratch_bytes != 0 ? static_cast<char*>(m.scratch_for(scratch_bytes, stream)) : nullptr;
   char* staging = push ? nullptr : scratch;
+  if (fp8_out) g.c = out_product = scratch + staging_bytes;
   SymmetricBuffer& inbox = pr.inbox(ws * rank_bytes, stream);  // slot q: rank q's tiles of this rank's rows
   const kernels::fused::RowChunks chunks(rows, resolve_fused_rs_chunks(chunks_per_rank, rows));
   const int64_t chunk_rows = chunks.rows;
@@ -255,7 +272,7 @@ void run_fused_rs(Communicator& comm, const MatmulReduceScatterPlan& plan, const
   rs.epoch = pr.epoch();
   rs.epoch_out = pr.epoch_word();
   rs.wait = pr.wait_context();
-  if (tensor_wise) rs.partial_scale = make_product(scratch + staging_bytes);
+  if (tensor_wise) rs.partial_scale = make_product(scratch + staging_bytes + out_bytes);
   if (rowwise) rs.row_scales = a_scale, rs.col_scales = b_scale;
   rs.bias = bias;
   if (rowwise || bias != nullptr) rs.cols = static_cast<int32_t>(plan.N);
@@ -265,6 +282,7 @@ void run_fused_rs(Communicator& comm, const MatmulReduceScatterPlan& plan, const
 
   if (push) {
     run_pushed_from_kernel(comm, pr, inbox, rank_bytes, g, timeline, stream);
+    round_output();
     return;
   }
 
@@ -328,6 +346,7 @@ void run_fused_rs(Communicator& comm, const MatmulReduceScatterPlan& plan, const
   if (g.done == nullptr) {
     for (int i = 1; i < ws; ++i) pr.signal(stream, (me + i) % ws, OverlapResources::done_flag(me));
   }
+  round_output();
   timeline.mark("end");
   finish_tile_trace(comm, "rs", g, timeline, stream);
 }
@@ -359,6 +378,7 @@ void fused_scaled_matmul_reduce_scatter(Communicator& comm, const MatmulReduceSc
   scaling.b_scale = static_cast<const float*>(b_scale.data);
   scaling.rowwise = plan.scaling.rowwise;
   scaling.bias = epilogue.bias.data;
+  scaling.result_scale = static_cast<const float*>(epilogue.result_scale.data);
   run_fused_rs(comm, plan, a, b, output, stream, agree, chunks_per_rank, &scaling);
 }
 

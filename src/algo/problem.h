@@ -23,8 +23,8 @@ struct Scaling {
   bool bias = false;
 
   bool fp8_out() const { return out_dtype == DType::kFP8E4M3 || out_dtype == DType::kFP8E5M2; }
-  // What a reduce-scatter's partial products are made and summed in: the output's dtype, bf16 for an
-  // fp8 output (rounded to fp8 once, after the sum).
+  // What the GEMMs' products are made in (and a reduce-scatter's partial products summed in): the
+  // output's dtype, bf16 for an fp8 output (rounded to fp8 once, after the sum or the GEMM).
   DType partial_dtype() const { return fp8_out() ? DType::kBF16 : out_dtype; }
 };
 

@@ -331,7 +331,7 @@ void run_scaled_rs_case(Communicator& comm, const ScaledRsCase& c, const ScaledO
 }
 
 // Reduce-scatters the fused kernel's fp8 form takes (e4m3, fast accumulation, bf16 or fp16 out,
-// tensor-wise and row-wise scales, each rank's own): 256 and 512 rows a rank, N not a multiple of the tile (the
+// tensor-wise and row-wise scales, each rank's own; an fp8 output tensor-wise): 256 and 512 rows a rank, N not a multiple of the tile (the
 // ping-pong schedule's, reduced in its epilogue), and 3072 rows a rank of 2048 columns (the cooperative
 // kernel's 256-wide tiles, reduced in fixup()), each with and without a bias; under `fused`, a check
 // that every one of them on more than one rank ran the fused kernel, and on two ranks at 4096 rows a
@@ -379,6 +379,13 @@ int fused_kernel_rs_cases(RankContext& ctx, Communicator& comm, const ScaledOpOp
                        s, fp32);
     n += 2;
   }
+  // An fp8 output (tensor-wise scales: the plan's rule), with a result scale and a bias, and without
+  // either: the kernel's bf16 sum, rounded to it after.
+  run_scaled_rs_case(comm, ScaledRsCase{256 * ws, 336, 64 * ws, false, false, ReduceOp::kSum, DType::kFP8E4M3, true, true, true},
+                     o, s, fp32);
+  run_scaled_rs_case(comm, ScaledRsCase{3072 * ws, 2048, 128 * ws, false, false, ReduceOp::kAvg, DType::kFP8E4M3, true}, o, s,
+                     fp32);
+  n += 2;
   const bool epilogue_way = ws == 2 && o.algorithm == Algorithm::kFused;
   if (epilogue_way) {
     for (const bool rowwise : {false, true}) {
@@ -389,6 +396,9 @@ int fused_kernel_rs_cases(RankContext& ctx, Communicator& comm, const ScaledOpOp
                          fp32);
       n += 3;
     }
+    run_scaled_rs_case(comm, ScaledRsCase{8192, 3072, 128, false, false, ReduceOp::kSum, DType::kFP8E4M3, true, true, true}, o, s,
+                       fp32);
+    ++n;
   }
   if (o.algorithm == Algorithm::kFused && ws > 1) {
     const int64_t fused = reductions(false) - reductions_before, epilogue = reductions(true) - epilogue_before;
@@ -400,8 +410,8 @@ int fused_kernel_rs_cases(RankContext& ctx, Communicator& comm, const ScaledOpOp
 }
 
 // Biases (on every other B) and fp8 outputs, with and without a result scale: cuBLASLt's epilogue
-// in sequential and pipelined (fused runs these pipelined but a bias with fast accumulation and a
-// 16-bit output, which its kernel adds), the reduce-scatter's bias once a rank and its fp8 output
+// in sequential and pipelined (fused runs those with fast accumulation itself, where the unscaled op
+// would run fused, and the rest pipelined), the reduce-scatter's bias once a rank and its fp8 output
 // rounded once after a bf16 sum.
 int epilogue_cases(Communicator& comm, const ScaledOpOptions& o, cudaStream_t s, reference::Fp32Gemm& fp32) {
   const int ws = comm.world_size();
@@ -486,6 +496,14 @@ int every_scaled_case(RankContext& ctx) {
           o, st.s, fp32);
       n += 2, fused_cases += 2;
     }
+    // An fp8 output (tensor-wise scales: the plan's rule), with a result scale and a bias on every other
+    // B, and without either: each B's bf16 product, rounded to it after.
+    run_scaled_ag_case(
+        *comm, ScaledAgCase{33, 128, 80, false, false, false, true, 3, DType::kFP8E4M3, DType::kFP8E4M3, false, true, true},
+        o, st.s, fp32);
+    run_scaled_ag_case(*comm, ScaledAgCase{256, 512, 384, false, false, true, true, 1, DType::kFP8E4M3, DType::kFP8E4M3},
+                       o, st.s, fp32);
+    n += 2, fused_cases += 2;
     pr = algo::Resources::of(*comm).overlap.get();
     if (o.algorithm == Algorithm::kFused && ws > 1) {
       const uint64_t gathers = (pr != nullptr ? pr->fused_gathers() : 0) - gathers_before;

@@ -454,8 +454,8 @@ TEST(ProblemKeys, AScaledCallsKeySaysWhetherTheFusedKernelTakesIt) {
   ag.scaling.bias = false;
   ag.scaling.out_dtype = DType::kFP16;  // an fp16 product
   EXPECT_TRUE(key_of(ag, 2, "g").fused_kernel);
-  ag.scaling.out_dtype = DType::kFP8E4M3;
-  EXPECT_FALSE(key_of(ag, 2, "g").fused_kernel);
+  ag.scaling.out_dtype = DType::kFP8E4M3;  // the bf16 product rounded to it after
+  EXPECT_TRUE(key_of(ag, 2, "g").fused_kernel);
   ag.scaling.out_dtype = DType::kBF16, ag.scaling.b_dtype = DType::kFP8E5M2;
   EXPECT_FALSE(key_of(ag, 2, "g").fused_kernel);
   ag.scaling.b_dtype = DType::kFP8E4M3, ag.scaling.rowwise = false, ag.scaling.fast_accum = false;
