@@ -245,6 +245,24 @@ TEST(FusedKernel, SplitLastRoundMatchesReferenceAndRepeatsBitForBit) {
       RANK_CHECK(first == second, "192-wide ", c.M, "x", c.N, "x", c.K, ": two launches gave different bits");
       (void)run_checked(*comm, c, 23, 1, fp32, s);  // every tile whole (ping-pong's then)
     }
+    // The widest tiles (kWideTileN, 16 bits): the kernel's choice at 1024 x 5120 x 5120 (one round where
+    // 256-wide tiles take 1.2), a last tile 40 of 320 wide, a tail split along K, several rounds, and an odd
+    // number of tile rows; each whole as well.
+    RANK_CHECK(sms != 132 || kernels::fused::pick_tile_n(1024, 5120, 5120, sms, kernels::fused::kMaxTailSplits) ==
+                                 kernels::fused::kWideTileN,
+               "1024x5120x5120 does not take the widest tiles on 132 SMs");
+    const std::vector<KernelCase> wide = {
+        {1024, 5120, 5120, DType::kBF16, false, false}, {1000, 1000, 1000, DType::kFP16, true, false},
+        {512, 5120, 4096, DType::kBF16, true, false},   {4096, 6656, 512, DType::kFP16, false, false},
+        {384, 648, 520, DType::kBF16, false, false},
+    };
+    for (KernelCase c : wide) {
+      c.tile_n = kernels::fused::kWideTileN;
+      const auto first = run_checked(*comm, c, 11, kernels::fused::kMaxTailSplits, fp32, s);
+      const auto second = run_checked(*comm, c, 11, kernels::fused::kMaxTailSplits, fp32, s);
+      RANK_CHECK(first == second, "320-wide ", c.M, "x", c.N, "x", c.K, ": two launches gave different bits");
+      (void)run_checked(*comm, c, 23, 1, fp32, s);  // every tile whole
+    }
     cudaStreamDestroy(s);
     return 0;
   });
@@ -396,7 +414,8 @@ TEST(FusedKernel, EveryInstantiationWaitsForItsRowsFlag) {
     for (DType dt : {DType::kBF16, DType::kFP16})
       for (bool col : {false, true})
         for (const auto& [tile_n, M] : {std::pair<int, int64_t>{kernels::fused::kOneRowTileN, 128}, {192, 1024},
-                                       {256, 1024}, {kernels::fused::kPingpongTileN, 1024}}) {
+                                       {256, 1024}, {kernels::fused::kWideTileN, 1024},
+                                       {kernels::fused::kPingpongTileN, 1024}}) {
           const int64_t m = M / 2;
           const size_t es = dtype_size(dt);
           const uint64_t seed = next_case_seed();

@@ -76,7 +76,8 @@ int fused_results_under_the_knobs(RankContext& ctx) {
 
 TEST(FusedOps, EveryMeasurementKnobKeepsTheResultsRight) {
   for (const auto& [name, value] : std::vector<std::pair<const char*, const char*>>{
-           {"ASYNCTP_FUSED_TILE_N", "192"}, {"ASYNCTP_FUSED_TILE_N", "256"}, {"ASYNCTP_FUSED_BAND_M", "1"},
+           {"ASYNCTP_FUSED_TILE_N", "192"}, {"ASYNCTP_FUSED_TILE_N", "256"}, {"ASYNCTP_FUSED_TILE_N", "320"},
+           {"ASYNCTP_FUSED_BAND_M", "1"},
            {"ASYNCTP_FUSED_BAND_M", "3"}, {"ASYNCTP_FUSED_MAX_SPLITS", "1"}, {"ASYNCTP_FUSED_MAX_SPLITS", "2"}}) {
     SCOPED_TRACE(detail::cat(name, "=", value));
     ScopedEnv knob(name, value);
@@ -139,6 +140,51 @@ TEST(FusedOps, Split192WideTilesGatherEveryRanksRows_1Rank) {
 }
 
 TEST(FusedOps, Split192WideTilesGatherEveryRanksRows_MultiRank) { RUN_EVERY_WORLD_SIZE(split_192_gathers); }
+
+// The widest tiles (kWideTileN) in both ops: for each op the first of a few shapes whose kernel takes
+// them at this rank's SMs (pick_tile_n through tile_n_above_one_row; fused_rs_tile_n), whole 2 x 1
+// clusters a rank, run in both B layouts and 16-bit types, with one chunk a rank and with three.
+int wide_tiles_in_both_ops(RankContext& ctx) {
+  auto comm = make_comm(ctx);
+  Stream st;
+  reference::Fp32Gemm fp32;
+  const int ws = ctx.world_size;
+  const int sms = impl_of(*comm).sm_budget;
+  int64_t ag_m = 0, ag_n = 0, ag_k = 0, rs_m = 0, rs_n = 0, rs_k = 0;
+  for (int64_t cluster_rows = 1; cluster_rows <= 8; ++cluster_rows)
+    for (int64_t n = 576; n <= 6336; n += kernels::fused::kWideTileN)
+      for (int64_t k : {256, 512, 1024}) {
+        const int64_t m = kernels::fused::kClusterRows * cluster_rows * ws;
+        if (ag_m == 0 && kernels::fused::tile_n_above_one_row(m, n, k, sms, Element::kBF16, kernels::fused::kMaxTailSplits,
+                                                              true) == kernels::fused::kWideTileN) {
+          ag_m = m, ag_n = n, ag_k = k;
+        }
+        if (rs_m == 0 && algo::fused_rs_tile_n(ws, DType::kBF16, m, n, k, sms) == kernels::fused::kWideTileN) {
+          rs_m = m, rs_n = n, rs_k = k * ws;
+        }
+      }
+  RANK_CHECK(ag_m != 0 && rs_m != 0, "no shape took the widest tiles on ", sms, " SMs: all-gather ", ag_m,
+             " rows, reduce-scatter ", rs_m);
+  for (bool col : {false, true})
+    for (int chunks : {1, 3}) {
+      const DType dt = col ? DType::kFP16 : DType::kBF16;
+      run_ag_case(*comm, AgCase{{ag_m, ag_k}, ag_n, false, col, chunks == 3, 1, dt}, st.s, fp32,
+                  with(Algorithm::kFused, chunks));
+      run_rs_case(*comm, RsCase{rs_m, rs_n, rs_k, false, col, ReduceOp::kSum, dt, false}, st.s, fp32,
+                  with(Algorithm::kFused, chunks));
+    }
+  std::printf("rank %d: 320-wide tiles: all-gather %ldx%ldx%ld, reduce-scatter %ldx%ldx%ld\n", ctx.rank,
+              static_cast<long>(ag_m), static_cast<long>(ag_n), static_cast<long>(ag_k), static_cast<long>(rs_m),
+              static_cast<long>(rs_n), static_cast<long>(rs_k));
+  return 0;
+}
+
+TEST(FusedOps, WideTilesInBothOps_1Rank) {
+  REQUIRE_GPUS(1);
+  RUN_RANKS(1, wide_tiles_in_both_ops);
+}
+
+TEST(FusedOps, WideTilesInBothOps_MultiRank) { RUN_EVERY_WORLD_SIZE(wide_tiles_in_both_ops); }
 
 // A larger problem: many tiles per CTA, so the persistent loop, the tile order and the waits between
 // tiles all run; B in both layouts, two Bs.

@@ -82,6 +82,27 @@ TEST(FusedPlan, TileWidthCountsTheSplitLastRound) {
   EXPECT_EQ(pick_tile_n(512, 7168, 2048, 132, kMaxTailSplits), 256);
 }
 
+TEST(FusedPlan, TheWidestTilesTakeShapesTheyFitInFewerWholeRounds) {
+  using kernels::fused::kWideTileN;
+  // 1024 x 5120 x 5120: 64 tiles 320 wide, one round (320 x 1.1 = 352), against two rounds of 108 tiles
+  // 192 wide (384) or a round and 14 split 3 ways 256 wide (418).
+  EXPECT_EQ(pick_tile_n(1024, 5120, 5120, 132, kMaxTailSplits), kWideTileN);
+  EXPECT_EQ(pick_tile_n(1280, 4096, 4096, 132, kMaxTailSplits), kWideTileN);  // 65 tiles
+  EXPECT_EQ(pick_tile_n(1024, 5120, 2048, 132, kMaxTailSplits), kWideTileN);
+  // Not where its tiles would be split (512 x 5120: 32 tiles split 2 ways, measured slower than one
+  // round of 54 192-wide ones), nor where a round of them is not 5% shorter counted 1.1 times its width
+  // (768 x 6656 x 16384: 63 tiles, 352 against 256-wide's 356), nor at the seeds.
+  EXPECT_EQ(pick_tile_n(512, 5120, 5120, 132, kMaxTailSplits), 192);
+  EXPECT_EQ(pick_tile_n(768, 6656, 16384, 132, kMaxTailSplits), 256);
+  EXPECT_EQ(pick_tile_n(2560, 4096, 4096, 132, kMaxTailSplits), 256);
+  for (const auto& [M, N, K] : {std::tuple{4096, 3584, 8192}, {2048, 3584, 8192}, {4096, 6656, 16384},
+                                {16384, 8192, 8192}, {8192, 8192, 8192}}) {
+    EXPECT_NE(pick_tile_n(M, N, K, 132, kMaxTailSplits), kWideTileN) << M << "x" << N << "x" << K;
+  }
+  // Fewer SMs (two ranks sharing a GPU): 1024 x 896 in 4 steps of K on 30, 4 x 3 tiles in one round.
+  EXPECT_EQ(pick_tile_n(1024, 896, 256, 30, kMaxTailSplits), kWideTileN);
+}
+
 TEST(FusedPlan, Cooperative192WideTilesTakeLessThanARoundSplitThreeWaysOrMore) {
   using kernels::fused::split_192_takes;
   // 256 x 4096 x 4096: 22 tiles split 3 ways (66 units on 66 clusters) along 64 K steps.
@@ -302,7 +323,8 @@ TEST(FusedPlan, AReduceScatterTakesNarrowerTilesOnlyWhereItReducesInFixup) {
   EXPECT_TRUE(algo::fused_rs_takes_rows(384));
   EXPECT_FALSE(algo::fused_rs_takes_rows(130));
   EXPECT_EQ(algo::fused_rs_tile_n(2, DType::kBF16, 256, 4096, 4096, 132), kernels::fused::kOneRowTileN);
-  EXPECT_EQ(algo::fused_rs_tile_n(2, DType::kBF16, 1024, 5120, 5120, 132), 192);  // 160 tiles: in fixup()
+  // 64 cluster tiles 320 wide, one round, reduced in fixup().
+  EXPECT_EQ(algo::fused_rs_tile_n(2, DType::kBF16, 1024, 5120, 5120, 132), kernels::fused::kWideTileN);
   EXPECT_EQ(algo::fused_rs_tile_n(2, DType::kBF16, 16384, 8192, 4096, 132), 256);  // 4096 tiles: in the epilogue
 }
 

@@ -67,7 +67,7 @@ const char* const kUsage =
     "by a spin barrier on shared host memory.\n"
     "Overlap efficiency = max(GEMM alone, communication alone) / time. With fused in --algorithms, the\n"
     "fused kernel is also timed as a plain GEMM beside cuBLAS (ag: every chunk in place; rs: the\n"
-    "partial GEMM in the reduce-scatter's tiles at this world size, 256 or 192 wide, or 128 in\n"
+    "partial GEMM in the reduce-scatter's tiles at this world size, 192, 256 or 320 wide, or 128 in\n"
     "one-CTA clusters at an odd number of 128-row tiles a rank, which only a problem of one tile\n"
     "row times; as at three ranks where there is one; nothing staged or reduced). fused runs\n"
     "gather-dim last, scatter-dim last, and rs with rows per rank not a multiple of 128 (or an odd\n"

@@ -44,9 +44,9 @@ int band_m_for(const FusedGemmArgs& a) {
 int tile_n_for(const FusedGemmArgs& a) {
   static const int forced = detail::knob_int(detail::Knob::kFusedTileN, 0);
   if (forced != 0) {
-    ASYNCTP_CHECK(forced == kOneRowTileN || forced == 192 || forced == 256, "ASYNCTP_FUSED_TILE_N is ", forced,
-                  "; expected ", kOneRowTileN, ", 192 or 256");
-    if (a.dtype != Element::kFP8E4M3 || forced != 192) return forced;  // fp8 has no 192-wide tiles
+    ASYNCTP_CHECK(forced == kOneRowTileN || forced == 192 || forced == 256 || forced == kWideTileN,
+                  "ASYNCTP_FUSED_TILE_N is ", forced, "; expected ", kOneRowTileN, ", 192, 256 or ", kWideTileN);
+    if (a.dtype != Element::kFP8E4M3 || forced == kOneRowTileN || forced == 256) return forced;  // fp8: no 192 or 320
   }
   if (a.M <= kTileRows || one_cta_takes(a.M, a.N, grid_sms(a), a.dtype)) return kOneRowTileN;
   const int max_splits = a.split_workspace != nullptr ? a.max_splits : 1;
@@ -110,8 +110,11 @@ void launch_typed(const FusedGemmArgs& a, int tile_n, cudaStream_t stream) {
     launch_one_row<kLoad, kElement, kLayoutB, kOut>(a, stream);
   } else if (tile_n == kPingpongTileN) {
     launch_pingpong<kLoad, kElement, kLayoutB, kOut>(a, stream);
-  } else if (tile_n == 192) {
-    if constexpr (kElement != Element::kFP8E4M3) launch_one<kLoad, kElement, kLayoutB, kOut, 192>(a, stream);  // none for fp8
+  } else if (tile_n == 192 || tile_n == kWideTileN) {
+    if constexpr (kElement != Element::kFP8E4M3) {  // none for fp8
+      tile_n == 192 ? launch_one<kLoad, kElement, kLayoutB, kOut, 192>(a, stream)
+                    : launch_one<kLoad, kElement, kLayoutB, kOut, kWideTileN>(a, stream);
+    }
   } else {
     launch_one<kLoad, kElement, kLayoutB, kOut, 256>(a, stream);
   }
@@ -213,6 +216,11 @@ int tile_n_above_one_row(int64_t M, int64_t N, int64_t K, int sms, Element dtype
   return pick_tile_n(M, N, K, sms, max_splits);
 }
 
+// A round of kWideTileN-wide tiles takes about this much longer than its width alone says (three
+// mainloop stages against four; fitted to one H200's times at 1024 x 5120 x 5120, 1280 x 4096 x 4096 and
+// 768 x 6656 x 16384, docs/design/fused_all_gather_matmul.md).
+constexpr double kWideTileRoundCost = 1.10;
+
 int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits) {
   if (M <= kTileRows) return kOneRowTileN;
   // A tile's time grows with its width, and the kernel takes as many rounds as its busiest cluster
@@ -225,7 +233,12 @@ int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits) {
     const TailSplit split = plan_tail_split(cluster_rows * ((N + tile_n - 1) / tile_n), clusters, k_tiles, max_splits);
     return tail_split_rounds(split, clusters) * static_cast<double>(tile_n);
   };
-  return cost(192) < 0.95 * cost(256) ? 192 : 256;
+  const int narrow_or_not = cost(192) < 0.95 * cost(256) ? 192 : 256;
+  // The wide tile likewise, against the better of the two, and only in whole rounds (split, it measured
+  // slower than the narrower tiles' round).
+  const TailSplit wide = plan_tail_split(cluster_rows * ((N + kWideTileN - 1) / kWideTileN), clusters, k_tiles, max_splits);
+  if (wide.tail > 0) return narrow_or_not;
+  return cost(kWideTileN) * kWideTileRoundCost < 0.95 * cost(narrow_or_not) ? kWideTileN : narrow_or_not;
 }
 
 static_assert(kPingpongTileN == kOneRowTileN, "tile_n 128 names one-CTA clusters or the ping-pong schedule by the problem");
@@ -298,7 +311,7 @@ void load_fused_gemm_kernels() {
   std::lock_guard<std::mutex> lock(mu);
   if (!loaded.insert(device).second) return;
   for (bool reduce_in_epilogue : {false, true}) {
-    for (int tile_n : {256, 192, kOneRowTileN}) {
+    for (int tile_n : {256, 192, kWideTileN, kOneRowTileN}) {
       for (Element dtype : {Element::kBF16, Element::kFP16}) {
         for (Layout layout : {Layout::kRowMajor, Layout::kColMajor}) {
           FusedGemmArgs a;
@@ -327,11 +340,13 @@ void run_fused_gemm(const FusedGemmArgs& args, cudaStream_t stream) {
   if (a.band_m <= 0) a.band_m = band_m_for(a);
   static const int max_splits = detail::knob_int(detail::Knob::kFusedMaxSplits, kMaxTailSplits);
   if (a.max_splits <= 0) a.max_splits = max_splits;
-  ASYNCTP_CHECK(a.tile_n == 0 || a.tile_n == kOneRowTileN || a.tile_n == 192 || a.tile_n == 256,
-                "fused GEMM: tile_n is ", a.tile_n, "; expected 0, ", kOneRowTileN, ", 192 or 256");
+  ASYNCTP_CHECK(a.tile_n == 0 || a.tile_n == kOneRowTileN || a.tile_n == 192 || a.tile_n == 256 ||
+                    a.tile_n == kWideTileN,
+                "fused GEMM: tile_n is ", a.tile_n, "; expected 0, ", kOneRowTileN, ", 192, 256 or ", kWideTileN);
   ASYNCTP_CHECK(a.rs.rank < 0 || a.tile_n == 0 || a.tile_n == kRsTileN ||
-                    ((a.tile_n == 192 || a.tile_n == kOneRowTileN) && !a.rs.reduce_in_epilogue),
-                "fused reduce-scatter: tile_n is ", a.tile_n, "; expected ", kRsTileN, ", or 192 or ", kOneRowTileN,
+                    ((a.tile_n == 192 || a.tile_n == kWideTileN || a.tile_n == kOneRowTileN) && !a.rs.reduce_in_epilogue),
+                "fused reduce-scatter: tile_n is ", a.tile_n, "; expected ", kRsTileN, ", or 192, ", kWideTileN, " or ",
+                kOneRowTileN,
                 " where the reduction runs in fixup() or the ping-pong schedule's epilogue (reduce_scatter_tile_n)");
   ASYNCTP_CHECK(a.rs.rank < 0 || a.rs.rows_per_rank % rs_cluster_rows(a) == 0, "fused reduce-scatter: ",
                 a.rs.rows_per_rank, " rows per rank are not whole clusters of ", rs_cluster_rows(a),

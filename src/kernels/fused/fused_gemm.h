@@ -46,7 +46,7 @@ struct FusedGemmArgs {
   const void* bias = nullptr;
   ChunkFlags chunks;              // chunks.flags null: every row of `a` is in place (a plain GEMM)
   int band_m = 0;                 // tile order (async_input_scheduler.cuh); 0 picks the default
-  // 192 or 256; or 128: kOneRowTileN in one-CTA clusters (M <= kTileRows, one_cta_takes, a reduce-scatter's
+  // 192, 256 or kWideTileN (16 bits); or 128: kOneRowTileN in one-CTA clusters (M <= kTileRows, one_cta_takes, a reduce-scatter's
   // odd tile rows a rank), else kPingpongTileN (the ping-pong schedule); 0 picks it (one_cta_takes,
   // split_192_takes, pingpong_takes, pick_tile_n; a reduce-scatter's: reduce_scatter_tile_n).
   int tile_n = 0;
@@ -72,15 +72,16 @@ const char* fused_gemm_unsupported(const FusedGemmArgs& args);
 // The cooperative kernel's tile width for an M x N x K GEMM on `sms` SMs by its estimate alone:
 // kOneRowTileN for a problem of one tile row (one-CTA clusters: tile_shape.h); else 192 or 256, the
 // one whose rounds of tiles (the last one split along K where tail_split.h would), times the tile's
-// width, cost less (by 5% for the narrower; no more than `max_splits` ways). The rules that come
-// first are tile_n_above_one_row's. ASYNCTP_FUSED_TILE_N=128|192|256 overrides the width for
-// measurement.
+// width, cost less (by 5% for the narrower; no more than `max_splits` ways), or kWideTileN where its
+// tiles make whole rounds that cost 5% less than that, counted kWideTileRoundCost times their width.
+// The rules that come first are tile_n_above_one_row's. ASYNCTP_FUSED_TILE_N=128|192|256|320
+// overrides the width for measurement.
 int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits);
 
 // The tile width of an M x N x K problem above one tile row that no one-CTA rule took, by the same rule
 // for both ops (an all-gather's launch and reduce_scatter_tile_n): in 16 bits 192 where
 // split_192_takes (unless `split_192_allowed` is false); then kPingpongTileN, the ping-pong schedule,
-// where pingpong_takes; else 256 in fp8 (no 192-wide fp8 tiles) and pick_tile_n's 192 or 256 in 16 bits.
+// where pingpong_takes; else 256 in fp8 (no 192- or 320-wide fp8 tiles) and pick_tile_n's width in 16 bits.
 int tile_n_above_one_row(int64_t M, int64_t N, int64_t K, int sms, Element dtype, int max_splits,
                          bool split_192_allowed);
 

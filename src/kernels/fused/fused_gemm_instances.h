@@ -17,8 +17,8 @@ namespace asynctp::kernels::fused {
 // The product's element where FusedGemmArgs::out does not choose it: the inputs'.
 constexpr Element own_product(Element e) { return e == Element::kFP8E4M3 ? Element::kBF16 : e; }
 
-// Tile widths compiled: 256, and 192 for shapes where 256-wide tiles leave most of the last round of
-// tiles idle (pick_tile_n). Not 224, though it divides N = 3584: it is not a multiple of the 64-element
+// Tile widths compiled: 256; 192 for shapes where 256-wide tiles leave most of the last round of tiles
+// idle, and in 16 bits kWideTileN where its tiles take fewer rounds (pick_tile_n). Not 224, though it divides N = 3584: it is not a multiple of the 64-element
 // swizzle atom, which costs B row-major much of its throughput (docs/design/fused_all_gather_matmul.md).
 template <Element kElement, Layout kLayoutB, int kTileN, Element kOut = own_product(kElement)>
 void launch_fused_gemm_instance(const FusedGemmArgs& args, cudaStream_t stream);
@@ -41,6 +41,10 @@ ASYNCTP_AG_GEMM_DECLARE(kBF16, kRowMajor, 192, kBF16)
 ASYNCTP_AG_GEMM_DECLARE(kBF16, kColMajor, 192, kBF16)
 ASYNCTP_AG_GEMM_DECLARE(kFP16, kRowMajor, 192, kFP16)
 ASYNCTP_AG_GEMM_DECLARE(kFP16, kColMajor, 192, kFP16)
+ASYNCTP_AG_GEMM_DECLARE(kBF16, kRowMajor, kWideTileN, kBF16)
+ASYNCTP_AG_GEMM_DECLARE(kBF16, kColMajor, kWideTileN, kBF16)
+ASYNCTP_AG_GEMM_DECLARE(kFP16, kRowMajor, kWideTileN, kFP16)
+ASYNCTP_AG_GEMM_DECLARE(kFP16, kColMajor, kWideTileN, kFP16)
 ASYNCTP_AG_GEMM_DECLARE(kFP8E4M3, kColMajor, 256, kBF16)  // fp8: B column-major, a bf16 or fp16 product
 ASYNCTP_AG_GEMM_DECLARE(kFP8E4M3, kColMajor, 256, kFP16)
 #undef ASYNCTP_AG_GEMM_DECLARE

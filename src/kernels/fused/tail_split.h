@@ -13,6 +13,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/fused/tile_shape.h"
+
 namespace asynctp::kernels::fused {
 
 // Beyond 4 ways the last split's reads of the partial sums (128 KiB each) cost more than they save.
@@ -26,8 +28,8 @@ constexpr int64_t kMinKTilesPerSplit = 4;
 constexpr int64_t kSplitSpreadKTiles = 12;
 // A tail after full rounds is split only where that brings it under this share of a round.
 constexpr double kSplitTailMaxRounds = 0.8;
-// Largest tile (128 x 256) and the consumer threads that hold it (two warpgroups).
-constexpr int64_t kMaxTileElements = 128 * 256;
+// Largest tile (128 x kWideTileN) and the consumer threads that hold it (two warpgroups).
+constexpr int64_t kMaxTileElements = kTileRows * kWideTileN;
 constexpr int64_t kConsumerThreads = 256;
 
 struct TailSplit {

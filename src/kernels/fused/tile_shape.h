@@ -19,6 +19,10 @@ constexpr int kOneRowTileN = 128;
 // CUTLASS's ping-pong schedule (pingpong_takes); at one tile row, kOneRowTileN's one-CTA clusters take
 // the same width.
 constexpr int kPingpongTileN = 128;
+// The widest tiles, 16-bit only: 128 x 320 (two 64 x 160 WGMMAs a warpgroup, three mainloop stages),
+// where they take fewer rounds of tiles than 192 or 256 would (pick_tile_n), as at 1024 x 5120: 64
+// cluster tiles, one round on 66 clusters, against 80 at 256 wide.
+constexpr int kWideTileN = 320;
 // Depth of a tile along K (one step of the mainloop) in bytes: a row of it is TMA's widest swizzle,
 // so a 16-bit tile is 64 elements deep and an fp8 one 128.
 constexpr int64_t kTileKBytes = 128;
