@@ -56,8 +56,9 @@ TEST(FusedOps, EveryCombination_MultiRank) {
 }
 
 // The fused kernel's measurement knobs (docs/reference/environment.md) change how it walks and cuts
-// its tiles, never the result: every setting, set before the ranks start (each rank's process reads
-// it once), on shapes that have partial tiles, several chunks, and a last round that splits.
+// its tiles, never the result: every setting, set before the ranks start (the kernel reads it at each
+// call, so in-process ranks, threads of this process, see each setting too), on shapes that have
+// partial tiles, several chunks, and a last round that splits.
 int fused_results_under_the_knobs(RankContext& ctx) {
   auto comm = make_comm(ctx);
   Stream st;

@@ -33,7 +33,7 @@ int64_t rs_cluster_rows(const FusedGemmArgs& a) {
 // ASYNCTP_FUSED_BAND_M overrides it for measurement (docs/design/fused_all_gather_matmul.md).
 int band_m_for(const FusedGemmArgs& a) {
   if (a.rs.rank >= 0) return reduce_scatter_band_m(a.rs.rows_per_rank, a.rs.rows_per_chunk, rs_cluster_rows(a));
-  static const int forced = detail::knob_int(detail::Knob::kFusedBandM, 0);
+  const int forced = detail::knob_int(detail::Knob::kFusedBandM, 0);
   if (forced > 0) return forced;
   constexpr int kDeepest = 8;
   if (a.chunks.flags == nullptr) return kDeepest;
@@ -42,7 +42,7 @@ int band_m_for(const FusedGemmArgs& a) {
 }
 
 int tile_n_for(const FusedGemmArgs& a) {
-  static const int forced = detail::knob_int(detail::Knob::kFusedTileN, 0);
+  const int forced = detail::knob_int(detail::Knob::kFusedTileN, 0);
   if (forced != 0) {
     ASYNCTP_CHECK(forced == kOneRowTileN || forced == 192 || forced == 256 || forced == kWideTileN,
                   "ASYNCTP_FUSED_TILE_N is ", forced, "; expected ", kOneRowTileN, ", 192, 256 or ", kWideTileN);
@@ -338,8 +338,7 @@ void run_fused_gemm(const FusedGemmArgs& args, cudaStream_t stream) {
   ASYNCTP_CHECK(*why == '\0', "fused GEMM: ", why);
   FusedGemmArgs a = args;
   if (a.band_m <= 0) a.band_m = band_m_for(a);
-  static const int max_splits = detail::knob_int(detail::Knob::kFusedMaxSplits, kMaxTailSplits);
-  if (a.max_splits <= 0) a.max_splits = max_splits;
+  if (a.max_splits <= 0) a.max_splits = detail::knob_int(detail::Knob::kFusedMaxSplits, kMaxTailSplits);
   ASYNCTP_CHECK(a.tile_n == 0 || a.tile_n == kOneRowTileN || a.tile_n == 192 || a.tile_n == 256 ||
                     a.tile_n == kWideTileN,
                 "fused GEMM: tile_n is ", a.tile_n, "; expected 0, ", kOneRowTileN, ", 192, 256 or ", kWideTileN);
