@@ -99,8 +99,15 @@ TEST(FusedPlan, TheWidestTilesTakeShapesTheyFitInFewerWholeRounds) {
                                 {16384, 8192, 8192}, {8192, 8192, 8192}}) {
     EXPECT_NE(pick_tile_n(M, N, K, 132, kMaxTailSplits), kWideTileN) << M << "x" << N << "x" << K;
   }
-  // Fewer SMs (two ranks sharing a GPU): 1024 x 896 in 4 steps of K on 30, 4 x 3 tiles in one round.
+  // Fewer SMs: 1024 x 896 in 4 steps of K on 30, 4 x 3 tiles in one round.
   EXPECT_EQ(pick_tile_n(1024, 896, 256, 30, kMaxTailSplits), kWideTileN);
+  // Only without peers: with one, an all-gather's or a reduce-scatter's kernel takes 192 or 256.
+  EXPECT_EQ(pick_tile_n(1024, 5120, 5120, 132, kMaxTailSplits, false), 192);
+  using kernels::fused::tile_n_above_one_row;
+  EXPECT_EQ(tile_n_above_one_row(1024, 5120, 5120, 132, Element::kBF16, kMaxTailSplits, true, false), 192);
+  using kernels::fused::reduce_scatter_tile_n;
+  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kBF16, 1024, 5120, 5120, 1024, 132), kWideTileN);
+  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kBF16, 1024, 5120, 5120, 512, 132), 192);
 }
 
 TEST(FusedPlan, Cooperative192WideTilesTakeLessThanARoundSplitThreeWaysOrMore) {
@@ -108,11 +115,11 @@ TEST(FusedPlan, Cooperative192WideTilesTakeLessThanARoundSplitThreeWaysOrMore) {
   // 256 x 4096 x 4096: 22 tiles split 3 ways (66 units on 66 clusters) along 64 K steps.
   EXPECT_TRUE(split_192_takes(256, 4096, 4096, 132, kMaxTailSplits));
   using kernels::fused::tile_n_above_one_row;
-  EXPECT_EQ(tile_n_above_one_row(256, 4096, 4096, 132, Element::kBF16, kMaxTailSplits, true), 192);
+  EXPECT_EQ(tile_n_above_one_row(256, 4096, 4096, 132, Element::kBF16, kMaxTailSplits, true, true), 192);
   // Ahead of the estimate, which alone would take 256 (16 tiles split 4 ways: as long as 22 split 3).
   EXPECT_EQ(pick_tile_n(256, 4096, 4096, 132, kMaxTailSplits), 256);
   // Where this rank's rows straddle a tile (the all-gather's), not 192, and here the ping-pong's.
-  EXPECT_EQ(tile_n_above_one_row(256, 4096, 4096, 132, Element::kBF16, kMaxTailSplits, false),
+  EXPECT_EQ(tile_n_above_one_row(256, 4096, 4096, 132, Element::kBF16, kMaxTailSplits, false, true),
             kernels::fused::kPingpongTileN);
   EXPECT_TRUE(split_192_takes(256, 2048, 4096, 132, kMaxTailSplits));  // 11 tiles, 4 ways
   EXPECT_TRUE(split_192_takes(256, 4096, 8192, 132, kMaxTailSplits));
@@ -323,8 +330,10 @@ TEST(FusedPlan, AReduceScatterTakesNarrowerTilesOnlyWhereItReducesInFixup) {
   EXPECT_TRUE(algo::fused_rs_takes_rows(384));
   EXPECT_FALSE(algo::fused_rs_takes_rows(130));
   EXPECT_EQ(algo::fused_rs_tile_n(2, DType::kBF16, 256, 4096, 4096, 132), kernels::fused::kOneRowTileN);
-  // 64 cluster tiles 320 wide, one round, reduced in fixup().
-  EXPECT_EQ(algo::fused_rs_tile_n(2, DType::kBF16, 1024, 5120, 5120, 132), kernels::fused::kWideTileN);
+  // 108 cluster tiles 192 wide, two rounds, reduced in fixup(); not the one round of 320-wide ones,
+  // which are for one rank only.
+  EXPECT_EQ(algo::fused_rs_tile_n(2, DType::kBF16, 1024, 5120, 5120, 132), 192);
+  EXPECT_EQ(algo::fused_rs_tile_n(1, DType::kBF16, 1024, 5120, 5120, 132), kernels::fused::kWideTileN);
   EXPECT_EQ(algo::fused_rs_tile_n(2, DType::kBF16, 16384, 8192, 4096, 132), 256);  // 4096 tiles: in the epilogue
 }
 

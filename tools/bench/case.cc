@@ -266,6 +266,9 @@ CaseResult run_case(RankContext& ctx, Communicator& comm, const CaseSetup& args,
   kernels::fused::FusedGemmArgs g;
   g.dtype = element_of(args.dtype), g.out = element_of(out_dtype), g.b_layout = layout_of(args.b_layout), g.M = gm, g.N = N, g.K = gk;
   g.a = ga.p, g.b = gb.p, g.c = gc.p;
+  // ag: rank 0's rows as its own (read from the same buffer), so that the tile width is the op's at this
+  // world size (the widest tiles only at one rank: pick_tile_n).
+  if (ag) g.a_local = ga.p, g.local_begin = 0, g.local_end = gm / ws;
   // rs: the partial GEMM with the reduce-scatter's tile width at this world size, no staging or reduction.
   if (!ag) g.tile_n = algo::fused_rs_tile_n(ws, args.dtype, gm, N, gk, impl_of(comm).sm_budget);
   // fp8: the fused kernel's fp8 form accumulates fast and takes a tensor-wise alpha from the device,

@@ -54,7 +54,8 @@ int tile_n_for(const FusedGemmArgs& a) {
   // rank timed out on every rank waiting for the first chunk, its 66 split units filling every SM; the
   // ping-pong schedule's 64 cluster tiles ran there before.
   const bool straddles = a.a_local != nullptr && shard_straddles_tiles(a.local_begin, a.local_end, a.M);
-  return tile_n_above_one_row(a.M, a.N, a.K, grid_sms(a), a.dtype, max_splits, !straddles);
+  const bool one_rank = a.a_local == nullptr || (a.local_begin == 0 && a.local_end >= a.M);
+  return tile_n_above_one_row(a.M, a.N, a.K, grid_sms(a), a.dtype, max_splits, !straddles, one_rank);
 }
 
 // Launches (or, kLoad, only loads) the fused GEMM's instantiation for kElement, kLayoutB, kTileN and
@@ -208,12 +209,12 @@ bool split_192_takes(int64_t M, int64_t N, int64_t K, int sms, int max_splits) {
 }
 
 int tile_n_above_one_row(int64_t M, int64_t N, int64_t K, int sms, Element dtype, int max_splits,
-                         bool split_192_allowed) {
+                         bool split_192_allowed, bool wide_allowed) {
   const bool fp8 = dtype == Element::kFP8E4M3;
   if (!fp8 && split_192_allowed && split_192_takes(M, N, K, sms, max_splits)) return 192;
   if (pingpong_takes(M, N, sms, dtype)) return kPingpongTileN;
   if (fp8) return 256;
-  return pick_tile_n(M, N, K, sms, max_splits);
+  return pick_tile_n(M, N, K, sms, max_splits, wide_allowed);
 }
 
 // A round of kWideTileN-wide tiles takes about this much longer than its width alone says (three
@@ -221,7 +222,7 @@ int tile_n_above_one_row(int64_t M, int64_t N, int64_t K, int sms, Element dtype
 // 768 x 6656 x 16384, docs/design/fused_all_gather_matmul.md).
 constexpr double kWideTileRoundCost = 1.10;
 
-int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits) {
+int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits, bool wide_allowed) {
   if (M <= kTileRows) return kOneRowTileN;
   // A tile's time grows with its width, and the kernel takes as many rounds as its busiest cluster
   // has tiles; the narrower tile is taken only where it saves at least 5% of that estimate (192-wide
@@ -237,7 +238,7 @@ int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits) {
   // The wide tile likewise, against the better of the two, and only in whole rounds (split, it measured
   // slower than the narrower tiles' round).
   const TailSplit wide = plan_tail_split(cluster_rows * ((N + kWideTileN - 1) / kWideTileN), clusters, k_tiles, max_splits);
-  if (wide.tail > 0) return narrow_or_not;
+  if (!wide_allowed || wide.tail > 0) return narrow_or_not;
   return cost(kWideTileN) * kWideTileRoundCost < 0.95 * cost(narrow_or_not) ? kWideTileN : narrow_or_not;
 }
 

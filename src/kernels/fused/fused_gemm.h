@@ -74,16 +74,19 @@ const char* fused_gemm_unsupported(const FusedGemmArgs& args);
 // one whose rounds of tiles (the last one split along K where tail_split.h would), times the tile's
 // width, cost less (by 5% for the narrower; no more than `max_splits` ways), or kWideTileN where its
 // tiles make whole rounds that cost 5% less than that, counted kWideTileRoundCost times their width.
+// kWideTileN only where `wide_allowed`: a kernel with no peer, since its fewer rounds leave the
+// kernel no other tiles to run while a peer's rows arrive or its staged tiles leave (on two H200s the
+// fused reduce-scatter at 1024 x 5120 x 5120 took 86-88 us in them against 66-76 in 192-wide tiles).
 // The rules that come first are tile_n_above_one_row's. ASYNCTP_FUSED_TILE_N=128|192|256|320
 // overrides the width for measurement.
-int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits);
+int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits, bool wide_allowed = true);
 
 // The tile width of an M x N x K problem above one tile row that no one-CTA rule took, by the same rule
 // for both ops (an all-gather's launch and reduce_scatter_tile_n): in 16 bits 192 where
 // split_192_takes (unless `split_192_allowed` is false); then kPingpongTileN, the ping-pong schedule,
 // where pingpong_takes; else 256 in fp8 (no 192- or 320-wide fp8 tiles) and pick_tile_n's width in 16 bits.
 int tile_n_above_one_row(int64_t M, int64_t N, int64_t K, int sms, Element dtype, int max_splits,
-                         bool split_192_allowed);
+                         bool split_192_allowed, bool wide_allowed);
 
 // Whether a 16-bit M x N x K GEMM above one tile row runs cooperative 192-wide tiles, ahead of
 // pick_tile_n's estimate and of the ping-pong schedule: where those tiles make less than one round

@@ -23,12 +23,13 @@ inline bool reduce_scatter_one_cta(int64_t rows_per_rank) { return rows_per_rank
 //  - where the two-rank reduction runs in the epilogue (its instantiations): kRsTileN;
 //  - else what an all-gather's kernel of the same problem takes (tile_n_above_one_row; the ping-pong
 //    schedule reduces in its epilogue: pingpong_epilogue.cuh), counted with the split last round
-//    whether or not this rank has the split's workspace.
+//    whether or not this rank has the split's workspace, and kWideTileN at one rank only.
 inline int reduce_scatter_tile_n(bool reduce_in_epilogue, Element dtype, int64_t M, int64_t N, int64_t K,
                                  int64_t rows_per_rank, int sms) {
   if (reduce_scatter_one_cta(rows_per_rank)) return kOneRowTileN;
   if (reduce_in_epilogue) return static_cast<int>(kRsTileN);
-  return tile_n_above_one_row(M, N, K, sms, dtype, kMaxTailSplits, /*split_192_allowed=*/true);
+  return tile_n_above_one_row(M, N, K, sms, dtype, kMaxTailSplits, /*split_192_allowed=*/true,
+                              /*wide_allowed=*/rows_per_rank >= M);
 }
 
 // Whether a reduce-scatter's launch of tiles `tile_n` wide runs one-CTA clusters (the instantiation of
