@@ -230,16 +230,21 @@ int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits, bool w
   const int64_t clusters = std::max(1, sms / static_cast<int>(kClusterRows / kTileRows));
   const int64_t cluster_rows = (M + kClusterRows - 1) / kClusterRows;
   const int64_t k_tiles = (K + kTileK - 1) / kTileK;
-  auto cost = [&](int64_t tile_n) {
-    const TailSplit split = plan_tail_split(cluster_rows * ((N + tile_n - 1) / tile_n), clusters, k_tiles, max_splits);
+  auto plan = [&](int64_t tile_n) {
+    return plan_tail_split(cluster_rows * ((N + tile_n - 1) / tile_n), clusters, k_tiles, max_splits);
+  };
+  auto cost = [&](const TailSplit& split, int64_t tile_n) {
     return tail_split_rounds(split, clusters) * static_cast<double>(tile_n);
   };
-  const int narrow_or_not = cost(192) < 0.95 * cost(256) ? 192 : 256;
+  const double cost_192 = cost(plan(192), 192), cost_256 = cost(plan(256), 256);
+  const int narrow_or_not = cost_192 < 0.95 * cost_256 ? 192 : 256;
+  if (!wide_allowed) return narrow_or_not;
   // The wide tile likewise, against the better of the two, and only in whole rounds (split, it measured
   // slower than the narrower tiles' round).
-  const TailSplit wide = plan_tail_split(cluster_rows * ((N + kWideTileN - 1) / kWideTileN), clusters, k_tiles, max_splits);
-  if (!wide_allowed || wide.tail > 0) return narrow_or_not;
-  return cost(kWideTileN) * kWideTileRoundCost < 0.95 * cost(narrow_or_not) ? kWideTileN : narrow_or_not;
+  const TailSplit wide = plan(kWideTileN);
+  if (wide.tail > 0) return narrow_or_not;
+  const double best = narrow_or_not == 192 ? cost_192 : cost_256;
+  return cost(wide, kWideTileN) * kWideTileRoundCost < 0.95 * best ? kWideTileN : narrow_or_not;
 }
 
 static_assert(kPingpongTileN == kOneRowTileN, "tile_n 128 names one-CTA clusters or the ping-pong schedule by the problem");
