@@ -305,6 +305,10 @@ TEST(FusedKernel, Fp8MatchesTheDequantisedReference) {
         {1000, 528, 1024, DType::kFP8E4M3, true, true, true, 256},
         {4096, 3584, 1024, DType::kFP8E4M3, true, true, true, kernels::fused::kPingpongTileN},
         {520, 272, 528, DType::kFP8E4M3, true, true, true, 256},
+        // Row-wise scales staged in shared memory a tile ahead of the consumers, in two slots
+        // (row_scale_epilogue.cuh): about ten tiles a CTA, each a single K step, which the epilogue warp
+        // outruns most.
+        {12288, 3584, 128, DType::kFP8E4M3, true, false, true, 256},
         // Row-wise scales applied before the reduce-scatter's sum, in each kind of tile: the cooperative
         // kernel's 256-wide (split, whole, ragged N), the ping-pong's, one-CTA clusters'.
         {256, 256, 4096, DType::kFP8E4M3, true, true, true, 256, true},
@@ -312,6 +316,8 @@ TEST(FusedKernel, Fp8MatchesTheDequantisedReference) {
         {4096, 3584, 1024, DType::kFP8E4M3, true, true, true, 256, true},
         {512, 272, 512, DType::kFP8E4M3, true, true, true, kernels::fused::kPingpongTileN, true},
         {384, 272, 512, DType::kFP8E4M3, true, true, true, kernels::fused::kOneRowTileN, true},
+        // ...about ten tiles a CTA, each a single K step.
+        {12288, 3584, 128, DType::kFP8E4M3, true, false, true, 256, true},
         // A bias added by the epilogue after the scales, tensor-wise and row-wise, in each kind of tile:
         // the ping-pong's, the cooperative kernel's (a split tail; ragged N forced), one-CTA clusters'.
         {1000, 528, 1024, DType::kFP8E4M3, true, true, false, 0, false, true},
@@ -468,6 +474,90 @@ TEST(FusedKernel, EveryInstantiationWaitsForItsRowsFlag) {
           ++n;
         }
     std::printf("%d instantiations waited for their rows\n", n);
+    cudaStreamDestroy(copier);
+    cudaStreamDestroy(s);
+    return 0;
+  });
+}
+
+// fp8's row-wise instantiations (the cooperative kernel's, one-CTA clusters', the ping-pong's) as the
+// all-gather's GEMM of two "ranks", as above, with A's row scales gathered like its rows: the scales of
+// rows [M/2, M) are wrong until the copy engine writes the right ones, with the rows, and raises their
+// flag. The cooperative kernel's epilogue warp reads a tile's scales a tile ahead of its stores
+// (row_scale_epilogue.cuh); it must wait for the flag too.
+TEST(FusedKernel, RowWiseScalesWaitForTheirRowsFlag) {
+  REQUIRE_GPUS(1);
+  RUN_RANKS(1, [](RankContext& ctx) {
+    auto comm = make_comm(ctx);
+    cudaStream_t s = nullptr, copier = nullptr;
+    RANK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    RANK_CUDA(cudaStreamCreateWithFlags(&copier, cudaStreamNonBlocking));
+    reference::Fp32Gemm fp32;
+    kernels::fused::load_fused_gemm_kernels();
+    constexpr int64_t N = 768, K = 512;
+    constexpr DType dt = DType::kFP8E4M3;
+    Buf flags(2 * kMaxChunksPerRank * sizeof(uint32_t)), epoch(sizeof(uint32_t));
+    for (const auto& [tile_n, M] : {std::pair<int, int64_t>{256, 1024}, {kernels::fused::kOneRowTileN, 128},
+                                   {kernels::fused::kPingpongTileN, 1024}}) {
+      const int64_t m = M / 2;
+      const uint64_t seed = next_case_seed();
+      const GenMatrix ga{seed, 0, 0}, gb{seed + 1, 0, 0};
+      Buf a(M * K), gathered(M * K), b(K * N), out(M * N * 2);
+      Buf scales(M * sizeof(float)), gathered_scales(M * sizeof(float)), col_scales(N * sizeof(float));
+      Buf a32(M * K * 4), b32(K * N * 4), ref(M * N * 4);
+      reference::fill(a.p, dt, M, K, false, ga, 0, 0, s);
+      reference::fill(gathered.p, dt, M, K, false, GenMatrix{seed + 2, 0, 0}, 0, 0, s);  // stale rows
+      reference::fill(b.p, dt, K, N, true, gb, 0, 0, s);
+      fill_row_scales<<<32, 256, 0, s>>>(scales.f(), M, 7);
+      fill_row_scales<<<32, 256, 0, s>>>(gathered_scales.f(), M, 3);  // stale scales
+      fill_row_scales<<<32, 256, 0, s>>>(col_scales.f(), N, 5);
+      RANK_CUDA(cudaGetLastError());
+      reference::fill_fp32_as(a32.f(), dt, M, K, ga, 0, 0, s);
+      reference::fill_fp32_as(b32.f(), dt, K, N, gb, 0, 0, s);
+      reference::scale(a32.f(), M, K, scales.f(), M, nullptr, 1, s);
+      reference::scale(b32.f(), K, N, nullptr, 1, col_scales.f(), N, s);
+      fp32.run(a32.f(), b32.f(), ref.f(), M, N, K, s);
+      reference::poison(out.p, M * N * 2, s);
+      const uint32_t one = 1;
+      RANK_CUDA(cudaMemsetAsync(flags.p, 0, 2 * kMaxChunksPerRank * sizeof(uint32_t), s));
+      RANK_CUDA(cudaMemcpyAsync(epoch.p, &one, sizeof(one), cudaMemcpyHostToDevice, s));
+      // This rank's rows' scales are in the gathered copy before the kernel, as the op puts them there.
+      RANK_CUDA(cudaMemcpyAsync(gathered_scales.p, scales.p, m * sizeof(float), cudaMemcpyDeviceToDevice, s));
+      if (M <= kernels::fused::kTileRows) {  // the one tile reads its local rows from the gathered buffer
+        RANK_CUDA(cudaMemcpyAsync(gathered.p, a.p, m * K, cudaMemcpyDeviceToDevice, s));
+        RANK_CUDA(cudaMemcpyAsync(flags.p, &one, sizeof(one), cudaMemcpyHostToDevice, s));
+      }
+      RANK_CUDA(cudaStreamSynchronize(s));
+
+      kernels::fused::FusedGemmArgs g;
+      g.dtype = Element::kFP8E4M3;
+      g.out = Element::kBF16;
+      g.b_layout = Layout::kColMajor;
+      g.M = M, g.N = N, g.K = K;
+      g.a = gathered.p, g.b = b.p, g.c = out.p;
+      g.a_local = a.p, g.local_begin = 0, g.local_end = m;
+      g.row_scales = gathered_scales.f(), g.col_scales = col_scales.f();
+      g.tile_n = tile_n;
+      g.chunks.flags = static_cast<const uint32_t*>(flags.p);
+      g.chunks.epoch = static_cast<const uint32_t*>(epoch.p);
+      g.chunks.flag_stride = kMaxChunksPerRank;
+      g.chunks.rows_per_rank = static_cast<int32_t>(m);
+      g.chunks.rows_per_chunk = static_cast<int32_t>(m);
+      g.chunks.wait = kernels::WaitContext{impl_of(*comm).fault, 20'000'000'000ull, 0};
+      algo::attach_grid(*comm, g, s);
+      kernels::fused::run_fused_gemm(g, s);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      const std::string what = "fp8 row-wise tiles 128x" + std::to_string(tile_n) + " M=" + std::to_string(M);
+      RANK_CHECK(cudaStreamQuery(s) == cudaErrorNotReady, what, ": the kernel finished before its rows' flag was raised");
+      RANK_CUDA(cudaMemcpyAsync(static_cast<char*>(gathered.p) + m * K, static_cast<const char*>(a.p) + m * K, m * K,
+                                cudaMemcpyDeviceToDevice, copier));
+      RANK_CUDA(cudaMemcpyAsync(gathered_scales.f() + m, scales.f() + m, m * sizeof(float), cudaMemcpyDeviceToDevice, copier));
+      RANK_CUDA(cudaMemcpyAsync(static_cast<uint32_t*>(flags.p) + kMaxChunksPerRank, epoch.p, sizeof(uint32_t),
+                                cudaMemcpyDeviceToDevice, copier));
+      const auto cmp = reference::compare(out.p, DType::kBF16, M, N, ref.f(), N, 0, 0, 1.0f,
+                                          reference::fast_accum_tolerance(DType::kBF16, 1, K), s);
+      RANK_CHECK(cmp.ok(), what, ": ", cmp.bad, " bad elements, max err ", cmp.max_abs_err, cmp.where());
+    }
     cudaStreamDestroy(copier);
     cudaStreamDestroy(s);
     return 0;

@@ -3,9 +3,8 @@
 // AsyncInputMainloop<Base> wraps a collective built by CUTLASS's CollectiveBuilder (Base, the
 // warp-specialized TMA + WGMMA mainloop) and changes only its producer side, in load():
 //  - before the first TMA load of a tile, the producer warp waits until every chunk of A rows the
-//    tile covers has landed: an acquire load of the chunk's flag (set by the copy engine that moved
-//    the chunk, after the data), bounded by the communicator's timeout, then `fence.proxy.async`, so
-//    that the TMA unit (the async proxy) reads what the flag announced;
+//    tile covers has landed (chunk_wait.cuh: the flag set by the copy engine that moved the chunk,
+//    after the data);
 //  - a tile whose rows all lie in this rank's own shard is read straight from the caller's tensor
 //    through a second TMA descriptor, so the GEMM starts before any copy of the shard exists. That
 //    descriptor addresses the shard alone, and the tile's rows are given to it relative to the shard
@@ -16,8 +15,7 @@
 #include <cute/tensor.hpp>
 #include <cutlass/cutlass.h>
 
-#include "kernels/fused/chunk_flags.h"
-#include "kernels/signal.cuh"
+#include "kernels/fused/chunk_wait.cuh"
 
 namespace asynctp::kernels::fused {
 
@@ -87,7 +85,7 @@ struct AsyncInputMainloop : Base {
     const int32_t row1 = min(row0 + kTileM, params.M);
     const bool local = row0 >= params.local_begin && row1 <= params.local_end;
     if (!local) {
-      if (params.chunks.flags != nullptr && row0 < row1) wait_for_rows(params.chunks, row0, row1);
+      if (params.chunks.flags != nullptr && row0 < row1) wait_for_chunk_rows(params.chunks, row0, row1);
       Base::load(params, pipeline, smem_pipe_write, load_inputs, blk_coord, k_tile_iter, k_tile_count, thread_idx,
                  block_rank_in_cluster, shared_tensors);
       return;
@@ -100,23 +98,6 @@ struct AsyncInputMainloop : Base {
                                cute::Step<cute::_1, X, cute::_1>{});
     Base::load(params.local, pipeline, smem_pipe_write, cute::make_tuple(gA, cute::get<1>(load_inputs)), blk_coord,
                k_tile_iter, k_tile_count, thread_idx, block_rank_in_cluster, shared_tensors);
-  }
-
- private:
-  // Every lane waits (the loads coalesce) and fences, so whichever lane Base elects to issue the TMA
-  // loads has itself acquired the flags.
-  CUTLASS_DEVICE static void wait_for_rows(ChunkFlags const& c, int32_t row0, int32_t row1) {
-    const uint32_t expected = *c.epoch;
-    for (int32_t r = row0; r < row1;) {
-      const int32_t rank = r / c.rows_per_rank;
-      const int32_t rank_row0 = rank * c.rows_per_rank;
-      const int32_t chunk = (r - rank_row0) / c.rows_per_chunk;
-      const int32_t index = rank * c.flag_stride + chunk;
-      wait_flag_sys</*kPrint=*/false>(c.flags + index, expected, rank, c.pad_index + index, c.wait);
-      r = min(rank_row0 + (chunk + 1) * c.rows_per_chunk, rank_row0 + c.rows_per_rank);
-    }
-    asm volatile("fence.proxy.async.global;" ::: "memory");
-    __syncwarp();
   }
 };
 

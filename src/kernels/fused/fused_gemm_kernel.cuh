@@ -8,9 +8,9 @@
 // problems of one tile row (docs/performance.md has its figures beside cuBLAS).
 // The two-rank reduce-scatter's instantiations (kReduceInEpilogue) also take a source C and wrap the
 // epilogue in reduce_scatter_epilogue.cuh; fp8's with row-wise scales (kRowScales) apply them in the
-// epilogue. Problems of a few rounds of tiles run CUTLASS's ping-pong kernel instead (kPingpong: a
-// tile per consumer warpgroup, 128 wide), the reduce-scatter's reduced in its epilogue
-// (pingpong_epilogue.cuh).
+// epilogue (row_scale_epilogue.cuh). Problems of a few rounds of tiles run CUTLASS's ping-pong kernel
+// instead (kPingpong: a tile per consumer warpgroup, 128 wide), the reduce-scatter's reduced in its
+// epilogue (pingpong_epilogue.cuh).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -36,6 +36,7 @@
 #include "kernels/fused/packed_stride.h"
 #include "kernels/fused/pingpong_epilogue.cuh"
 #include "kernels/fused/reduce_scatter_epilogue.cuh"
+#include "kernels/fused/row_scale_epilogue.cuh"
 #include "kernels/fused/row_window_epilogue.cuh"
 
 #if !defined(NDEBUG)
@@ -98,10 +99,9 @@ struct FusedGemmKernel {
   using TensorWiseBias =
       cutlass::epilogue::fusion::LinCombPerColBias<ElementD, float, BiasElement, ElementD, float, 16 / sizeof(BiasElement)>;
   using PlainFusion = std::conditional_t<kScaled, TensorWiseBias, LinearCombination>;
-  // Row-wise scales: D = col_scales[n] * (row_scales[m] * acc) + bias[n], the row's scale broadcast along
-  // N (read into registers), the column's scale and the bias along M (staged once per tile in shared
-  // memory; a null bias adds nothing), stored in subtiles 16 wide: with the automatic 32 the 256-wide
-  // tile's consumers spill a register.
+  // Row-wise scales in the ping-pong schedule, whose other warpgroup's mainloop hides its epilogue's loads:
+  // D = col_scales[n] * (row_scales[m] * acc) + bias[n], the row's scale broadcast along N (read into
+  // registers), the column's scale and the bias along M (staged in shared memory; a null bias adds nothing).
   using RowScaled = cutlass::epilogue::fusion::Sm90EVT<
       cutlass::epilogue::fusion::Sm90Compute<cutlass::homogeneous_multiply_add, ElementD, float,
                                              cutlass::FloatRoundStyle::round_to_nearest>,
@@ -122,14 +122,13 @@ struct FusedGemmKernel {
       ElementD, cutlass::layout::RowMajor, kAlignD,
       std::conditional_t<kPingpong, cutlass::epilogue::TmaWarpSpecialized, cutlass::epilogue::TmaWarpSpecializedCooperative>,
       Fusion>::CollectiveOp;
-  // The row-wise epilogue's subtiles: 16 wide for the cooperative 256-wide tile (see RowScaled); the
-  // ping-pong's one warpgroup per 128-wide tile takes CUTLASS's choice.
-  using RowScaledTile = std::conditional_t<kPingpong, cutlass::epilogue::collective::EpilogueTileAuto,
-                                           cute::Shape<cute::_128, cute::_16>>;
+  static constexpr bool kRowScaleInRegisters = kRowScales && !kPingpong;
+  using RowScaledEpilogue = std::conditional_t<kPingpong, RowWindowEpilogue<BuiltEpilogue<void, RowScaled>>,
+                                               RowScaleEpilogue<RowWindowEpilogue<BuiltEpilogue<void>>>>;
   using Epilogue = std::conditional_t<
       kReduceInEpilogue,
       ReduceScatterEpilogue<BuiltEpilogue<ElementD, LinearCombination>, BuiltEpilogue<void, LinearCombination>>,
-      std::conditional_t<kRowScales, RowWindowEpilogue<BuiltEpilogue<void, RowScaled, RowScaledTile>>,
+      std::conditional_t<kRowScales, RowScaledEpilogue,
                          std::conditional_t<kPingpongRs, PingpongEpilogue<BuiltEpilogue<void>, kScaled>,
                                             RowWindowEpilogue<BuiltEpilogue<void>>>>>;
 
@@ -152,9 +151,10 @@ struct FusedGemmKernel {
       MainloopSchedule>::CollectiveOp;
   using Mainloop = AsyncInputMainloop<BaseMainloop>;
 
-  // The scheduler's element is what it stages and reduces: the product's.
+  // The scheduler's element is what it stages and reduces: the product's. It scales an fp8 reduce-scatter's
+  // tiles, which the row-wise instantiations do not run: they compile none of that.
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
-                                                      AsyncInputSchedule<ElementD, kScaled>>;
+                                                      AsyncInputSchedule<ElementD, kScaled && !kRowScales>>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
 
@@ -283,7 +283,16 @@ cutlass_arguments(const FusedGemmArgs& a) {
   } else {
     // c holds rows [c_row0, c_row0 + rows) of the product: a reduce-scatter's rank's rows, or all.
     const int64_t rows = a.rs.rank >= 0 ? a.rs.rows_per_rank : a.M - a.c_row0;
-    if constexpr (kRowScales) {
+    if constexpr (K::kRowScaleInRegisters) {
+      args.epilogue.thread.alpha = 1.0f;
+      args.epilogue.thread.beta = 0.0f;
+      args.epilogue.thread.bias_ptr = static_cast<const typename K::BiasElement*>(a.bias);
+      args.epilogue.row_scales = a.row_scales;
+      args.epilogue.col_scales = a.col_scales;
+      args.epilogue.chunks = a.chunks;
+      args.epilogue.local_begin = static_cast<int32_t>(ml.local_begin);
+      args.epilogue.local_end = static_cast<int32_t>(ml.local_end);
+    } else if constexpr (kRowScales) {
       // {column scales (along N), {row scales (along M), acc, multiply}, bias (along M), multiply-add}:
       // see RowScaled.
       args.epilogue.thread = {{a.col_scales, 0.0f, {}},

@@ -10,6 +10,7 @@
 #include <cutlass/cutlass.h>
 #include <cutlass/fast_math.h>
 
+#include "kernels/fused/accumulator_places.cuh"
 #include "kernels/fused/reduce_scatter_tiles.h"
 #include "kernels/fused/tile_trace.h"
 #include "kernels/signal.cuh"
@@ -27,65 +28,22 @@ CUTLASS_DEVICE void unpack_pair(uint32_t word, float& lo, float& hi) {
   hi = static_cast<float>(Element::bitcast(static_cast<uint16_t>(word >> 16)));
 }
 
-// Calls f(mm, nn, g, pair) for each 8-column group g of each MMA (mm, nn) of a thread's accumulators
-// of the tile `n_idx` tiles along N, `pair` the index of the column pair (2 * pair, 2 * pair + 1) the
-// thread holds there. `cols` is even; columns past it (zeros) get the last pair's index.
-// The accumulators are a WGMMA D fragment, ((2, 2, N / 8), MMA_M, MMA_N) a thread: in an 8-column
-// group v2, a warp's lane holds columns 2 * (lane % 4) + v0 of rows lane / 4 + 8 * v1 of the warp's
-// 16 (PTX ISA, wgmma's D fragments), the `threads` / 128 warpgroups of the tiled MMA hold 64-row slices
-// of the tile in turn, and MMA_M and MMA_N repeat that over the tile. Each pair's index is clamped,
-// not tested: with a test against `cols` on each pair the consumers went past their registers, and
-// ptxas spilled.
-template <class FrgTensorC, class F>
-CUTLASS_DEVICE void for_each_column_pair(int32_t n_idx, int32_t cols, FrgTensorC const& accumulators, F&& f) {
-  using Values = decltype(cute::shape<0>(accumulators));
-  static_assert(cute::rank(Values{}) == 3 && cute::size<0>(Values{}) == 2 && cute::size<1>(Values{}) == 2,
-                "a WGMMA accumulator fragment: ((2, 2, N / 8), MMA_M, MMA_N)");
-  constexpr int kGroups = cute::size<2>(Values{});  // 8-column groups of an MMA atom
-  constexpr int kMmaM = decltype(cute::size<1>(accumulators))::value;
-  constexpr int kMmaN = decltype(cute::size<2>(accumulators))::value;
-  const int32_t col0 = n_idx * kMmaN * kGroups * 8;
-  const int32_t col_in_group = 2 * (static_cast<int32_t>(threadIdx.x) % 4);  // lane % 4: 128 divides threads
-  const int32_t last_pair = cols / 2 - 1;
-  CUTLASS_PRAGMA_UNROLL
-  for (int mm = 0; mm < kMmaM; ++mm) {
-    CUTLASS_PRAGMA_UNROLL
-    for (int nn = 0; nn < kMmaN; ++nn) {
-      CUTLASS_PRAGMA_UNROLL
-      for (int g = 0; g < kGroups; ++g) f(mm, nn, g, min((col0 + (nn * kGroups + g) * 8 + col_in_group) / 2, last_pair));
-    }
-  }
-}
-
 // Multiplies each value of the tile whose first row is `row0`, `n_idx` tiles along N, by its row's and
 // its column's scale (`cols` of them, on an 8-byte boundary: fp8's N is a multiple of 16, the scaled
-// ops' scales 16-byte aligned). A thread's place in the tiled MMA is threadIdx.x % threads, as
-// CUTLASS's kernels take it: in the cooperative kernel the first consumer warpgroup (threads 128-255)
-// holds the second 64-row slice. Each thread reads its 2 rows' scales and its columns' (a quarter of
-// the tile's, in pairs) through L1.
+// ops' scales 16-byte aligned). Each thread reads its 2 rows' scales and its columns' (a quarter of
+// the tile's, in pairs) through L1 (accumulator_places.cuh).
 template <class FrgTensorC>
 CUTLASS_DEVICE void scale_rows_and_columns(const float* row_scales, const float* col_scales, int32_t row0, int32_t n_idx,
                                            int32_t cols, FrgTensorC& accumulators, uint32_t threads) {
-  const uint32_t mma_thread = threadIdx.x % threads;
-  const int32_t warpgroups = static_cast<int32_t>(threads / cutlass::NumThreadsPerWarpGroup);
-  const int32_t warpgroup = static_cast<int32_t>(mma_thread / cutlass::NumThreadsPerWarpGroup);
-  const int32_t in_group = static_cast<int32_t>(mma_thread % cutlass::NumThreadsPerWarpGroup);
-  const int32_t row_in_slice = in_group / 32 * 16 + in_group % 32 / 4;
   constexpr int kMmaM = decltype(cute::size<1>(accumulators))::value;
   float top[kMmaM], bottom[kMmaM];  // the thread's 2 rows' scales in each MMA along M
   CUTLASS_PRAGMA_UNROLL
   for (int mm = 0; mm < kMmaM; ++mm) {
-    const int32_t row = row0 + (mm * warpgroups + warpgroup) * 64 + row_in_slice;
+    const int32_t row = row0 + accumulator_row<FrgTensorC>(threadIdx.x, threads, mm);
     top[mm] = __ldg(row_scales + row), bottom[mm] = __ldg(row_scales + row + 8);
   }
   const float2* pairs = reinterpret_cast<const float2*>(col_scales);
-  for_each_column_pair(n_idx, cols, accumulators, [&](int mm, int nn, int g, int32_t pair) {
-    const float2 c = __ldg(pairs + pair);
-    accumulators(cute::make_coord(cute::make_coord(0, 0, g), mm, nn)) *= top[mm] * c.x;
-    accumulators(cute::make_coord(cute::make_coord(1, 0, g), mm, nn)) *= top[mm] * c.y;
-    accumulators(cute::make_coord(cute::make_coord(0, 1, g), mm, nn)) *= bottom[mm] * c.x;
-    accumulators(cute::make_coord(cute::make_coord(1, 1, g), mm, nn)) *= bottom[mm] * c.y;
-  });
+  scale_by_rows_and_columns(threadIdx.x, accumulators, top, bottom, n_idx, cols, [&](int32_t pair) { return __ldg(pairs + pair); });
 }
 
 // Adds its column's bias (`cols` values of Element, two a word) to each value of the tile `n_idx`
@@ -93,7 +51,7 @@ CUTLASS_DEVICE void scale_rows_and_columns(const float* row_scales, const float*
 template <class Element, class FrgTensorC>
 CUTLASS_DEVICE void add_column_bias(const void* bias, int32_t n_idx, int32_t cols, FrgTensorC& accumulators) {
   const uint32_t* pairs = static_cast<const uint32_t*>(bias);
-  for_each_column_pair(n_idx, cols, accumulators, [&](int mm, int nn, int g, int32_t pair) {
+  for_each_column_pair(threadIdx.x, n_idx, cols, accumulators, [&](int mm, int nn, int g, int32_t pair) {
     float lo, hi;
     unpack_pair<Element>(__ldg(pairs + pair), lo, hi);
     accumulators(cute::make_coord(cute::make_coord(0, 0, g), mm, nn)) += lo;
