@@ -9,7 +9,7 @@
 // after the flags of the tile's rows (chunk_wait.cuh: an all-gather's row scales arrive with their
 // rows). So no consumer waits on global memory between its mainloop and its stores: read there (by
 // CUTLASS's visitor-tree broadcasts, in subtiles 16 wide, as 32 spilled), the scales cost the 128 x 256
-// kernel 2.6% more cycles than its tensor-wise form at 8192^3, and 1.2% read here (docs/performance.md).
+// kernel 2.7% more cycles than its tensor-wise form at 8192^3, and 1.2% read here (docs/performance.md).
 //
 // The slots are handed over through named barriers, two per slot: `full` (the epilogue warp arrives
 // once it has written a slot, the consumers wait) and `empty` (the consumers arrive once they have
@@ -33,7 +33,7 @@ class RowScaleEpilogue : public Base {
   using TileShape = typename Base::CtaTileMNK;
   static constexpr int kTileM = cute::size<0>(TileShape{});
   static constexpr int kTileN = cute::size<1>(TileShape{});
-  static_assert(kTileM % 128 == 0 && kTileN % 128 == 0, "the epilogue warp reads the scales in float4s, 32 lanes at a time");
+  static_assert(kTileM % 128 == 0 && kTileN % 128 == 0, "the epilogue warp copies the scales 16 bytes a lane, 32 lanes at a time");
 
   struct Arguments : Base::Arguments {
     const float* row_scales = nullptr;  // M of them: an all-gather's, gathered with A's rows
@@ -96,7 +96,8 @@ class RowScaleEpilogue : public Base {
     if (!local && params_.chunks.flags != nullptr) wait_for_chunk_rows(params_.chunks, row0, row1);
     // Straight from global to shared memory (cp.async), 16 bytes a copy: the epilogue warp has 40
     // registers (setmaxnreg), too few to hold the values on their way. Bytes past the last row or
-    // column are filled with zeros.
+    // column are filled with zeros. The lane is read here (opaque_thread_index): taken from the
+    // kernel's thread_idx, the compiler shared its arithmetic with the consumers', and ptxas spilled.
     stage(shared_tensors.slots[slot], params_.row_scales, params_.col_scales, row0, col0, M, N,
           opaque_thread_index() % cutlass::NumThreadsPerWarp);
     wait_for_copies();
