@@ -399,6 +399,40 @@ TEST(FusedKernel, Fp8MatchesTheDequantisedReference) {
   });
 }
 
+// The two "ranks" of the tests below: rows [0, m) of A are this rank's own (read from a_local), rows
+// [m, 2m) the peer's one chunk, in place once its flag (flags[kMaxChunksPerRank]) reaches the epoch, 1.
+struct TwoRankFlags {
+  Buf flags{2 * kMaxChunksPerRank * sizeof(uint32_t)}, epoch{sizeof(uint32_t)};
+
+  void reset(cudaStream_t s) {
+    static const uint32_t one = 1;
+    RANK_CUDA(cudaMemsetAsync(flags.p, 0, 2 * kMaxChunksPerRank * sizeof(uint32_t), s));
+    RANK_CUDA(cudaMemcpyAsync(epoch.p, &one, sizeof(one), cudaMemcpyHostToDevice, s));
+  }
+  // This rank's own chunk in the gathered buffer, as the op has it there for a tile that holds both.
+  void raise_own(cudaStream_t s) { RANK_CUDA(cudaMemcpyAsync(flags.p, epoch.p, sizeof(uint32_t), cudaMemcpyDeviceToDevice, s)); }
+  void raise_peer(cudaStream_t s) {
+    RANK_CUDA(cudaMemcpyAsync(static_cast<uint32_t*>(flags.p) + kMaxChunksPerRank, epoch.p, sizeof(uint32_t),
+                              cudaMemcpyDeviceToDevice, s));
+  }
+  // Launches `g` (A, B, C and the tile set) on these flags, and checks that it is still running, waiting
+  // for the peer's rows, 50 ms on.
+  void launch_waiting(Communicator& comm, kernels::fused::FusedGemmArgs& g, const void* a_local, int64_t m,
+                      const std::string& what, cudaStream_t s) {
+    g.a_local = a_local, g.local_begin = 0, g.local_end = m;
+    g.chunks.flags = static_cast<const uint32_t*>(flags.p);
+    g.chunks.epoch = static_cast<const uint32_t*>(epoch.p);
+    g.chunks.flag_stride = kMaxChunksPerRank;
+    g.chunks.rows_per_rank = static_cast<int32_t>(m);
+    g.chunks.rows_per_chunk = static_cast<int32_t>(m);
+    g.chunks.wait = kernels::WaitContext{impl_of(comm).fault, 20'000'000'000ull, 0};
+    algo::attach_grid(comm, g, s);
+    kernels::fused::run_fused_gemm(g, s);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    RANK_CHECK(cudaStreamQuery(s) == cudaErrorNotReady, what, ": the kernel finished before its rows' flag was raised");
+  }
+};
+
 // Every 16-bit instantiation (dtype, B layout, tile width, and the ping-pong schedule's), as the
 // all-gather's GEMM of two "ranks" on one GPU: rows [0, M/2) are local; rows [M/2, M) hold stale values
 // until, well after the launch, a copy engine writes the right ones and then raises their flag
@@ -415,7 +449,7 @@ TEST(FusedKernel, EveryInstantiationWaitsForItsRowsFlag) {
     reference::Fp32Gemm fp32;
     kernels::fused::load_fused_gemm_kernels();
     constexpr int64_t N = 768, K = 512;
-    Buf flags(2 * kMaxChunksPerRank * sizeof(uint32_t)), epoch(sizeof(uint32_t));
+    TwoRankFlags two;
     int n = 0;
     for (DType dt : {DType::kBF16, DType::kFP16})
       for (bool col : {false, true})
@@ -434,14 +468,12 @@ TEST(FusedKernel, EveryInstantiationWaitsForItsRowsFlag) {
           reference::fill_fp32(b32.f(), K, N, GenMatrix{7, 0, 0}, 0, 0, s);
           fp32.run(a32.f(), b32.f(), ref.f(), M, N, K, s);
           reference::poison(out.p, M * N * es, s);
-          const uint32_t one = 1;
-          RANK_CUDA(cudaMemsetAsync(flags.p, 0, 2 * kMaxChunksPerRank * sizeof(uint32_t), s));
-          RANK_CUDA(cudaMemcpyAsync(epoch.p, &one, sizeof(one), cudaMemcpyHostToDevice, s));
+          two.reset(s);
           if (M <= kernels::fused::kTileRows) {
             // The one tile holds both halves, so it reads the local rows from the gathered buffer too,
             // after their flag, as the op has them there (its own shard copied in, its flag raised).
             RANK_CUDA(cudaMemcpyAsync(gathered.p, a.p, m * K * es, cudaMemcpyDeviceToDevice, s));
-            RANK_CUDA(cudaMemcpyAsync(flags.p, &one, sizeof(one), cudaMemcpyHostToDevice, s));
+            two.raise_own(s);
           }
           RANK_CUDA(cudaStreamSynchronize(s));
 
@@ -450,25 +482,14 @@ TEST(FusedKernel, EveryInstantiationWaitsForItsRowsFlag) {
           g.b_layout = col ? Layout::kColMajor : Layout::kRowMajor;
           g.M = M, g.N = N, g.K = K;
           g.a = gathered.p, g.b = b.p, g.c = out.p;
-          g.a_local = a.p, g.local_begin = 0, g.local_end = m;
           g.tile_n = tile_n;
-          g.chunks.flags = static_cast<const uint32_t*>(flags.p);
-          g.chunks.epoch = static_cast<const uint32_t*>(epoch.p);
-          g.chunks.flag_stride = kMaxChunksPerRank;
-          g.chunks.rows_per_rank = static_cast<int32_t>(m);
-          g.chunks.rows_per_chunk = static_cast<int32_t>(m);
-          g.chunks.wait = kernels::WaitContext{impl_of(*comm).fault, 20'000'000'000ull, 0};
-          algo::attach_grid(*comm, g, s);
-          kernels::fused::run_fused_gemm(g, s);
-          std::this_thread::sleep_for(std::chrono::milliseconds(50));
           const std::string what = std::string(dtype_name(dt)) + (col ? " B=col" : " B=row") + " tiles 128x" +
                                    std::to_string(tile_n) + (M > kernels::fused::kTileRows && tile_n == 128 ? " ping-pong" : "");
-          RANK_CHECK(cudaStreamQuery(s) == cudaErrorNotReady, what, ": the kernel finished before its rows' flag was raised");
+          two.launch_waiting(*comm, g, a.p, m, what, s);
           const char* src = static_cast<const char*>(a.p) + m * K * es;
           char* dst = static_cast<char*>(gathered.p) + m * K * es;
           RANK_CUDA(cudaMemcpyAsync(dst, src, m * K * es, cudaMemcpyDeviceToDevice, copier));
-          RANK_CUDA(cudaMemcpyAsync(static_cast<uint32_t*>(flags.p) + kMaxChunksPerRank, epoch.p, sizeof(uint32_t),
-                                    cudaMemcpyDeviceToDevice, copier));
+          two.raise_peer(copier);
           const auto cmp = reference::compare(out.p, dt, M, N, ref.f(), N, 0, 0, 1.0f, reference::tolerance(dt, 1), s);
           RANK_CHECK(cmp.ok(), what, ": ", cmp.bad, " bad elements, max err ", cmp.max_abs_err, cmp.where());
           ++n;
@@ -496,7 +517,7 @@ TEST(FusedKernel, RowWiseScalesWaitForTheirRowsFlag) {
     kernels::fused::load_fused_gemm_kernels();
     constexpr int64_t N = 768, K = 512;
     constexpr DType dt = DType::kFP8E4M3;
-    Buf flags(2 * kMaxChunksPerRank * sizeof(uint32_t)), epoch(sizeof(uint32_t));
+    TwoRankFlags two;
     for (const auto& [tile_n, M] : {std::pair<int, int64_t>{256, 1024}, {kernels::fused::kOneRowTileN, 128},
                                    {kernels::fused::kPingpongTileN, 1024}}) {
       const int64_t m = M / 2;
@@ -518,14 +539,12 @@ TEST(FusedKernel, RowWiseScalesWaitForTheirRowsFlag) {
       reference::scale(b32.f(), K, N, nullptr, 1, col_scales.f(), N, s);
       fp32.run(a32.f(), b32.f(), ref.f(), M, N, K, s);
       reference::poison(out.p, M * N * 2, s);
-      const uint32_t one = 1;
-      RANK_CUDA(cudaMemsetAsync(flags.p, 0, 2 * kMaxChunksPerRank * sizeof(uint32_t), s));
-      RANK_CUDA(cudaMemcpyAsync(epoch.p, &one, sizeof(one), cudaMemcpyHostToDevice, s));
+      two.reset(s);
       // This rank's rows' scales are in the gathered copy before the kernel, as the op puts them there.
       RANK_CUDA(cudaMemcpyAsync(gathered_scales.p, scales.p, m * sizeof(float), cudaMemcpyDeviceToDevice, s));
       if (M <= kernels::fused::kTileRows) {  // the one tile reads its local rows from the gathered buffer
         RANK_CUDA(cudaMemcpyAsync(gathered.p, a.p, m * K, cudaMemcpyDeviceToDevice, s));
-        RANK_CUDA(cudaMemcpyAsync(flags.p, &one, sizeof(one), cudaMemcpyHostToDevice, s));
+        two.raise_own(s);
       }
       RANK_CUDA(cudaStreamSynchronize(s));
 
@@ -535,28 +554,17 @@ TEST(FusedKernel, RowWiseScalesWaitForTheirRowsFlag) {
       g.b_layout = Layout::kColMajor;
       g.M = M, g.N = N, g.K = K;
       g.a = gathered.p, g.b = b.p, g.c = out.p;
-      g.a_local = a.p, g.local_begin = 0, g.local_end = m;
       g.row_scales = gathered_scales.f(), g.col_scales = col_scales.f();
       g.tile_n = tile_n;
-      g.chunks.flags = static_cast<const uint32_t*>(flags.p);
-      g.chunks.epoch = static_cast<const uint32_t*>(epoch.p);
-      g.chunks.flag_stride = kMaxChunksPerRank;
-      g.chunks.rows_per_rank = static_cast<int32_t>(m);
-      g.chunks.rows_per_chunk = static_cast<int32_t>(m);
-      g.chunks.wait = kernels::WaitContext{impl_of(*comm).fault, 20'000'000'000ull, 0};
-      algo::attach_grid(*comm, g, s);
-      kernels::fused::run_fused_gemm(g, s);
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      const std::string what = "fp8 row-wise tiles 128x" + std::to_string(tile_n) + " M=" + std::to_string(M);
-      RANK_CHECK(cudaStreamQuery(s) == cudaErrorNotReady, what, ": the kernel finished before its rows' flag was raised");
+      two.launch_waiting(*comm, g, a.p, m, "fp8 row-wise tiles 128x" + std::to_string(tile_n) + " M=" + std::to_string(M), s);
       RANK_CUDA(cudaMemcpyAsync(static_cast<char*>(gathered.p) + m * K, static_cast<const char*>(a.p) + m * K, m * K,
                                 cudaMemcpyDeviceToDevice, copier));
       RANK_CUDA(cudaMemcpyAsync(gathered_scales.f() + m, scales.f() + m, m * sizeof(float), cudaMemcpyDeviceToDevice, copier));
-      RANK_CUDA(cudaMemcpyAsync(static_cast<uint32_t*>(flags.p) + kMaxChunksPerRank, epoch.p, sizeof(uint32_t),
-                                cudaMemcpyDeviceToDevice, copier));
+      two.raise_peer(copier);
       const auto cmp = reference::compare(out.p, DType::kBF16, M, N, ref.f(), N, 0, 0, 1.0f,
                                           reference::fast_accum_tolerance(DType::kBF16, 1, K), s);
-      RANK_CHECK(cmp.ok(), what, ": ", cmp.bad, " bad elements, max err ", cmp.max_abs_err, cmp.where());
+      RANK_CHECK(cmp.ok(), "fp8 row-wise tiles 128x", tile_n, " M=", M, ": ", cmp.bad, " bad elements, max err ",
+                 cmp.max_abs_err, cmp.where());
     }
     cudaStreamDestroy(copier);
     cudaStreamDestroy(s);
