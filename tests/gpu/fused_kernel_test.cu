@@ -415,10 +415,10 @@ struct TwoRankFlags {
     RANK_CUDA(cudaMemcpyAsync(static_cast<uint32_t*>(flags.p) + kMaxChunksPerRank, epoch.p, sizeof(uint32_t),
                               cudaMemcpyDeviceToDevice, s));
   }
-  // Launches `g` (A, B, C and the tile set) on these flags, and checks that it is still running, waiting
-  // for the peer's rows, 50 ms on.
+  // Launches `g` (A, B, C and the tile set) on these flags, on `sms` SMs (0: the communicator's budget),
+  // and checks that it is still running, waiting for the peer's rows, 50 ms on.
   void launch_waiting(Communicator& comm, kernels::fused::FusedGemmArgs& g, const void* a_local, int64_t m,
-                      const std::string& what, cudaStream_t s) {
+                      const std::string& what, cudaStream_t s, int sms = 0) {
     g.a_local = a_local, g.local_begin = 0, g.local_end = m;
     g.chunks.flags = static_cast<const uint32_t*>(flags.p);
     g.chunks.epoch = static_cast<const uint32_t*>(epoch.p);
@@ -427,6 +427,7 @@ struct TwoRankFlags {
     g.chunks.rows_per_chunk = static_cast<int32_t>(m);
     g.chunks.wait = kernels::WaitContext{impl_of(comm).fault, 20'000'000'000ull, 0};
     algo::attach_grid(comm, g, s);
+    if (sms > 0) g.sms = sms;
     kernels::fused::run_fused_gemm(g, s);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     RANK_CHECK(cudaStreamQuery(s) == cudaErrorNotReady, what, ": the kernel finished before its rows' flag was raised");
@@ -505,7 +506,8 @@ TEST(FusedKernel, EveryInstantiationWaitsForItsRowsFlag) {
 // all-gather's GEMM of two "ranks", as above, with A's row scales gathered like its rows: the scales of
 // rows [M/2, M) are wrong until the copy engine writes the right ones, with the rows, and raises their
 // flag. The cooperative kernel's epilogue warp reads a tile's scales a tile ahead of its stores
-// (row_scale_epilogue.cuh); it must wait for the flag too.
+// (row_scale_epilogue.cuh); it must wait for the flag too. On two SMs, every CTA walks its own tiles
+// and then the peer's, so the epilogue warp comes to a peer's tile while the mainloop still waits.
 TEST(FusedKernel, RowWiseScalesWaitForTheirRowsFlag) {
   REQUIRE_GPUS(1);
   RUN_RANKS(1, [](RankContext& ctx) {
@@ -556,7 +558,8 @@ TEST(FusedKernel, RowWiseScalesWaitForTheirRowsFlag) {
       g.a = gathered.p, g.b = b.p, g.c = out.p;
       g.row_scales = gathered_scales.f(), g.col_scales = col_scales.f();
       g.tile_n = tile_n;
-      two.launch_waiting(*comm, g, a.p, m, "fp8 row-wise tiles 128x" + std::to_string(tile_n) + " M=" + std::to_string(M), s);
+      two.launch_waiting(*comm, g, a.p, m, "fp8 row-wise tiles 128x" + std::to_string(tile_n) + " M=" + std::to_string(M), s,
+                         /*sms=*/2);
       RANK_CUDA(cudaMemcpyAsync(static_cast<char*>(gathered.p) + m * K, static_cast<const char*>(a.p) + m * K, m * K,
                                 cudaMemcpyDeviceToDevice, copier));
       RANK_CUDA(cudaMemcpyAsync(gathered_scales.f() + m, scales.f() + m, m * sizeof(float), cudaMemcpyDeviceToDevice, copier));
