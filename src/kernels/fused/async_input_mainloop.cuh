@@ -9,7 +9,8 @@
 //    through a second TMA descriptor, so the GEMM starts before any copy of the shard exists. That
 //    descriptor addresses the shard alone, and the tile's rows are given to it relative to the shard
 //    (one that started before the shard, to be indexed by A's rows, could fault: docs/design/fused_all_gather_matmul.md).
-// The consumer side (WGMMA, the pipeline, the epilogue) is Base's, untouched.
+// The consumer side (WGMMA, the pipeline, the epilogue) is Base's; mma() only hands Base's loop its
+// pipeline position and trip count as warp-uniform values.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -73,6 +74,26 @@ struct AsyncInputMainloop : Base {
   CUTLASS_DEVICE static void prefetch_tma_descriptors(Params const& params) {
     Base::prefetch_tma_descriptors(params);
     if (params.local_end > params.local_begin) Base::prefetch_tma_descriptors(params.local);
+  }
+
+  // Lane 0's value, which the compiler then knows is the same in every lane: the whole warp calls these.
+  CUTLASS_DEVICE static int warp_uniform(int value) { return __shfl_sync(0xffffffffu, value, 0); }
+  // The stage and phase only: the count is not read by Base's loops, and a copy of it costs a register.
+  CUTLASS_DEVICE static PipelineState warp_uniform(PipelineState state) {
+    return PipelineState(warp_uniform(state.index()), static_cast<uint32_t>(warp_uniform(static_cast<int>(state.phase()))),
+                         state.count());
+  }
+
+  // Consumer warpgroups: Base's mainloop, given its pipeline position and trip count as values the
+  // compiler can see are warp-uniform (broadcast from lane 0). Derived from the kernel's own state,
+  // they sit in per-thread registers, and every WGMMA descriptor of the loop was rebuilt there and
+  // moved to uniform registers one word at a time (four R2UR per WGMMA); as uniform values, the
+  // descriptors are computed in the uniform datapath.
+  template <class FrgTensorC>
+  CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState smem_pipe_read, FrgTensorC& accum, int k_tile_count,
+                          int thread_idx, TensorStorage& shared_tensors, Params const& params) {
+    Base::mma(pipeline, warp_uniform(smem_pipe_read), accum, warp_uniform(k_tile_count), thread_idx, shared_tensors,
+              params);
   }
 
   // Producer warp: wait for the tile's rows, then Base's TMA loads from the right descriptor.
