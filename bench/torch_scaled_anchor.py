@@ -4,7 +4,10 @@ at the seed shapes, 8192x8192x8192 and 16384x4096x14336 (MxNxK, A gathered along
 an nn.Linear-style [N, K] weight), tensor-wise fp32 scales, bf16 output, use_fast_accum. GPU µs: the
 median of 30 event-timed calls, each started on idle GPUs after a barrier.
 
-    torchrun --nproc-per-node 1 bench/torch_scaled_anchor.py
+    PYTHONPATH=python torchrun --nproc-per-node 1 bench/torch_scaled_anchor.py
+
+(compare_torch.py, whose timing helpers it uses, imports the asynctp package: PYTHONPATH=python, or the
+package installed.)
 """
 
 import os
