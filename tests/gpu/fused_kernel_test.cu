@@ -401,8 +401,22 @@ TEST(FusedKernel, Fp8MatchesTheDequantisedReference) {
 
 // The two "ranks" of the tests below: rows [0, m) of A are this rank's own (read from a_local), rows
 // [m, 2m) the peer's one chunk, in place once its flag (flags[kMaxChunksPerRank]) reaches the epoch, 1.
+// It also holds the test's two streams: `s` for the kernel, `copier` for the peer's rows and flag.
 struct TwoRankFlags {
   Buf flags{2 * kMaxChunksPerRank * sizeof(uint32_t)}, epoch{sizeof(uint32_t)};
+  cudaStream_t s = nullptr, copier = nullptr;
+
+  TwoRankFlags() {
+    RANK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    RANK_CUDA(cudaStreamCreateWithFlags(&copier, cudaStreamNonBlocking));
+    kernels::fused::load_fused_gemm_kernels();
+  }
+  ~TwoRankFlags() {
+    cudaStreamDestroy(copier);
+    cudaStreamDestroy(s);
+  }
+  TwoRankFlags(const TwoRankFlags&) = delete;
+  TwoRankFlags& operator=(const TwoRankFlags&) = delete;
 
   void reset(cudaStream_t s) {
     static const uint32_t one = 1;
@@ -444,13 +458,10 @@ TEST(FusedKernel, EveryInstantiationWaitsForItsRowsFlag) {
   REQUIRE_GPUS(1);
   RUN_RANKS(1, [](RankContext& ctx) {
     auto comm = make_comm(ctx);
-    cudaStream_t s = nullptr, copier = nullptr;
-    RANK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    RANK_CUDA(cudaStreamCreateWithFlags(&copier, cudaStreamNonBlocking));
-    reference::Fp32Gemm fp32;
-    kernels::fused::load_fused_gemm_kernels();
-    constexpr int64_t N = 768, K = 512;
     TwoRankFlags two;
+    cudaStream_t s = two.s, copier = two.copier;
+    reference::Fp32Gemm fp32;
+    constexpr int64_t N = 768, K = 512;
     int n = 0;
     for (DType dt : {DType::kBF16, DType::kFP16})
       for (bool col : {false, true})
@@ -496,8 +507,6 @@ TEST(FusedKernel, EveryInstantiationWaitsForItsRowsFlag) {
           ++n;
         }
     std::printf("%d instantiations waited for their rows\n", n);
-    cudaStreamDestroy(copier);
-    cudaStreamDestroy(s);
     return 0;
   });
 }
@@ -512,14 +521,11 @@ TEST(FusedKernel, RowWiseScalesWaitForTheirRowsFlag) {
   REQUIRE_GPUS(1);
   RUN_RANKS(1, [](RankContext& ctx) {
     auto comm = make_comm(ctx);
-    cudaStream_t s = nullptr, copier = nullptr;
-    RANK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    RANK_CUDA(cudaStreamCreateWithFlags(&copier, cudaStreamNonBlocking));
+    TwoRankFlags two;
+    cudaStream_t s = two.s, copier = two.copier;
     reference::Fp32Gemm fp32;
-    kernels::fused::load_fused_gemm_kernels();
     constexpr int64_t N = 768, K = 512;
     constexpr DType dt = DType::kFP8E4M3;
-    TwoRankFlags two;
     for (const auto& [tile_n, M] : {std::pair<int, int64_t>{256, 1024}, {kernels::fused::kOneRowTileN, 128},
                                    {kernels::fused::kPingpongTileN, 1024}}) {
       const int64_t m = M / 2;
@@ -569,8 +575,6 @@ TEST(FusedKernel, RowWiseScalesWaitForTheirRowsFlag) {
       RANK_CHECK(cmp.ok(), "fp8 row-wise tiles 128x", tile_n, " M=", M, ": ", cmp.bad, " bad elements, max err ",
                  cmp.max_abs_err, cmp.where());
     }
-    cudaStreamDestroy(copier);
-    cudaStreamDestroy(s);
     return 0;
   });
 }
