@@ -31,7 +31,6 @@ CUTLASS_HOST_DEVICE constexpr void check_wgmma_fragment() {
 }
 
 // The tile row of the thread's upper value (v1 = 0) in MMA `mm` along M; the lower one is 8 rows on.
-template <class FrgTensorC>
 CUTLASS_DEVICE int32_t accumulator_row(uint32_t tid, uint32_t threads, int mm) {
   const uint32_t mma_thread = tid % threads;
   const int32_t warpgroups = static_cast<int32_t>(threads / cutlass::NumThreadsPerWarpGroup);

@@ -39,7 +39,7 @@ CUTLASS_DEVICE void scale_rows_and_columns(const float* row_scales, const float*
   float top[kMmaM], bottom[kMmaM];  // the thread's 2 rows' scales in each MMA along M
   CUTLASS_PRAGMA_UNROLL
   for (int mm = 0; mm < kMmaM; ++mm) {
-    const int32_t row = row0 + accumulator_row<FrgTensorC>(threadIdx.x, threads, mm);
+    const int32_t row = row0 + accumulator_row(threadIdx.x, threads, mm);
     top[mm] = __ldg(row_scales + row), bottom[mm] = __ldg(row_scales + row + 8);
   }
   const float2* pairs = reinterpret_cast<const float2*>(col_scales);

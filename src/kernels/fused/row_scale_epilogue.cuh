@@ -138,7 +138,7 @@ class RowScaleEpilogue : public Base {
     float top[kMmaM], bottom[kMmaM];
     CUTLASS_PRAGMA_UNROLL
     for (int mm = 0; mm < kMmaM; ++mm) {
-      const int32_t row = accumulator_row<decltype(accumulators)>(tid, kConsumerThreads, mm);
+      const int32_t row = accumulator_row(tid, kConsumerThreads, mm);
       top[mm] = s.rows[row], bottom[mm] = s.rows[row + 8];
     }
     const float2* pairs = reinterpret_cast<const float2*>(s.cols);
