@@ -77,7 +77,8 @@ int fused_results_under_the_knobs(RankContext& ctx) {
 
 TEST(FusedOps, EveryMeasurementKnobKeepsTheResultsRight) {
   for (const auto& [name, value] : std::vector<std::pair<const char*, const char*>>{
-           {"ASYNCTP_FUSED_TILE_N", "192"}, {"ASYNCTP_FUSED_TILE_N", "256"}, {"ASYNCTP_FUSED_TILE_N", "320"},
+           {"ASYNCTP_FUSED_TILE_N", "128"}, {"ASYNCTP_FUSED_TILE_N", "192"}, {"ASYNCTP_FUSED_TILE_N", "256"},
+           {"ASYNCTP_FUSED_TILE_N", "320"},
            {"ASYNCTP_FUSED_BAND_M", "1"},
            {"ASYNCTP_FUSED_BAND_M", "3"}, {"ASYNCTP_FUSED_MAX_SPLITS", "1"}, {"ASYNCTP_FUSED_MAX_SPLITS", "2"}}) {
     SCOPED_TRACE(detail::cat(name, "=", value));

@@ -1,5 +1,7 @@
 // The fused algorithm's host-side choices: the tile width per shape, the chunks per rank, and where the
 // reduce-scatter stages its tiles.
+#include <cstdlib>
+
 #include <gtest/gtest.h>
 
 #include "algo/fused.h"
@@ -335,6 +337,23 @@ TEST(FusedPlan, AReduceScatterTakesNarrowerTilesOnlyWhereItReducesInFixup) {
   EXPECT_EQ(algo::fused_rs_tile_n(2, DType::kBF16, 1024, 5120, 5120, 132), 192);
   EXPECT_EQ(algo::fused_rs_tile_n(1, DType::kBF16, 1024, 5120, 5120, 132), kernels::fused::kWideTileN);
   EXPECT_EQ(algo::fused_rs_tile_n(2, DType::kBF16, 16384, 8192, 4096, 132), 256);  // 4096 tiles: in the epilogue
+}
+
+// ASYNCTP_FUSED_TILE_N overrides a reduce-scatter's width where it reduces in fixup() and its rows a rank
+// are whole 2 x 1 clusters: 128 (the ping-pong schedule), 256, and 192 in 16 bits only.
+TEST(FusedPlan, AReduceScatterTakesTheForcedWidthWhereItReducesInFixup) {
+  using kernels::fused::reduce_scatter_tile_n;
+  ::setenv("ASYNCTP_FUSED_TILE_N", "128", 1);
+  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kFP8E4M3, 16384, 8192, 8192, 16384, 132), kernels::fused::kPingpongTileN);
+  EXPECT_EQ(reduce_scatter_tile_n(true, Element::kBF16, 16384, 8192, 8192, 8192, 132), 256);  // the epilogue's
+  ::setenv("ASYNCTP_FUSED_TILE_N", "256", 1);
+  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kBF16, 512, 5120, 5120, 256, 132), 256);
+  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kBF16, 256, 4096, 4096, 128, 132), kernels::fused::kOneRowTileN);
+  ::setenv("ASYNCTP_FUSED_TILE_N", "192", 1);
+  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kBF16, 16384, 8192, 8192, 8192, 132), 192);
+  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kFP8E4M3, 2048, 5120, 5120, 1024, 132), 256);  // fp8: its own
+  ::unsetenv("ASYNCTP_FUSED_TILE_N");
+  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kFP8E4M3, 16384, 8192, 8192, 16384, 132), 256);
 }
 
 TEST(FusedPlan, AReduceScatterOfAFewTilesTakesThePingpongScheduleAsAnAllGatherDoes) {
