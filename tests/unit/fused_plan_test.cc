@@ -1,6 +1,7 @@
 // The fused algorithm's host-side choices: the tile width per shape, the chunks per rank, and where the
 // reduce-scatter stages its tiles.
 #include <cstdlib>
+#include <utility>
 
 #include <gtest/gtest.h>
 
@@ -110,6 +111,25 @@ TEST(FusedPlan, TheWidestTilesTakeShapesTheyFitInFewerWholeRounds) {
   using kernels::fused::reduce_scatter_tile_n;
   EXPECT_EQ(reduce_scatter_tile_n(false, Element::kBF16, 1024, 5120, 5120, 1024, 132), kWideTileN);
   EXPECT_EQ(reduce_scatter_tile_n(false, Element::kBF16, 1024, 5120, 5120, 512, 132), 192);
+}
+
+// fp8 takes the ping-pong schedule at every size where K < kFp8PingpongBelowK, and 256-wide cooperative
+// tiles from there on beyond three cluster tiles a cluster; 16-bit problems are not affected.
+TEST(FusedPlan, Fp8TakesThePingpongScheduleAtEverySizeBelowItsK) {
+  using kernels::fused::kFp8PingpongBelowK;
+  using kernels::fused::kPingpongTileN;
+  using kernels::fused::tile_n_above_one_row;
+  constexpr Element kFP8 = Element::kFP8E4M3;
+  for (const auto& [M, N] : {std::pair<int64_t, int64_t>{16384, 8192}, {4096, 8192}, {8192, 3584}, {6144, 5120}}) {
+    for (const int64_t K : {int64_t{1024}, int64_t{4096}, kFp8PingpongBelowK - 16}) {
+      EXPECT_EQ(tile_n_above_one_row(M, N, K, 132, kFP8, kMaxTailSplits, true, true), kPingpongTileN) << M << "x" << N << "x" << K;
+    }
+    for (const int64_t K : {kFp8PingpongBelowK, int64_t{16384}}) {
+      EXPECT_EQ(tile_n_above_one_row(M, N, K, 132, kFP8, kMaxTailSplits, true, true), 256) << M << "x" << N << "x" << K;
+    }
+  }
+  EXPECT_EQ(tile_n_above_one_row(1024, 5120, 16384, 132, kFP8, kMaxTailSplits, true, true), kPingpongTileN);  // 160 tiles
+  EXPECT_NE(tile_n_above_one_row(16384, 8192, 4096, 132, Element::kBF16, kMaxTailSplits, true, true), kPingpongTileN);
 }
 
 TEST(FusedPlan, Cooperative192WideTilesTakeLessThanARoundSplitThreeWaysOrMore) {
@@ -322,7 +342,7 @@ TEST(FusedPlan, AReduceScatterTakesNarrowerTilesOnlyWhereItReducesInFixup) {
   // clusters, 54 192 wide: one round either way, 3/4 as long in 192.
   EXPECT_EQ(reduce_scatter_tile_n(false, Element::kBF16, 512, 5120, 5120, 256, 132), 192);
   EXPECT_EQ(reduce_scatter_tile_n(true, Element::kBF16, 512, 5120, 5120, 256, 132), 256);  // the epilogue's
-  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kFP8E4M3, 2048, 5120, 5120, 1024, 132), 256);
+  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kFP8E4M3, 2048, 5120, 8192, 1024, 132), 256);
   // 4096 x 3584 x 8192 on two ranks: 3.69 rounds 256 wide (the tail split 2 ways) against 5 192 wide.
   EXPECT_EQ(reduce_scatter_tile_n(false, Element::kBF16, 4096, 3584, 4096, 2048, 132), 256);
   // An odd number of tile rows a rank: 128-wide tiles in one-CTA clusters, in fp8 too.
@@ -351,7 +371,7 @@ TEST(FusedPlan, AReduceScatterTakesTheForcedWidthWhereItReducesInFixup) {
   EXPECT_EQ(reduce_scatter_tile_n(false, Element::kBF16, 256, 4096, 4096, 128, 132), kernels::fused::kOneRowTileN);
   ::setenv("ASYNCTP_FUSED_TILE_N", "192", 1);
   EXPECT_EQ(reduce_scatter_tile_n(false, Element::kBF16, 16384, 8192, 8192, 8192, 132), 192);
-  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kFP8E4M3, 2048, 5120, 5120, 1024, 132), 256);  // fp8: its own
+  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kFP8E4M3, 2048, 5120, 8192, 1024, 132), 256);  // fp8: its own
   ::unsetenv("ASYNCTP_FUSED_TILE_N");
   EXPECT_EQ(reduce_scatter_tile_n(false, Element::kFP8E4M3, 16384, 8192, 8192, 16384, 132), 256);
 }
@@ -369,10 +389,12 @@ TEST(FusedPlan, AReduceScatterOfAFewTilesTakesThePingpongScheduleAsAnAllGatherDo
   }
   EXPECT_EQ(reduce_scatter_tile_n(false, Element::kBF16, 256, 7168, 2048, 256, 132), kPingpongTileN);
   EXPECT_TRUE(kernels::fused::pingpong_takes(512, 4096, 132, Element::kBF16));
-  // fp8 up to three cluster tiles a cluster, as its all-gather: 512 x 5120 x 5120 (80), not 2048 rows (320).
+  // fp8 up to three cluster tiles a cluster, as its all-gather: 512 x 5120 x 5120 (80), not 2048 rows (320)
+  // but at K below kFp8PingpongBelowK.
   EXPECT_EQ(reduce_scatter_tile_n(false, Element::kFP8E4M3, 512, 4096, 4096, 256, 132), kPingpongTileN);
   EXPECT_EQ(reduce_scatter_tile_n(false, Element::kFP8E4M3, 512, 5120, 5120, 256, 132), kPingpongTileN);
-  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kFP8E4M3, 2048, 5120, 5120, 512, 132), 256);
+  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kFP8E4M3, 2048, 5120, 8192, 512, 132), 256);
+  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kFP8E4M3, 2048, 5120, 5120, 512, 132), kPingpongTileN);
   // Not: a round of 192-wide tiles split three ways goes first (256 x 4096 x 4096), more than a cluster
   // tile a cluster in 16 bits (512 x 5120 x 5120: 80), the epilogue's reduction, and an odd number of
   // tile rows a rank (one-CTA clusters, also 128 wide).

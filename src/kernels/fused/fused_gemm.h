@@ -84,7 +84,8 @@ int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits, bool w
 // The tile width of an M x N x K problem above one tile row that no one-CTA rule took, by the same rule
 // for both ops (an all-gather's launch and reduce_scatter_tile_n): in 16 bits 192 where
 // split_192_takes (unless `split_192_allowed` is false); then kPingpongTileN, the ping-pong schedule,
-// where pingpong_takes; else 256 in fp8 (no 192- or 320-wide fp8 tiles) and pick_tile_n's width in 16 bits.
+// where pingpong_takes, and in fp8 at any size where K < kFp8PingpongBelowK; else 256 in fp8 (no 192-
+// or 320-wide fp8 tiles) and pick_tile_n's width in 16 bits.
 int tile_n_above_one_row(int64_t M, int64_t N, int64_t K, int sms, Element dtype, int max_splits,
                          bool split_192_allowed, bool wide_allowed);
 
@@ -111,6 +112,12 @@ bool one_cta_takes(int64_t M, int64_t N, int sms, Element dtype);
 // tiles with their split tail; beyond, slower (docs/design/fused_all_gather_matmul.md, "The ping-pong
 // schedule for a few rounds of tiles").
 bool pingpong_takes(int64_t M, int64_t N, int sms, Element dtype);
+
+// fp8 runs the ping-pong schedule at every size where K is below this (a tile's mainloop of fewer than
+// 64 steps): there its epilogue, overlapped with the other warpgroup's mainloop, saves more than its
+// 128 x 128 tiles' extra L2 traffic costs in clock (one H200: 5-18% less time at K of 1024 to 5120;
+// level at 8192 but for 4096 x 3584; slower at 16384: docs/design/fused_all_gather_matmul.md).
+constexpr int64_t kFp8PingpongBelowK = 8192;
 
 // SMs of the current device.
 int sm_count();
