@@ -115,7 +115,7 @@ bool pingpong_takes(int64_t M, int64_t N, int sms, Element dtype);
 
 // fp8 runs the ping-pong schedule at every size where K is below this (a tile's mainloop of fewer than
 // 64 steps): there its epilogue, overlapped with the other warpgroup's mainloop, saves more than its
-// 128 x 128 tiles' extra L2 traffic costs in clock (one H200: 5-18% less time at K of 1024 to 5120;
+// 128 x 128 tiles' extra L2 traffic costs in clock (one H200: 4-18% less time at K of 1024 to 5120;
 // level at 8192 but for 4096 x 3584; slower at 16384: docs/design/fused_all_gather_matmul.md).
 constexpr int64_t kFp8PingpongBelowK = 8192;
 
