@@ -418,21 +418,22 @@ struct TwoRankFlags {
   TwoRankFlags(const TwoRankFlags&) = delete;
   TwoRankFlags& operator=(const TwoRankFlags&) = delete;
 
-  void reset(cudaStream_t s) {
+  void reset() {
     static const uint32_t one = 1;
     RANK_CUDA(cudaMemsetAsync(flags.p, 0, 2 * kMaxChunksPerRank * sizeof(uint32_t), s));
     RANK_CUDA(cudaMemcpyAsync(epoch.p, &one, sizeof(one), cudaMemcpyHostToDevice, s));
   }
   // This rank's own chunk in the gathered buffer, as the op has it there for a tile that holds both.
-  void raise_own(cudaStream_t s) { RANK_CUDA(cudaMemcpyAsync(flags.p, epoch.p, sizeof(uint32_t), cudaMemcpyDeviceToDevice, s)); }
-  void raise_peer(cudaStream_t s) {
+  void raise_own() { RANK_CUDA(cudaMemcpyAsync(flags.p, epoch.p, sizeof(uint32_t), cudaMemcpyDeviceToDevice, s)); }
+  // The peer's chunk, on `copier` after the copy of its rows.
+  void raise_peer() {
     RANK_CUDA(cudaMemcpyAsync(static_cast<uint32_t*>(flags.p) + kMaxChunksPerRank, epoch.p, sizeof(uint32_t),
-                              cudaMemcpyDeviceToDevice, s));
+                              cudaMemcpyDeviceToDevice, copier));
   }
   // Launches `g` (A, B, C and the tile set) on these flags, on `sms` SMs (0: the communicator's budget),
   // and checks that it is still running, waiting for the peer's rows, 50 ms on.
   void launch_waiting(Communicator& comm, kernels::fused::FusedGemmArgs& g, const void* a_local, int64_t m,
-                      const std::string& what, cudaStream_t s, int sms = 0) {
+                      const std::string& what, int sms = 0) {
     g.a_local = a_local, g.local_begin = 0, g.local_end = m;
     g.chunks.flags = static_cast<const uint32_t*>(flags.p);
     g.chunks.epoch = static_cast<const uint32_t*>(epoch.p);
@@ -480,12 +481,12 @@ TEST(FusedKernel, EveryInstantiationWaitsForItsRowsFlag) {
           reference::fill_fp32(b32.f(), K, N, GenMatrix{7, 0, 0}, 0, 0, s);
           fp32.run(a32.f(), b32.f(), ref.f(), M, N, K, s);
           reference::poison(out.p, M * N * es, s);
-          two.reset(s);
+          two.reset();
           if (M <= kernels::fused::kTileRows) {
             // The one tile holds both halves, so it reads the local rows from the gathered buffer too,
             // after their flag, as the op has them there (its own shard copied in, its flag raised).
             RANK_CUDA(cudaMemcpyAsync(gathered.p, a.p, m * K * es, cudaMemcpyDeviceToDevice, s));
-            two.raise_own(s);
+            two.raise_own();
           }
           RANK_CUDA(cudaStreamSynchronize(s));
 
@@ -497,11 +498,11 @@ TEST(FusedKernel, EveryInstantiationWaitsForItsRowsFlag) {
           g.tile_n = tile_n;
           const std::string what = std::string(dtype_name(dt)) + (col ? " B=col" : " B=row") + " tiles 128x" +
                                    std::to_string(tile_n) + (M > kernels::fused::kTileRows && tile_n == 128 ? " ping-pong" : "");
-          two.launch_waiting(*comm, g, a.p, m, what, s);
+          two.launch_waiting(*comm, g, a.p, m, what);
           const char* src = static_cast<const char*>(a.p) + m * K * es;
           char* dst = static_cast<char*>(gathered.p) + m * K * es;
           RANK_CUDA(cudaMemcpyAsync(dst, src, m * K * es, cudaMemcpyDeviceToDevice, copier));
-          two.raise_peer(copier);
+          two.raise_peer();
           const auto cmp = reference::compare(out.p, dt, M, N, ref.f(), N, 0, 0, 1.0f, reference::tolerance(dt, 1), s);
           RANK_CHECK(cmp.ok(), what, ": ", cmp.bad, " bad elements, max err ", cmp.max_abs_err, cmp.where());
           ++n;
@@ -547,12 +548,12 @@ TEST(FusedKernel, RowWiseScalesWaitForTheirRowsFlag) {
       reference::scale(b32.f(), K, N, nullptr, 1, col_scales.f(), N, s);
       fp32.run(a32.f(), b32.f(), ref.f(), M, N, K, s);
       reference::poison(out.p, M * N * 2, s);
-      two.reset(s);
+      two.reset();
       // This rank's rows' scales are in the gathered copy before the kernel, as the op puts them there.
       RANK_CUDA(cudaMemcpyAsync(gathered_scales.p, scales.p, m * sizeof(float), cudaMemcpyDeviceToDevice, s));
       if (M <= kernels::fused::kTileRows) {  // the one tile reads its local rows from the gathered buffer
         RANK_CUDA(cudaMemcpyAsync(gathered.p, a.p, m * K, cudaMemcpyDeviceToDevice, s));
-        two.raise_own(s);
+        two.raise_own();
       }
       RANK_CUDA(cudaStreamSynchronize(s));
 
@@ -564,12 +565,12 @@ TEST(FusedKernel, RowWiseScalesWaitForTheirRowsFlag) {
       g.a = gathered.p, g.b = b.p, g.c = out.p;
       g.row_scales = gathered_scales.f(), g.col_scales = col_scales.f();
       g.tile_n = tile_n;
-      two.launch_waiting(*comm, g, a.p, m, "fp8 row-wise tiles 128x" + std::to_string(tile_n) + " M=" + std::to_string(M), s,
+      two.launch_waiting(*comm, g, a.p, m, "fp8 row-wise tiles 128x" + std::to_string(tile_n) + " M=" + std::to_string(M),
                          /*sms=*/2);
       RANK_CUDA(cudaMemcpyAsync(static_cast<char*>(gathered.p) + m * K, static_cast<const char*>(a.p) + m * K, m * K,
                                 cudaMemcpyDeviceToDevice, copier));
       RANK_CUDA(cudaMemcpyAsync(gathered_scales.f() + m, scales.f() + m, m * sizeof(float), cudaMemcpyDeviceToDevice, copier));
-      two.raise_peer(copier);
+      two.raise_peer();
       const auto cmp = reference::compare(out.p, DType::kBF16, M, N, ref.f(), N, 0, 0, 1.0f,
                                           reference::fast_accum_tolerance(DType::kBF16, 1, K), s);
       RANK_CHECK(cmp.ok(), "fp8 row-wise tiles 128x", tile_n, " M=", M, ": ", cmp.bad, " bad elements, max err ",
