@@ -334,7 +334,7 @@ void run_scaled_rs_case(Communicator& comm, const ScaledRsCase& c, const ScaledO
 // tensor-wise and row-wise scales, each rank's own; an fp8 output tensor-wise): 256 and 512 rows a rank, N not a multiple of the tile (the
 // ping-pong schedule's, reduced in its epilogue), and 3072 rows a rank of 2048 columns at K of 8192 a rank (the cooperative
 // kernel's 256-wide tiles, reduced in fixup()), each with and without a bias (an fp16 or fp8 output at
-// K of 128 a rank, the ping-pong's: at 8192 the sequential reference's own fp16 rounding leaves its tolerance); under `fused`, a check
+// K of 128 a rank, the ping-pong's: at 8192 the sequential algorithm's fp16 results fall outside the tolerance); under `fused`, a check
 // that every one of them on more than one rank ran the fused kernel, and on two ranks at 4096 rows a
 // rank (768 tiles: five rounds), its reduction in the epilogue.
 int fused_kernel_rs_cases(RankContext& ctx, Communicator& comm, const ScaledOpOptions& o, cudaStream_t s,
