@@ -1,11 +1,13 @@
 // The fused algorithm's host-side choices: the tile width per shape, the chunks per rank, and where the
 // reduce-scatter stages its tiles.
 #include <cstdlib>
+#include <string>
 #include <utility>
 
 #include <gtest/gtest.h>
 
 #include "algo/fused.h"
+#include "asynctp/error.h"
 #include "kernels/fused/fused_gemm.h"
 #include "kernels/fused/staged_layout.h"
 #include "kernels/fused/tail_split.h"
@@ -374,6 +376,26 @@ TEST(FusedPlan, AReduceScatterTakesTheForcedWidthWhereItReducesInFixup) {
   EXPECT_EQ(reduce_scatter_tile_n(false, Element::kFP8E4M3, 2048, 5120, 8192, 1024, 132), 256);  // fp8: its own
   ::unsetenv("ASYNCTP_FUSED_TILE_N");
   EXPECT_EQ(reduce_scatter_tile_n(false, Element::kFP8E4M3, 16384, 8192, 8192, 16384, 132), 256);
+}
+
+TEST(FusedPlan, BothOpsRefuseAForcedWidthNoKernelHas) {
+  using kernels::fused::forced_tile_n;
+  using kernels::fused::reduce_scatter_tile_n;
+  ::setenv("ASYNCTP_FUSED_TILE_N", "100", 1);
+  try {
+    reduce_scatter_tile_n(false, Element::kBF16, 16384, 8192, 8192, 8192, 132);
+    ADD_FAILURE() << "the reduce-scatter took a width of 100";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ASYNCTP_FUSED_TILE_N is 100; expected 128, 192, 256 or 320"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(forced_tile_n(), Error);  // what the all-gather's launch reads
+  // A width one op has and the other has not: the reduce-scatter keeps its own choice.
+  ::setenv("ASYNCTP_FUSED_TILE_N", "320", 1);
+  EXPECT_EQ(forced_tile_n(), 320);
+  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kBF16, 16384, 8192, 8192, 8192, 132), 256);
+  ::unsetenv("ASYNCTP_FUSED_TILE_N");
+  EXPECT_EQ(forced_tile_n(), 0);
 }
 
 TEST(FusedPlan, AReduceScatterOfAFewTilesTakesThePingpongScheduleAsAnAllGatherDoes) {

@@ -288,8 +288,8 @@ class AsyncInputTileScheduler {
   CUTLASS_DEVICE static void reduce_scatter_fixup(Params const& params, WorkTileInfo const& work,
                                                   FrgTensorC& accumulators, uint32_t thread, uint32_t threads) {
     fused::reduce_scatter_fixup<Element, kScaled>(params.rs, params.tile_m, params.rank_rows_div, params.chunk_rows_div,
-                                                  work, accumulators, thread, threads,
-                                                  [&](int word) { trace_mark(params, work, thread, word); });
+                                                  work, accumulators, thread, threads, [&](int word) { trace_mark(params, work, thread, word); },
+                                                  ScaleRowsThroughL1{params.rs, threads});
   }
 
   // This CTA's unit u, which follows `prev` (invalid for its first), as the kernel's loops get it; for

@@ -42,11 +42,9 @@ int band_m_for(const FusedGemmArgs& a) {
 }
 
 int tile_n_for(const FusedGemmArgs& a) {
-  const int forced = detail::knob_int(detail::Knob::kFusedTileN, 0);
-  if (forced != 0) {
-    ASYNCTP_CHECK(forced == kOneRowTileN || forced == 192 || forced == 256 || forced == kWideTileN,
-                  "ASYNCTP_FUSED_TILE_N is ", forced, "; expected ", kOneRowTileN, ", 192, 256 or ", kWideTileN);
-    if (a.dtype != Element::kFP8E4M3 || forced == kOneRowTileN || forced == 256) return forced;  // fp8: no 192 or 320
+  const int forced = forced_tile_n();
+  if (forced != 0 && (a.dtype != Element::kFP8E4M3 || forced == kOneRowTileN || forced == 256)) {
+    return forced;  // fp8: no 192 or 320
   }
   if (a.M <= kTileRows || one_cta_takes(a.M, a.N, grid_sms(a), a.dtype)) return kOneRowTileN;
   const int max_splits = a.split_workspace != nullptr ? a.max_splits : 1;
@@ -180,6 +178,13 @@ void launch_dispatch(const FusedGemmArgs& a, int tile_n, cudaStream_t stream) {
 }
 
 }  // namespace
+
+int forced_tile_n() {
+  const int forced = detail::knob_int(detail::Knob::kFusedTileN, 0);
+  ASYNCTP_CHECK(forced == 0 || forced == kOneRowTileN || forced == 192 || forced == 256 || forced == kWideTileN,
+                "ASYNCTP_FUSED_TILE_N is ", forced, "; expected ", kOneRowTileN, ", 192, 256 or ", kWideTileN);
+  return forced;
+}
 
 int sm_count() {
   int device = 0, count = 0;

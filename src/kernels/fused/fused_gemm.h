@@ -81,6 +81,12 @@ const char* fused_gemm_unsupported(const FusedGemmArgs& args);
 // overrides the width for measurement.
 int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits, bool wide_allowed = true);
 
+// ASYNCTP_FUSED_TILE_N, the tile width forced for measurement: 0 where it is not set, else
+// kOneRowTileN (kPingpongTileN above one tile row), 192, 256 or kWideTileN; throws asynctp::Error
+// naming the variable on any other value. Each op's launch takes the widths it has (tile_n_for in
+// fused_gemm.cc, reduce_scatter_tile_n) and keeps its own choice for the others.
+int forced_tile_n();
+
 // The tile width of an M x N x K problem above one tile row that no one-CTA rule took, by the same rule
 // for both ops (an all-gather's launch and reduce_scatter_tile_n): in 16 bits 192 where
 // split_192_takes (unless `split_192_allowed` is false); then kPingpongTileN, the ping-pong schedule,

@@ -61,16 +61,29 @@ CUTLASS_DEVICE void add_column_bias(const void* bias, int32_t n_idx, int32_t col
   });
 }
 
+// The row-wise scaling of a tile whose first row is `row0`, `n_idx` tiles along N, read through L1
+// (scale_rows_and_columns): the cooperative kernel's fixup() takes it.
+struct ScaleRowsThroughL1 {
+  ReduceScatterTiles const& rs;
+  uint32_t threads;
+  template <class FrgTensorC>
+  CUTLASS_DEVICE void operator()(int32_t row0, int32_t n_idx, FrgTensorC& accumulators) const {
+    scale_rows_and_columns(rs.row_scales, rs.col_scales, row0, n_idx, rs.cols, accumulators, threads);
+  }
+};
+
 // The scheduler's whole tile `work` (M_idx, N_idx; tiles of `tile_m` rows): staged (a peer's rows),
 // with staged_count() tiles to add to its chunk's count, or an own tile, which waits for each peer's
 // chunk (marking kTraceWaitDone through `mark`) and adds it. Only the scaling and the bias where the
 // epilogue does the rest (reduce_in_epilogue). kScaled: the scaled op's (fp8) instantiations, the only
 // ones with scales or a bias; the others compile none of that, which their consumers' registers have
-// no room for.
-template <class Element, bool kScaled, class Work, class FrgTensorC, class Mark>
+// no room for. Row-wise, `scale_rows(row0, n_idx, accumulators)` scales the tile (ScaleRowsThroughL1,
+// or the ping-pong epilogue's from shared memory).
+template <class Element, bool kScaled, class Work, class FrgTensorC, class Mark, class ScaleRows>
 CUTLASS_DEVICE void reduce_scatter_fixup(ReduceScatterTiles const& rs, int32_t tile_m, cutlass::FastDivmod const& rank_rows_div,
                                          cutlass::FastDivmod const& chunk_rows_div, Work const& work,
-                                         FrgTensorC& accumulators, uint32_t thread, uint32_t threads, Mark mark) {
+                                         FrgTensorC& accumulators, uint32_t thread, uint32_t threads, Mark mark,
+                                         ScaleRows&& scale_rows) {
 #if defined(__CUDA_ARCH__)
   if (rs.rank < 0) return;
   const int32_t row0 = work.M_idx * tile_m;
@@ -81,7 +94,7 @@ CUTLASS_DEVICE void reduce_scatter_fixup(ReduceScatterTiles const& rs, int32_t t
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < decltype(cute::size(accumulators))::value; ++i) accumulators(i) *= s;
     } else if (rs.row_scales != nullptr) {
-      scale_rows_and_columns(rs.row_scales, rs.col_scales, row0, work.N_idx, rs.cols, accumulators, threads);
+      scale_rows(row0, work.N_idx, accumulators);
     }
     if (rs.bias != nullptr) add_column_bias<Element>(rs.bias, work.N_idx, rs.cols, accumulators);
   }

@@ -3,11 +3,11 @@
 //
 // RowScaleEpilogue<Base> scales the accumulators in registers and hands them to Base, a tensor-wise
 // epilogue with alpha = 1, which stores them in its usual subtiles. The scales come from shared
-// memory, where the producer warpgroup's epilogue warp (idle in a kernel without a source C) puts
-// them a tile ahead: its load(), which the kernel calls for every tile with an epilogue in the order
-// the consumers store them, reads the tile's 128 row scales and its columns' into one of two slots,
-// after the flags of the tile's rows (chunk_wait.cuh: an all-gather's row scales arrive with their
-// rows). So no consumer waits on global memory between its mainloop and its stores: read there (by
+// memory (row_scale_slot.cuh), where the producer warpgroup's epilogue warp (idle in a kernel without
+// a source C) puts them a tile ahead: its load(), which the kernel calls for every tile with an
+// epilogue in the order the consumers store them, reads the tile's 128 row scales and its columns'
+// into one of two slots, after the flags of the tile's rows (chunk_wait.cuh: an all-gather's row
+// scales arrive with their rows). So no consumer waits on global memory between its mainloop and its stores: read there (by
 // CUTLASS's visitor-tree broadcasts, in subtiles 16 wide, as 32 spilled), the scales cost the 128 x 256
 // kernel 2.7% more cycles than its tensor-wise form at 8192^3, and 1.2% read here (docs/performance.md).
 //
@@ -24,6 +24,7 @@
 #include "kernels/fused/accumulator_places.cuh"
 #include "kernels/fused/chunk_flags.h"
 #include "kernels/fused/chunk_wait.cuh"
+#include "kernels/fused/row_scale_slot.cuh"
 
 namespace asynctp::kernels::fused {
 
@@ -33,7 +34,6 @@ class RowScaleEpilogue : public Base {
   using TileShape = typename Base::CtaTileMNK;
   static constexpr int kTileM = cute::size<0>(TileShape{});
   static constexpr int kTileN = cute::size<1>(TileShape{});
-  static_assert(kTileM % 128 == 0 && kTileN % 128 == 0, "the epilogue warp copies the scales 16 bytes a lane, 32 lanes at a time");
 
   struct Arguments : Base::Arguments {
     const float* row_scales = nullptr;  // M of them: an all-gather's, gathered with A's rows
@@ -49,10 +49,7 @@ class RowScaleEpilogue : public Base {
     int32_t local_begin = 0, local_end = 0;
   };
 
-  struct Slot {
-    alignas(16) float rows[kTileM];
-    alignas(16) float cols[kTileN];
-  };
+  using Slot = RowScaleSlot<kTileM, kTileN>;
   struct TensorStorage : Base::TensorStorage {
     Slot slots[2];
   };
@@ -94,14 +91,10 @@ class RowScaleEpilogue : public Base {
     const int32_t row1 = min(row0 + kTileM, M);
     const bool local = row0 >= params_.local_begin && row1 <= params_.local_end;
     if (!local && params_.chunks.flags != nullptr) wait_for_chunk_rows(params_.chunks, row0, row1);
-    // Straight from global to shared memory (cp.async), 16 bytes a copy: the epilogue warp has 40
-    // registers (setmaxnreg), too few to hold the values on their way. Bytes past the last row or
-    // column are filled with zeros. The lane is read here (opaque_thread_index): taken from the
-    // kernel's thread_idx, the compiler shared its arithmetic with the consumers', and ptxas spilled.
-    stage(shared_tensors.slots[slot], params_.row_scales, params_.col_scales, row0, col0, M, N,
-          opaque_thread_index() % cutlass::NumThreadsPerWarp);
-    wait_for_copies();
-    __threadfence_block();  // the copies, now this thread's, before the arrival the consumers wait on
+    // The lane is read here (opaque_thread_index): taken from the kernel's thread_idx, the compiler
+    // shared its arithmetic with the consumers', and ptxas spilled.
+    shared_tensors.slots[slot].stage(params_.row_scales, params_.col_scales, row0, col0, M, N,
+                                     opaque_thread_index() % cutlass::NumThreadsPerWarp);
     cutlass::arch::NamedBarrier::arrive(kThreads, kFull + slot);
     ++tiles_;
     if (Base::is_producer_load_needed()) {
@@ -132,42 +125,13 @@ class RowScaleEpilogue : public Base {
     constexpr uint32_t kSubtiles = Base::get_store_pipe_increment(TileShape{});
     const uint32_t slot = store_state.count() / kSubtiles & 1u;
     cutlass::arch::NamedBarrier::sync(kThreads, kFull + slot);
-    const Slot& s = shared_tensors.slots[slot];
-    const uint32_t tid = opaque_thread_index();
-    constexpr int kMmaM = decltype(cute::size<1>(accumulators))::value;
-    float top[kMmaM], bottom[kMmaM];
-    CUTLASS_PRAGMA_UNROLL
-    for (int mm = 0; mm < kMmaM; ++mm) {
-      const int32_t row = accumulator_row(tid, kConsumerThreads, mm);
-      top[mm] = s.rows[row], bottom[mm] = s.rows[row + 8];
-    }
-    const float2* pairs = reinterpret_cast<const float2*>(s.cols);
-    scale_by_rows_and_columns(tid, accumulators, top, bottom, /*n_idx=*/0, kTileN, [&](int32_t pair) { return pairs[pair]; });
+    shared_tensors.slots[slot].scale(opaque_thread_index(), kConsumerThreads, accumulators);
     cutlass::arch::NamedBarrier::arrive(kThreads, kEmpty + slot);
     return Base::store(load_pipeline, load_state, store_pipeline, store_state, problem_shape, tile_shape, tile_coord,
                        accumulators, tiled_mma, thread_idx, shared_tensors, subtile_idx);
   }
 
  private:
-  CUTLASS_DEVICE static void stage(Slot& s, const float* row_scales, const float* col_scales, int32_t row0,
-                                   int32_t col0, int32_t M, int32_t N, int lane) {
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = lane; i < kTileM / 4; i += cutlass::NumThreadsPerWarp) copy_16_bytes_or_zeros(s.rows + 4 * i, row_scales, row0 + 4 * i, M);
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = lane; i < kTileN / 4; i += cutlass::NumThreadsPerWarp) copy_16_bytes_or_zeros(s.cols + 4 * i, col_scales, col0 + 4 * i, N);
-  }
-
-  // Starts copying floats [at, at + 4) of `src`, of which there are `count`, to `dst` (16-byte aligned, as
-  // are `src` and `at` a multiple of 4); those from `count` on are written as 0.
-  CUTLASS_DEVICE static void copy_16_bytes_or_zeros(float* dst, const float* src, int32_t at, int32_t count) {
-    const int32_t bytes = max(0, min(4, count - at)) * static_cast<int32_t>(sizeof(float));
-    const float* from = bytes > 0 ? src + at : src;
-    const uint32_t to = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(to), "l"(from), "r"(bytes) : "memory");
-  }
-
-  CUTLASS_DEVICE static void wait_for_copies() { asm volatile("cp.async.wait_all;" ::: "memory"); }
-
   static constexpr uint32_t kConsumerThreads = 2 * cutlass::NumThreadsPerWarpGroup;
   static constexpr uint32_t kThreads = cutlass::NumThreadsPerWarp + kConsumerThreads;  // at each barrier
   // Named barriers of CUTLASS's user range: kFull + slot and kEmpty + slot. (The reduce-scatter's

@@ -7,7 +7,6 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "common/env.h"
 #include "kernels/fused/fused_gemm.h"
 #include "kernels/fused/tail_split.h"
 
@@ -25,13 +24,13 @@ inline bool reduce_scatter_one_cta(int64_t rows_per_rank) { return rows_per_rank
 //  - else what an all-gather's kernel of the same problem takes (tile_n_above_one_row; the ping-pong
 //    schedule reduces in its epilogue: pingpong_epilogue.cuh), counted with the split last round
 //    whether or not this rank has the split's workspace, and kWideTileN at one rank only;
-//  - ASYNCTP_FUSED_TILE_N (set alike on every rank) overrides the last for measurement where it names
-//    kPingpongTileN (the ping-pong schedule), 256, or 192 in 16 bits.
+//  - ASYNCTP_FUSED_TILE_N (set alike on every rank; forced_tile_n) overrides the last for measurement
+//    where it names kPingpongTileN (the ping-pong schedule), 256, or 192 in 16 bits.
 inline int reduce_scatter_tile_n(bool reduce_in_epilogue, Element dtype, int64_t M, int64_t N, int64_t K,
                                  int64_t rows_per_rank, int sms) {
   if (reduce_scatter_one_cta(rows_per_rank)) return kOneRowTileN;
   if (reduce_in_epilogue) return static_cast<int>(kRsTileN);
-  const int forced = detail::knob_int(detail::Knob::kFusedTileN, 0);
+  const int forced = forced_tile_n();
   if (forced == kPingpongTileN || forced == 256 || (forced == 192 && dtype != Element::kFP8E4M3)) return forced;
   return tile_n_above_one_row(M, N, K, sms, dtype, kMaxTailSplits, /*split_192_allowed=*/true,
                               /*wide_allowed=*/rows_per_rank >= M);
