@@ -17,10 +17,8 @@
 //
 // A reduce-scatter with fp8's row-wise scales reads them from shared memory (row_scale_slot.cuh),
 // where the producer warpgroup's epilogue warp (idle otherwise: Base loads no source) puts each
-// tile's a tile ahead. A warpgroup's epilogue otherwise waits on global memory while the other
-// warpgroup's mainloop runs, and at K of a few thousand that mainloop ends first: the reduce-scatter's
-// kernel took 30% more cycles than the all-gather's at 4096 x 8192 x 1024 (docs/performance.md).
-// The kernel hands the CTA's tiles to its two consumer warpgroups in turn, and the epilogue warp
+// tile's a tile ahead: loads from global memory would lengthen an epilogue that at short K already
+// outlasts the other warpgroup's mainloop (docs/design/fused_matmul_reduce_scatter.md). The kernel hands the CTA's tiles to its two consumer warpgroups in turn, and the epilogue warp
 // loads them in that order, so tile t's scales go in slot t % 2, the slot of warpgroup t % 2; each
 // slot is handed over through two named barriers (`full`: the epilogue warp has written it; `empty`:
 // the warpgroup has read it), as in row_scale_epilogue.cuh.
@@ -160,8 +158,8 @@ class PingpongEpilogue : public RowWindowEpilogue<Base> {
   static_assert(staged_count_per_tile(false) % (cutlass::NumThreadsPerWarpGroup / cutlass::NumThreadsPerWarp) == 0,
                 "a tile's count splits evenly over the warpgroup's warps");
 
-  // The tile's row-wise scaling, from the slot of the warpgroup (`thread_idx` is the thread's place
-  // in it), which the epilogue warp has filled.
+  // reduce_scatter_fixup() on the warpgroup's tile (`thread_idx`: the thread's place in the warpgroup),
+  // its row-wise scales read from the warpgroup's slot once the epilogue warp has filled it.
   template <class TileKind, class Accumulators>
   CUTLASS_DEVICE void reduce(TileKind const& tile, Accumulators& accumulators, int thread_idx,
                              TensorStorage& shared_tensors) const {

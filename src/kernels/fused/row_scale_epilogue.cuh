@@ -7,9 +7,10 @@
 // a source C) puts them a tile ahead: its load(), which the kernel calls for every tile with an
 // epilogue in the order the consumers store them, reads the tile's 128 row scales and its columns'
 // into one of two slots, after the flags of the tile's rows (chunk_wait.cuh: an all-gather's row
-// scales arrive with their rows). So no consumer waits on global memory between its mainloop and its stores: read there (by
-// CUTLASS's visitor-tree broadcasts, in subtiles 16 wide, as 32 spilled), the scales cost the 128 x 256
-// kernel 2.7% more cycles than its tensor-wise form at 8192^3, and 1.2% read here (docs/performance.md).
+// scales arrive with their rows). So no consumer waits on global memory between its mainloop and its
+// stores: read there (by CUTLASS's visitor-tree broadcasts, in subtiles 16 wide, as 32 spilled), the
+// scales cost the 128 x 256 kernel 2.7% more cycles than its tensor-wise form at 8192^3, and 1.2%
+// read here (docs/performance.md).
 //
 // The slots are handed over through named barriers, two per slot: `full` (the epilogue warp arrives
 // once it has written a slot, the consumers wait) and `empty` (the consumers arrive once they have
