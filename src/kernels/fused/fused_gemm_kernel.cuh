@@ -95,9 +95,16 @@ struct FusedGemmKernel {
   using LinearCombination = cutlass::epilogue::fusion::LinearCombination<ElementD, float, ElementD, float>;
   // fp8: D = alpha * A @ B + bias[n], the scaled op's bias (of the output's type, FusedGemmArgs::bias)
   // broadcast along M and staged once per tile in shared memory; a null bias adds nothing and loads nothing.
+  // alpha is a value or a device pointer (the product of the tensor-wise scales). A tree of our own, not
+  // CUTLASS's LinCombPerColBias: that one also computes beta * C without a source, one FFMA a value more.
   using BiasElement = ElementD;
-  using TensorWiseBias =
-      cutlass::epilogue::fusion::LinCombPerColBias<ElementD, float, BiasElement, ElementD, float, 16 / sizeof(BiasElement)>;
+  using TensorWiseBias = cutlass::epilogue::fusion::Sm90EVT<
+      cutlass::epilogue::fusion::Sm90Compute<cutlass::homogeneous_multiply_add, ElementD, float,
+                                             cutlass::FloatRoundStyle::round_to_nearest>,
+      cutlass::epilogue::fusion::Sm90ScalarBroadcast<float, cute::Stride<cute::_0, cute::_0, int64_t>>,
+      cutlass::epilogue::fusion::Sm90AccFetch,
+      cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, BiasElement, float, cute::Stride<cute::_0, cute::_1, int64_t>,
+                                                  16 / sizeof(BiasElement)>>;
   using PlainFusion = std::conditional_t<kScaled, TensorWiseBias, LinearCombination>;
   // Row-wise scales in the ping-pong schedule, whose other warpgroup's mainloop hides its epilogue's loads:
   // D = col_scales[n] * (row_scales[m] * acc) + bias[n], the row's scale broadcast along N (read into
@@ -213,6 +220,14 @@ void launch_on_clusters(const Gemm& gemm, CUfunction fn, uint32_t begin_epoch, c
   ASYNCTP_CU_CHECK(asynctp::detail::driver().launch_kernel_ex(&config, fn, args, nullptr));
 }
 
+// The fp8 epilogue's arguments, in TensorWiseBias's order: {alpha (a value, or a device pointer that
+// overrides it), acc, bias (null: none), multiply-add}.
+template <class K>
+typename K::TensorWiseBias::Arguments tensor_wise_bias(float alpha, const float* alpha_ptr, const void* bias) {
+  using Bias = typename K::BiasElement;
+  return {{{alpha}, {alpha_ptr}, {}}, {}, {static_cast<const Bias*>(bias), Bias(0.0f), {}}, {}};
+}
+
 }  // namespace detail
 
 template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue = false, int kClusterM = 2,
@@ -284,9 +299,7 @@ cutlass_arguments(const FusedGemmArgs& a) {
     // c holds rows [c_row0, c_row0 + rows) of the product: a reduce-scatter's rank's rows, or all.
     const int64_t rows = a.rs.rank >= 0 ? a.rs.rows_per_rank : a.M - a.c_row0;
     if constexpr (K::kRowScaleInRegisters) {
-      args.epilogue.thread.alpha = 1.0f;
-      args.epilogue.thread.beta = 0.0f;
-      args.epilogue.thread.bias_ptr = static_cast<const typename K::BiasElement*>(a.bias);
+      args.epilogue.thread = detail::tensor_wise_bias<K>(1.0f, nullptr, a.bias);
       args.epilogue.row_scales = a.row_scales;
       args.epilogue.col_scales = a.col_scales;
       args.epilogue.chunks = a.chunks;
@@ -300,11 +313,12 @@ cutlass_arguments(const FusedGemmArgs& a) {
                               {static_cast<const typename K::BiasElement*>(a.bias), typename K::BiasElement(0.0f), {}},
                               {}};
     } else {
-      args.epilogue.thread.alpha = a.alpha;
-      args.epilogue.thread.alpha_ptr = a.alpha_ptr;
-      args.epilogue.thread.beta = 0.0f;
       if constexpr (K::kScaled) {
-        args.epilogue.thread.bias_ptr = static_cast<const typename K::BiasElement*>(a.bias);
+        args.epilogue.thread = detail::tensor_wise_bias<K>(a.alpha, a.alpha_ptr, a.bias);
+      } else {
+        args.epilogue.thread.alpha = a.alpha;
+        args.epilogue.thread.alpha_ptr = a.alpha_ptr;
+        args.epilogue.thread.beta = 0.0f;
       }
     }
     args.epilogue.ptr_C = nullptr;
