@@ -305,6 +305,13 @@ TEST(FusedKernel, Fp8MatchesTheDequantisedReference) {
         {1000, 528, 1024, DType::kFP8E4M3, true, true, true, 256},
         {4096, 3584, 1024, DType::kFP8E4M3, true, true, true, kernels::fused::kPingpongTileN},
         {520, 272, 528, DType::kFP8E4M3, true, true, true, 256},
+        // The ping-pong schedule's 192-wide tiles: where the kernel takes them (four whole rounds on
+        // 132 SMs: pingpong_192_takes), and forced on ragged M, N and K, with a bias, with an fp16 product.
+        {3072, 4224, 8192, DType::kFP8E4M3, true, false, true},
+        {1000, 528, 1024, DType::kFP8E4M3, true, true, true, kernels::fused::kPingpongWideTileN},
+        {520, 272, 528, DType::kFP8E4M3, true, true, true, kernels::fused::kPingpongWideTileN},
+        {1000, 528, 1024, DType::kFP8E4M3, true, true, true, kernels::fused::kPingpongWideTileN, false, true},
+        {1000, 528, 1024, DType::kFP8E4M3, true, true, true, kernels::fused::kPingpongWideTileN, false, true, true},
         // Row-wise scales staged in shared memory a tile ahead of the consumers, in two slots
         // (row_scale_epilogue.cuh): about ten tiles a CTA, each a single K step, which the epilogue warp
         // outruns most.
@@ -512,7 +519,7 @@ TEST(FusedKernel, EveryInstantiationWaitsForItsRowsFlag) {
   });
 }
 
-// fp8's row-wise instantiations (the cooperative kernel's, one-CTA clusters', the ping-pong's) as the
+// fp8's row-wise instantiations (the cooperative kernel's, one-CTA clusters', the ping-pong's two) as the
 // all-gather's GEMM of two "ranks", as above, with A's row scales gathered like its rows: the scales of
 // rows [M/2, M) are wrong until the copy engine writes the right ones, with the rows, and raises their
 // flag. The cooperative kernel's epilogue warp reads a tile's scales a tile ahead of its stores
@@ -528,7 +535,7 @@ TEST(FusedKernel, RowWiseScalesWaitForTheirRowsFlag) {
     constexpr int64_t N = 768, K = 512;
     constexpr DType dt = DType::kFP8E4M3;
     for (const auto& [tile_n, M] : {std::pair<int, int64_t>{256, 1024}, {kernels::fused::kOneRowTileN, 128},
-                                   {kernels::fused::kPingpongTileN, 1024}}) {
+                                   {kernels::fused::kPingpongTileN, 1024}, {kernels::fused::kPingpongWideTileN, 1024}}) {
       const int64_t m = M / 2;
       const uint64_t seed = next_case_seed();
       const GenMatrix ga{seed, 0, 0}, gb{seed + 1, 0, 0};

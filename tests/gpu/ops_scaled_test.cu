@@ -34,6 +34,7 @@ using testing::Buf;
 using testing::contains;
 using testing::make_comm;
 using testing::next_case_seed;
+using testing::ScopedEnv;
 using testing::Stream;
 using testing::executable_on_every_rank;
 using reference::GenMatrix;
@@ -550,6 +551,43 @@ TEST(ScaledOps, EveryCaseMatchesTheDequantisedReference_1Rank) {
 }
 
 TEST(ScaledOps, EveryCaseMatchesTheDequantisedReference_MultiRank) { RUN_EVERY_WORLD_SIZE(every_scaled_case); }
+
+// The fused row-wise all-gather in the ping-pong schedule's 192-wide tiles, forced (the kernel takes
+// them by itself only where they nearly fill their rounds, at sizes too large for every world size
+// here: pingpong_192_takes): one and three chunks a rank, tiles across ranks (33 rows a rank), ragged N,
+// every row's scales, a bias, an fp16 product.
+int rowwise_pingpong_192_cases(RankContext& ctx) {
+  auto comm = make_comm(ctx);
+  Stream st;
+  reference::Fp32Gemm fp32;
+  int n = 0;
+  for (const int chunks : {1, 3}) {
+    ScaledOpOptions fused;
+    fused.algorithm = Algorithm::kFused;
+    fused.chunks_per_rank = chunks;
+    run_scaled_ag_case(*comm, ScaledAgCase{256, 512, 384, false, true, true, true, 2, DType::kFP8E4M3, DType::kBF16},
+                       fused, st.s, fp32);
+    run_scaled_ag_case(*comm, ScaledAgCase{33, 128, 80, false, true, false, true, 1, DType::kFP8E4M3, DType::kBF16},
+                       fused, st.s, fp32);
+    run_scaled_ag_case(*comm, ScaledAgCase{384, 512, 592, false, true, false, true, 1, DType::kFP8E4M3, DType::kFP16,
+                                           true, true},
+                       fused, st.s, fp32);
+    n += 3;
+  }
+  std::printf("rank %d: %d row-wise cases in 192-wide ping-pong tiles right\n", ctx.rank, n);
+  return 0;
+}
+
+TEST(ScaledOps, RowWisePingpong192TilesMatchTheDequantisedReference_1Rank) {
+  REQUIRE_GPUS(1);
+  ScopedEnv forced("ASYNCTP_FUSED_TILE_N", "192");  // read by every rank's launches: set around them
+  RUN_RANKS(1, rowwise_pingpong_192_cases);
+}
+
+TEST(ScaledOps, RowWisePingpong192TilesMatchTheDequantisedReference_MultiRank) {
+  ScopedEnv forced("ASYNCTP_FUSED_TILE_N", "192");
+  RUN_EVERY_WORLD_SIZE(rowwise_pingpong_192_cases);
+}
 
 // The fused fp8 all-gather captured in a CUDA graph, replayed with new inputs and scales each time:
 // row-wise, this rank's scales are copied into the gathered inbox and pushed with the rows, so a replay

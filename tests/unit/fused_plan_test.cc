@@ -134,6 +134,22 @@ TEST(FusedPlan, Fp8TakesThePingpongScheduleAtEverySizeBelowItsK) {
   EXPECT_NE(tile_n_above_one_row(16384, 8192, 4096, 132, Element::kBF16, kMaxTailSplits, true, true), kPingpongTileN);
 }
 
+// fp8's row-wise all-gather runs 192-wide ping-pong tiles where they fill at least 98% of their rounds
+// (66 clusters): measured faster than the cooperative 256-wide tiles at the first two, slower at the rest.
+TEST(FusedPlan, Fp8RowWisePingpong192TakesNearlyFullRounds) {
+  using kernels::fused::pingpong_192_takes;
+  EXPECT_TRUE(pingpong_192_takes(8192, 8192, 132));     // 32 x 43 = 1376 tiles, 21 rounds: 0.985 filled
+  EXPECT_TRUE(pingpong_192_takes(16384, 8192, 132));    // 64 x 43 = 2752, 42 rounds: 0.985
+  EXPECT_TRUE(pingpong_192_takes(3072, 4224, 132));     // 12 x 22 = 264, four whole rounds
+  EXPECT_FALSE(pingpong_192_takes(16384, 4096, 132));   // 64 x 22 = 1408, 22 rounds: 0.940
+  EXPECT_FALSE(pingpong_192_takes(4096, 6656, 132));    // 0.934
+  EXPECT_FALSE(pingpong_192_takes(4096, 3584, 132));    // 0.905
+  EXPECT_FALSE(pingpong_192_takes(2048, 3584, 132));    // 0.75
+  EXPECT_FALSE(pingpong_192_takes(3000, 4224, 132));    // ragged M: 0.977
+  EXPECT_FALSE(pingpong_192_takes(128, 192 * 66, 132)); // one tile row: its own instantiation
+  EXPECT_TRUE(pingpong_192_takes(3072, 4224, 66));      // half the SMs: eight whole rounds
+}
+
 TEST(FusedPlan, Cooperative192WideTilesTakeLessThanARoundSplitThreeWaysOrMore) {
   using kernels::fused::split_192_takes;
   // 256 x 4096 x 4096: 22 tiles split 3 ways (66 units on 66 clusters) along 64 K steps.

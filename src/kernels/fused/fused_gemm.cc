@@ -43,8 +43,10 @@ int band_m_for(const FusedGemmArgs& a) {
 
 int tile_n_for(const FusedGemmArgs& a) {
   const int forced = forced_tile_n();
-  if (forced != 0 && (a.dtype != Element::kFP8E4M3 || forced == kOneRowTileN || forced == 256)) {
-    return forced;  // fp8: no 192 or 320
+  const bool fp8 = a.dtype == Element::kFP8E4M3, row_scaled = a.row_scales != nullptr;
+  const bool wide_pingpong = row_scaled && forced == kPingpongWideTileN && a.M > kTileRows;
+  if (forced != 0 && (!fp8 || forced == kOneRowTileN || forced == 256 || wide_pingpong)) {
+    return forced;  // fp8: no 320, and 192 with row-wise scales above one tile row only
   }
   if (a.M <= kTileRows || one_cta_takes(a.M, a.N, grid_sms(a), a.dtype)) return kOneRowTileN;
   const int max_splits = a.split_workspace != nullptr ? a.max_splits : 1;
@@ -53,7 +55,9 @@ int tile_n_for(const FusedGemmArgs& a) {
   // ping-pong schedule's 64 cluster tiles ran there before.
   const bool straddles = a.a_local != nullptr && shard_straddles_tiles(a.local_begin, a.local_end, a.M);
   const bool one_rank = a.a_local == nullptr || (a.local_begin == 0 && a.local_end >= a.M);
-  return tile_n_above_one_row(a.M, a.N, a.K, grid_sms(a), a.dtype, max_splits, !straddles, one_rank);
+  const int tile_n = tile_n_above_one_row(a.M, a.N, a.K, grid_sms(a), a.dtype, max_splits, !straddles, one_rank);
+  if (fp8 && row_scaled && tile_n == 256 && pingpong_192_takes(a.M, a.N, grid_sms(a))) return kPingpongWideTileN;
+  return tile_n;
 }
 
 // Launches (or, kLoad, only loads) the fused GEMM's instantiation for kElement, kLayoutB, kTileN and
@@ -137,6 +141,8 @@ void launch_fp8(const FusedGemmArgs& a, int tile_n, cudaStream_t stream) {
     launch_typed<kLoad, Element::kFP8E4M3, Layout::kColMajor, kOut>(a, tile_n, stream);
   } else if (tile_n == 256) {  // row-wise scales: no reduce-scatter (fused_gemm_unsupported)
     launch_row_scaled<kLoad, RowScaledKind::kWide, kOut>(a, stream);
+  } else if (tile_n == kPingpongWideTileN) {
+    launch_row_scaled<kLoad, RowScaledKind::kPingpongWide, kOut>(a, stream);
   } else if (a.M <= kTileRows) {  // kOneRowTileN
     launch_row_scaled<kLoad, RowScaledKind::kOneRow, kOut>(a, stream);
   } else {  // kPingpongTileN
@@ -157,6 +163,7 @@ void load_fp8() {
   launch_row_scaled</*kLoad=*/true, RowScaledKind::kWide, kOut>(a, nullptr);
   launch_row_scaled</*kLoad=*/true, RowScaledKind::kOneRow, kOut>(a, nullptr);
   launch_row_scaled</*kLoad=*/true, RowScaledKind::kPingpong, kOut>(a, nullptr);
+  launch_row_scaled</*kLoad=*/true, RowScaledKind::kPingpongWide, kOut>(a, nullptr);
   a.rs.rank = 0;
   a.rs.reduce_in_epilogue = true;
   launch_typed</*kLoad=*/true, Element::kFP8E4M3, Layout::kColMajor, kOut>(a, kRsTileN, nullptr);
@@ -260,6 +267,15 @@ bool one_cta_takes(int64_t M, int64_t N, int sms, Element dtype) {
   return tile_rows % 2 == 1 && tile_rows * ((N + kOneRowTileN - 1) / kOneRowTileN) <= sms;
 }
 
+bool pingpong_192_takes(int64_t M, int64_t N, int sms) {
+  const int64_t clusters = std::max(1, sms / static_cast<int>(kClusterRows / kTileRows));
+  const int64_t tiles = (M + kClusterRows - 1) / kClusterRows * ((N + kPingpongWideTileN - 1) / kPingpongWideTileN);
+  const int64_t rounds = (tiles + clusters - 1) / clusters;
+  const double filled = static_cast<double>(M) * static_cast<double>(N) /
+                        (static_cast<double>(rounds * clusters) * kClusterRows * kPingpongWideTileN);
+  return M > kTileRows && filled >= kPingpong192MinFilled;
+}
+
 bool pingpong_takes(int64_t M, int64_t N, int sms, Element dtype) {
   if (M <= kTileRows) return false;
   const int64_t clusters = std::max(1, sms / static_cast<int>(kClusterRows / kTileRows));
@@ -271,8 +287,9 @@ const char* fused_gemm_unsupported(const FusedGemmArgs& a) {
   if (a.dtype == Element::kFP8E4M3) {
     if (a.b_layout != Layout::kColMajor) return "the fused kernel takes fp8 B column-major only";
     if (a.out != Element::kBF16 && a.out != Element::kFP16) return "the fused kernel's fp8 product is bf16 or fp16";
-    if (a.tile_n != 0 && a.tile_n != 256 && a.tile_n != kPingpongTileN) {
-      return "the fused kernel's fp8 tiles are 256 or 128 wide";
+    if (a.tile_n != 0 && a.tile_n != 256 && a.tile_n != kPingpongTileN &&
+        (a.tile_n != kPingpongWideTileN || a.row_scales == nullptr || a.M <= kTileRows)) {
+      return "the fused kernel's fp8 tiles are 256 or 128 wide, or 192 with row-wise scales above one tile row";
     }
     if (a.N % 16 != 0 || a.K % 16 != 0) return "the fused kernel needs fp8 N and K to be multiples of 16";
     if ((a.row_scales == nullptr) != (a.col_scales == nullptr)) return "the fused kernel takes row and column scales together";
@@ -364,8 +381,10 @@ void run_fused_gemm(const FusedGemmArgs& args, cudaStream_t stream) {
   ASYNCTP_CHECK(!a.rs.reduce_in_epilogue || (a.rs.rank >= 0 && a.rs.world == 2),
                 "fused reduce-scatter: the reduction in the epilogue takes two ranks, not ", a.rs.world);
   const int tile_n = a.tile_n != 0 ? a.tile_n : a.rs.rank >= 0 ? static_cast<int>(kRsTileN) : tile_n_for(a);
-  ASYNCTP_CHECK(a.dtype != Element::kFP8E4M3 || tile_n == kOneRowTileN || tile_n == 256,
-                "fused GEMM: the fp8 kernel's tiles are 256 or ", kOneRowTileN, " wide; tile_n is ", tile_n);
+  ASYNCTP_CHECK(a.dtype != Element::kFP8E4M3 || tile_n == kOneRowTileN || tile_n == 256 ||
+                    (tile_n == kPingpongWideTileN && a.row_scales != nullptr),
+                "fused GEMM: the fp8 kernel's tiles are 256 or ", kOneRowTileN, " wide, or ", kPingpongWideTileN,
+                " with row-wise scales; tile_n is ", tile_n);
   launch_dispatch</*kLoad=*/false>(a, tile_n, stream);
 }
 

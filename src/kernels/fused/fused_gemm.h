@@ -47,8 +47,9 @@ struct FusedGemmArgs {
   ChunkFlags chunks;              // chunks.flags null: every row of `a` is in place (a plain GEMM)
   int band_m = 0;                 // tile order (async_input_scheduler.cuh); 0 picks the default
   // 192, 256 or kWideTileN (16 bits); or 128: kOneRowTileN in one-CTA clusters (M <= kTileRows, one_cta_takes, a reduce-scatter's
-  // odd tile rows a rank), else kPingpongTileN (the ping-pong schedule); 0 picks it (one_cta_takes,
-  // split_192_takes, pingpong_takes, pick_tile_n; a reduce-scatter's: reduce_scatter_tile_n).
+  // odd tile rows a rank), else kPingpongTileN (the ping-pong schedule); fp8 takes 128, 256, and 192 with
+  // row-wise scales (kPingpongWideTileN, the ping-pong schedule); 0 picks it (one_cta_takes,
+  // split_192_takes, pingpong_takes, pick_tile_n, pingpong_192_takes; a reduce-scatter's: reduce_scatter_tile_n).
   int tile_n = 0;
   // Lets the kernel split its last round of tiles along K (tail_split.h): tail_split_workspace_bytes(
   // split_sms) bytes whose counters start at zero (algo::Resources::tail_split_workspace). Null:
@@ -90,8 +91,9 @@ int forced_tile_n();
 // The tile width of an M x N x K problem above one tile row that no one-CTA rule took, by the same rule
 // for both ops (an all-gather's launch and reduce_scatter_tile_n): in 16 bits 192 where
 // split_192_takes (unless `split_192_allowed` is false); then kPingpongTileN, the ping-pong schedule,
-// where pingpong_takes, and in fp8 at any size where K < kFp8PingpongBelowK; else 256 in fp8 (no 192-
-// or 320-wide fp8 tiles) and pick_tile_n's width in 16 bits.
+// where pingpong_takes, and in fp8 at any size where K < kFp8PingpongBelowK; else 256 in fp8 (no
+// cooperative 192- or 320-wide fp8 tiles; an all-gather with row-wise scales may then take
+// pingpong_192_takes's instead, in tile_n_for) and pick_tile_n's width in 16 bits.
 int tile_n_above_one_row(int64_t M, int64_t N, int64_t K, int sms, Element dtype, int max_splits,
                          bool split_192_allowed, bool wide_allowed);
 
@@ -124,6 +126,17 @@ bool pingpong_takes(int64_t M, int64_t N, int sms, Element dtype);
 // 128 x 128 tiles' extra L2 traffic costs in clock (one H200: 4-18% less time at K of 1024 to 5120;
 // level at 8192 but for 4096 x 3584; slower at 16384: docs/design/fused_all_gather_matmul.md).
 constexpr int64_t kFp8PingpongBelowK = 8192;
+
+// Whether fp8's all-gather with row-wise scales, where the rules above give it 256-wide tiles, runs
+// kPingpongWideTileN-wide tiles in the ping-pong schedule instead: where they fill at least
+// kPingpong192MinFilled of their rounds (the product's area over the rounds' tiles' on `sms` SMs,
+// ragged N and M counted empty). Those tiles run in about 8% fewer cycles than the cooperative 256-wide
+// ones, at a clock about 5% lower, and are never split along K, where the cooperative kernel splits its
+// last round (one H200, under ncu: 4% and 2% less time at 8192 x 8192 x 8192 and 16384 x 8192 x 8192,
+// 0.985 filled; 1.6% and 3.5% more at 16384 x 4096 x 14336 and 4096 x 6656 x 16384, 0.94 and 0.93
+// filled: docs/design/fused_all_gather_matmul.md).
+constexpr double kPingpong192MinFilled = 0.98;
+bool pingpong_192_takes(int64_t M, int64_t N, int sms);
 
 // SMs of the current device.
 int sm_count();

@@ -91,10 +91,11 @@ ASYNCTP_KIND_GEMMS_DECLARE(rs)
 #undef ASYNCTP_KIND_GEMMS_DECLARE
 #undef ASYNCTP_KIND_GEMM_DECLARE
 
-// fp8 e4m3 with row-wise scales (FusedGemmArgs::row_scales; B column-major, a bf16 or fp16 product), in three
+// fp8 e4m3 with row-wise scales (FusedGemmArgs::row_scales; B column-major, a bf16 or fp16 product), in four
 // kinds: 256-wide cooperative tiles, kOneRowTileN-wide ones in one-CTA clusters for problems of one
-// tile row, and kPingpongTileN-wide ones in CUTLASS's ping-pong schedule (pingpong_takes).
-enum class RowScaledKind { kWide, kOneRow, kPingpong };
+// tile row, and kPingpongTileN-wide (pingpong_takes) and kPingpongWideTileN-wide (pingpong_192_takes)
+// ones in CUTLASS's ping-pong schedule.
+enum class RowScaledKind { kWide, kOneRow, kPingpong, kPingpongWide };
 
 template <RowScaledKind kKind, Element kOut>
 void launch_row_scaled_gemm_instance(const FusedGemmArgs& args, cudaStream_t stream);
@@ -109,9 +110,11 @@ void load_row_scaled_gemm_instance();
 ASYNCTP_ROW_SCALED_GEMM_DECLARE(kWide, kBF16)
 ASYNCTP_ROW_SCALED_GEMM_DECLARE(kOneRow, kBF16)
 ASYNCTP_ROW_SCALED_GEMM_DECLARE(kPingpong, kBF16)
+ASYNCTP_ROW_SCALED_GEMM_DECLARE(kPingpongWide, kBF16)
 ASYNCTP_ROW_SCALED_GEMM_DECLARE(kWide, kFP16)
 ASYNCTP_ROW_SCALED_GEMM_DECLARE(kOneRow, kFP16)
 ASYNCTP_ROW_SCALED_GEMM_DECLARE(kPingpong, kFP16)
+ASYNCTP_ROW_SCALED_GEMM_DECLARE(kPingpongWide, kFP16)
 #undef ASYNCTP_ROW_SCALED_GEMM_DECLARE
 
 }  // namespace asynctp::kernels::fused

@@ -32,6 +32,7 @@
 #include "kernels/fused/fused_gemm.h"
 #include "kernels/fused/async_input_mainloop.cuh"
 #include "kernels/fused/async_input_scheduler.cuh"
+#include "kernels/fused/fp8_fusions.cuh"
 #include "kernels/fused/launch_key.h"
 #include "kernels/fused/packed_stride.h"
 #include "kernels/fused/pingpong_epilogue.cuh"
@@ -93,34 +94,11 @@ struct FusedGemmKernel {
   // With C, CUTLASS reuses C's shared memory for D: 33 KB against 17 KB, which still leaves the
   // mainloop its four stages.
   using LinearCombination = cutlass::epilogue::fusion::LinearCombination<ElementD, float, ElementD, float>;
-  // fp8: D = alpha * A @ B + bias[n], the scaled op's bias (of the output's type, FusedGemmArgs::bias)
-  // broadcast along M and staged once per tile in shared memory; a null bias adds nothing and loads nothing.
-  // alpha is a value or a device pointer (the product of the tensor-wise scales). A tree of our own, not
-  // CUTLASS's LinCombPerColBias: that one also computes beta * C without a source, one FFMA a value more.
-  using BiasElement = ElementD;
-  using TensorWiseBias = cutlass::epilogue::fusion::Sm90EVT<
-      cutlass::epilogue::fusion::Sm90Compute<cutlass::homogeneous_multiply_add, ElementD, float,
-                                             cutlass::FloatRoundStyle::round_to_nearest>,
-      cutlass::epilogue::fusion::Sm90ScalarBroadcast<float, cute::Stride<cute::_0, cute::_0, int64_t>>,
-      cutlass::epilogue::fusion::Sm90AccFetch,
-      cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, BiasElement, float, cute::Stride<cute::_0, cute::_1, int64_t>,
-                                                  16 / sizeof(BiasElement)>>;
+  // fp8: D = alpha * A @ B + bias[n], or with row-wise scales in the ping-pong schedule
+  // D = col_scales[n] * (row_scales[m] * acc) + bias[n] (fp8_fusions.cuh).
+  using TensorWiseBias = fused::TensorWiseBias<ElementD, TileShape>;
+  using RowScaled = fused::RowScaled<ElementD, TileShape>;
   using PlainFusion = std::conditional_t<kScaled, TensorWiseBias, LinearCombination>;
-  // Row-wise scales in the ping-pong schedule, whose other warpgroup's mainloop hides its epilogue's loads:
-  // D = col_scales[n] * (row_scales[m] * acc) + bias[n], the row's scale broadcast along N (read into
-  // registers), the column's scale and the bias along M (staged in shared memory; a null bias adds nothing).
-  using RowScaled = cutlass::epilogue::fusion::Sm90EVT<
-      cutlass::epilogue::fusion::Sm90Compute<cutlass::homogeneous_multiply_add, ElementD, float,
-                                             cutlass::FloatRoundStyle::round_to_nearest>,
-      cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, float, float, cute::Stride<cute::_0, cute::_1, cute::_0>, 4,
-                                                  /*EnableNullptr=*/false>,
-      cutlass::epilogue::fusion::Sm90EVT<
-          cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, float, float, cutlass::FloatRoundStyle::round_to_nearest>,
-          cutlass::epilogue::fusion::Sm90ColBroadcast<0, TileShape, float, float, cute::Stride<cute::_1, cute::_0, cute::_0>, 4,
-                                                      /*EnableNullptr=*/false>,
-          cutlass::epilogue::fusion::Sm90AccFetch>,
-      cutlass::epilogue::fusion::Sm90RowBroadcast<0, TileShape, BiasElement, float, cute::Stride<cute::_0, cute::_1, cute::_0>,
-                                                  16 / sizeof(BiasElement)>>;
   template <class ElementC, class Fusion = PlainFusion, class EpilogueTile = cutlass::epilogue::collective::EpilogueTileAuto>
   using BuiltEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
@@ -220,14 +198,6 @@ void launch_on_clusters(const Gemm& gemm, CUfunction fn, uint32_t begin_epoch, c
   ASYNCTP_CU_CHECK(asynctp::detail::driver().launch_kernel_ex(&config, fn, args, nullptr));
 }
 
-// The fp8 epilogue's arguments, in TensorWiseBias's order: {alpha (a value, or a device pointer that
-// overrides it), acc, bias (null: none), multiply-add}.
-template <class K>
-typename K::TensorWiseBias::Arguments tensor_wise_bias(float alpha, const float* alpha_ptr, const void* bias) {
-  using Bias = typename K::BiasElement;
-  return {{{alpha}, {alpha_ptr}, {}}, {}, {static_cast<const Bias*>(bias), Bias(0.0f), {}}, {}};
-}
-
 }  // namespace detail
 
 template <class Element, class LayoutB, int kTileN, bool kReduceInEpilogue = false, int kClusterM = 2,
@@ -299,22 +269,17 @@ cutlass_arguments(const FusedGemmArgs& a) {
     // c holds rows [c_row0, c_row0 + rows) of the product: a reduce-scatter's rank's rows, or all.
     const int64_t rows = a.rs.rank >= 0 ? a.rs.rows_per_rank : a.M - a.c_row0;
     if constexpr (K::kRowScaleInRegisters) {
-      args.epilogue.thread = detail::tensor_wise_bias<K>(1.0f, nullptr, a.bias);
+      args.epilogue.thread = tensor_wise_bias<ElementD, typename K::TileShape>(1.0f, nullptr, a.bias);
       args.epilogue.row_scales = a.row_scales;
       args.epilogue.col_scales = a.col_scales;
       args.epilogue.chunks = a.chunks;
       args.epilogue.local_begin = static_cast<int32_t>(ml.local_begin);
       args.epilogue.local_end = static_cast<int32_t>(ml.local_end);
     } else if constexpr (kRowScales) {
-      // {column scales (along N), {row scales (along M), acc, multiply}, bias (along M), multiply-add}:
-      // see RowScaled.
-      args.epilogue.thread = {{a.col_scales, 0.0f, {}},
-                              {{a.row_scales, 0.0f, {}}, {}, {}},
-                              {static_cast<const typename K::BiasElement*>(a.bias), typename K::BiasElement(0.0f), {}},
-                              {}};
+      args.epilogue.thread = row_scaled<ElementD, typename K::TileShape>(a.row_scales, a.col_scales, a.bias);
     } else {
       if constexpr (K::kScaled) {
-        args.epilogue.thread = detail::tensor_wise_bias<K>(a.alpha, a.alpha_ptr, a.bias);
+        args.epilogue.thread = tensor_wise_bias<ElementD, typename K::TileShape>(a.alpha, a.alpha_ptr, a.bias);
       } else {
         args.epilogue.thread.alpha = a.alpha;
         args.epilogue.thread.alpha_ptr = a.alpha_ptr;
