@@ -21,7 +21,7 @@ constexpr int kOneRowTileN = 128;
 constexpr int kPingpongTileN = 128;
 // fp8's all-gather with row-wise scales at K of kFp8PingpongBelowK and more runs tiles this wide in the
 // ping-pong schedule where they fill their rounds (pingpong_192_takes): its epilogue is hidden behind the
-// other warpgroup's mainloop, and it reads a third less from L2 a value than 128-wide tiles do.
+// other warpgroup's mainloop, and it reads a quarter less from L2 than 128-wide tiles do.
 constexpr int kPingpongWideTileN = 192;
 // The widest tiles, 16-bit only: 128 x 320 (two 64 x 160 WGMMAs a warpgroup, three mainloop stages),
 // where they take fewer rounds of tiles than 192 or 256 would (pick_tile_n), as at 1024 x 5120: 64
