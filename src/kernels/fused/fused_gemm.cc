@@ -41,13 +41,17 @@ int band_m_for(const FusedGemmArgs& a) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(kDeepest, chunk_cluster_rows)));
 }
 
+// Whether the fp8 launch of `a` has an instantiation of width `tile_n`: 256, 128, and 192 (the ping-pong
+// schedule's) with row-wise scales above one tile row; no 320.
+bool fp8_width_taken(const FusedGemmArgs& a, int tile_n) {
+  return tile_n == 256 || tile_n == kPingpongTileN ||
+         (tile_n == kPingpongWideTileN && a.row_scales != nullptr && a.M > kTileRows);
+}
+
 int tile_n_for(const FusedGemmArgs& a) {
   const int forced = forced_tile_n();
   const bool fp8 = a.dtype == Element::kFP8E4M3, row_scaled = a.row_scales != nullptr;
-  const bool wide_pingpong = row_scaled && forced == kPingpongWideTileN && a.M > kTileRows;
-  if (forced != 0 && (!fp8 || forced == kOneRowTileN || forced == 256 || wide_pingpong)) {
-    return forced;  // fp8: no 320, and 192 with row-wise scales above one tile row only
-  }
+  if (forced != 0 && (!fp8 || fp8_width_taken(a, forced))) return forced;
   if (a.M <= kTileRows || one_cta_takes(a.M, a.N, grid_sms(a), a.dtype)) return kOneRowTileN;
   const int max_splits = a.split_workspace != nullptr ? a.max_splits : 1;
   // Not where this rank's rows straddle a tile: on four H100s, 256 x 4096 x 4096 gathered from 64 rows a
@@ -287,8 +291,7 @@ const char* fused_gemm_unsupported(const FusedGemmArgs& a) {
   if (a.dtype == Element::kFP8E4M3) {
     if (a.b_layout != Layout::kColMajor) return "the fused kernel takes fp8 B column-major only";
     if (a.out != Element::kBF16 && a.out != Element::kFP16) return "the fused kernel's fp8 product is bf16 or fp16";
-    if (a.tile_n != 0 && a.tile_n != 256 && a.tile_n != kPingpongTileN &&
-        (a.tile_n != kPingpongWideTileN || a.row_scales == nullptr || a.M <= kTileRows)) {
+    if (a.tile_n != 0 && !fp8_width_taken(a, a.tile_n)) {
       return "the fused kernel's fp8 tiles are 256 or 128 wide, or 192 with row-wise scales above one tile row";
     }
     if (a.N % 16 != 0 || a.K % 16 != 0) return "the fused kernel needs fp8 N and K to be multiples of 16";
@@ -381,10 +384,9 @@ void run_fused_gemm(const FusedGemmArgs& args, cudaStream_t stream) {
   ASYNCTP_CHECK(!a.rs.reduce_in_epilogue || (a.rs.rank >= 0 && a.rs.world == 2),
                 "fused reduce-scatter: the reduction in the epilogue takes two ranks, not ", a.rs.world);
   const int tile_n = a.tile_n != 0 ? a.tile_n : a.rs.rank >= 0 ? static_cast<int>(kRsTileN) : tile_n_for(a);
-  ASYNCTP_CHECK(a.dtype != Element::kFP8E4M3 || tile_n == kOneRowTileN || tile_n == 256 ||
-                    (tile_n == kPingpongWideTileN && a.row_scales != nullptr),
-                "fused GEMM: the fp8 kernel's tiles are 256 or ", kOneRowTileN, " wide, or ", kPingpongWideTileN,
-                " with row-wise scales; tile_n is ", tile_n);
+  ASYNCTP_CHECK(a.dtype != Element::kFP8E4M3 || fp8_width_taken(a, tile_n),
+                "fused GEMM: the fp8 kernel's tiles are 256 or ", kPingpongTileN, " wide, or ", kPingpongWideTileN,
+                " with row-wise scales above one tile row; tile_n is ", tile_n);
   launch_dispatch</*kLoad=*/false>(a, tile_n, stream);
 }
 
