@@ -135,19 +135,46 @@ TEST(FusedPlan, Fp8TakesThePingpongScheduleAtEverySizeBelowItsK) {
 }
 
 // fp8's row-wise all-gather runs 192-wide ping-pong tiles where they fill at least 98% of their rounds
-// (66 clusters): measured faster than the cooperative 256-wide tiles at the first two, slower at the rest.
+// (66 clusters), or 90% at K of 8192 and less: measured faster than the cooperative 256-wide tiles at
+// the true cases, slower at the false ones but the ragged M.
 TEST(FusedPlan, Fp8RowWisePingpong192TakesNearlyFullRounds) {
   using kernels::fused::pingpong_192_takes;
-  EXPECT_TRUE(pingpong_192_takes(8192, 8192, 132));     // 32 x 43 = 1376 tiles, 21 rounds: 0.985 filled
-  EXPECT_TRUE(pingpong_192_takes(16384, 8192, 132));    // 64 x 43 = 2752, 42 rounds: 0.985
-  EXPECT_TRUE(pingpong_192_takes(3072, 4224, 132));     // 12 x 22 = 264, four whole rounds
-  EXPECT_FALSE(pingpong_192_takes(16384, 4096, 132));   // 64 x 22 = 1408, 22 rounds: 0.940
-  EXPECT_FALSE(pingpong_192_takes(4096, 6656, 132));    // 0.934
-  EXPECT_FALSE(pingpong_192_takes(4096, 3584, 132));    // 0.905
-  EXPECT_FALSE(pingpong_192_takes(2048, 3584, 132));    // 0.75
-  EXPECT_FALSE(pingpong_192_takes(3000, 4224, 132));    // ragged M: 0.977
-  EXPECT_FALSE(pingpong_192_takes(128, 192 * 66, 132)); // one tile row: its own instantiation
-  EXPECT_TRUE(pingpong_192_takes(3072, 4224, 66));      // half the SMs: eight whole rounds
+  EXPECT_TRUE(pingpong_192_takes(8192, 8192, 8192, 132));     // 32 x 43 = 1376 tiles, 21 rounds: 0.985 filled
+  EXPECT_TRUE(pingpong_192_takes(16384, 8192, 8192, 132));    // 64 x 43 = 2752, 42 rounds: 0.985
+  EXPECT_TRUE(pingpong_192_takes(8192, 8192, 16384, 132));    // 0.985 at any K
+  EXPECT_TRUE(pingpong_192_takes(3072, 4224, 8192, 132));     // 12 x 22 = 264, four whole rounds
+  EXPECT_FALSE(pingpong_192_takes(16384, 4096, 14336, 132));  // 64 x 22 = 1408, 22 rounds: 0.940
+  EXPECT_FALSE(pingpong_192_takes(4096, 6656, 16384, 132));   // 0.934
+  EXPECT_TRUE(pingpong_192_takes(4096, 3584, 8192, 132));     // 0.905, at K = 8192
+  EXPECT_TRUE(pingpong_192_takes(8192, 4096, 8192, 132));     // 0.940
+  EXPECT_TRUE(pingpong_192_takes(12288, 8192, 8192, 132));    // 0.970
+  EXPECT_FALSE(pingpong_192_takes(4096, 3584, 8192 + 16, 132));  // the same rounds past K = 8192
+  EXPECT_FALSE(pingpong_192_takes(2048, 3584, 8192, 132));    // 0.75
+  EXPECT_FALSE(pingpong_192_takes(3000, 4224, 16384, 132));   // ragged M: 0.977
+  EXPECT_FALSE(pingpong_192_takes(128, 192 * 66, 8192, 132)); // one tile row: its own instantiation
+  EXPECT_TRUE(pingpong_192_takes(3072, 4224, 16384, 66));     // half the SMs: eight whole rounds
+}
+
+// The all-gather's launch asks that rule only for row-wise fp8 where the others give 256-wide tiles.
+TEST(FusedPlan, TheAllGathersLaunchTakes192WidePingpongTilesForRowWiseFp8Only) {
+  using kernels::fused::FusedGemmArgs;
+  using kernels::fused::tile_n_for;
+  static const float scales[4] = {};
+  auto args = [](int64_t M, int64_t N, int64_t K, bool row_wise) {
+    FusedGemmArgs a;
+    a.dtype = Element::kFP8E4M3;
+    a.b_layout = Layout::kColMajor;
+    a.M = M, a.N = N, a.K = K;
+    if (row_wise) a.row_scales = a.col_scales = scales;
+    return a;
+  };
+  EXPECT_EQ(tile_n_for(args(8192, 8192, 8192, true), 132), kernels::fused::kPingpongWideTileN);
+  EXPECT_EQ(tile_n_for(args(8192, 8192, 8192, false), 132), 256);         // tensor-wise
+  EXPECT_EQ(tile_n_for(args(16384, 4096, 14336, true), 132), 256);        // 0.94 filled
+  EXPECT_EQ(tile_n_for(args(4096, 3584, 8192, true), 132), kernels::fused::kPingpongWideTileN);
+  EXPECT_EQ(tile_n_for(args(2048, 3584, 8192, true), 132), 256);          // 0.75 filled
+  EXPECT_EQ(tile_n_for(args(8192, 8192, 4096, true), 132), kernels::fused::kPingpongTileN);  // K < 8192
+  EXPECT_EQ(tile_n_for(args(128, 8192, 8192, true), 132), kernels::fused::kOneRowTileN);
 }
 
 TEST(FusedPlan, Cooperative192WideTilesTakeLessThanARoundSplitThreeWaysOrMore) {

@@ -48,21 +48,25 @@ bool fp8_width_taken(const FusedGemmArgs& a, int tile_n) {
          (tile_n == kPingpongWideTileN && a.row_scales != nullptr && a.M > kTileRows);
 }
 
-int tile_n_for(const FusedGemmArgs& a) {
+}  // namespace
+
+int tile_n_for(const FusedGemmArgs& a, int sms) {
   const int forced = forced_tile_n();
   const bool fp8 = a.dtype == Element::kFP8E4M3, row_scaled = a.row_scales != nullptr;
   if (forced != 0 && (!fp8 || fp8_width_taken(a, forced))) return forced;
-  if (a.M <= kTileRows || one_cta_takes(a.M, a.N, grid_sms(a), a.dtype)) return kOneRowTileN;
+  if (a.M <= kTileRows || one_cta_takes(a.M, a.N, sms, a.dtype)) return kOneRowTileN;
   const int max_splits = a.split_workspace != nullptr ? a.max_splits : 1;
   // Not where this rank's rows straddle a tile: on four H100s, 256 x 4096 x 4096 gathered from 64 rows a
   // rank timed out on every rank waiting for the first chunk, its 66 split units filling every SM; the
   // ping-pong schedule's 64 cluster tiles ran there before.
   const bool straddles = a.a_local != nullptr && shard_straddles_tiles(a.local_begin, a.local_end, a.M);
   const bool one_rank = a.a_local == nullptr || (a.local_begin == 0 && a.local_end >= a.M);
-  const int tile_n = tile_n_above_one_row(a.M, a.N, a.K, grid_sms(a), a.dtype, max_splits, !straddles, one_rank);
-  if (fp8 && row_scaled && tile_n == 256 && pingpong_192_takes(a.M, a.N, grid_sms(a))) return kPingpongWideTileN;
+  const int tile_n = tile_n_above_one_row(a.M, a.N, a.K, sms, a.dtype, max_splits, !straddles, one_rank);
+  if (fp8 && row_scaled && tile_n == 256 && pingpong_192_takes(a.M, a.N, a.K, sms)) return kPingpongWideTileN;
   return tile_n;
 }
+
+namespace {
 
 // Launches (or, kLoad, only loads) the fused GEMM's instantiation for kElement, kLayoutB, kTileN and
 // the product kOut.
@@ -271,13 +275,13 @@ bool one_cta_takes(int64_t M, int64_t N, int sms, Element dtype) {
   return tile_rows % 2 == 1 && tile_rows * ((N + kOneRowTileN - 1) / kOneRowTileN) <= sms;
 }
 
-bool pingpong_192_takes(int64_t M, int64_t N, int sms) {
+bool pingpong_192_takes(int64_t M, int64_t N, int64_t K, int sms) {
   const int64_t clusters = std::max(1, sms / static_cast<int>(kClusterRows / kTileRows));
   const int64_t tiles = (M + kClusterRows - 1) / kClusterRows * ((N + kPingpongWideTileN - 1) / kPingpongWideTileN);
   const int64_t rounds = (tiles + clusters - 1) / clusters;
   const double filled = static_cast<double>(M) * static_cast<double>(N) /
                         (static_cast<double>(rounds * clusters) * kClusterRows * kPingpongWideTileN);
-  return M > kTileRows && filled >= kPingpong192MinFilled;
+  return M > kTileRows && filled >= (K <= kPingpong192ShortK ? kPingpong192MinFilledShortK : kPingpong192MinFilled);
 }
 
 bool pingpong_takes(int64_t M, int64_t N, int sms, Element dtype) {
@@ -383,7 +387,7 @@ void run_fused_gemm(const FusedGemmArgs& args, cudaStream_t stream) {
                 " rows (reduce_scatter_tile_n)");
   ASYNCTP_CHECK(!a.rs.reduce_in_epilogue || (a.rs.rank >= 0 && a.rs.world == 2),
                 "fused reduce-scatter: the reduction in the epilogue takes two ranks, not ", a.rs.world);
-  const int tile_n = a.tile_n != 0 ? a.tile_n : a.rs.rank >= 0 ? static_cast<int>(kRsTileN) : tile_n_for(a);
+  const int tile_n = a.tile_n != 0 ? a.tile_n : a.rs.rank >= 0 ? static_cast<int>(kRsTileN) : tile_n_for(a, grid_sms(a));
   ASYNCTP_CHECK(a.dtype != Element::kFP8E4M3 || fp8_width_taken(a, tile_n),
                 "fused GEMM: the fp8 kernel's tiles are 256 or ", kPingpongTileN, " wide, or ", kPingpongWideTileN,
                 " with row-wise scales above one tile row; tile_n is ", tile_n);

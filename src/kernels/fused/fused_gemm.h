@@ -130,13 +130,25 @@ constexpr int64_t kFp8PingpongBelowK = 8192;
 // Whether fp8's all-gather with row-wise scales, where the rules above give it 256-wide tiles, runs
 // kPingpongWideTileN-wide tiles in the ping-pong schedule instead: where they fill at least
 // kPingpong192MinFilled of their rounds (the product's area over the rounds' tiles' on `sms` SMs,
-// ragged N and M counted empty). Those tiles run in about 8% fewer cycles than the cooperative 256-wide
-// ones, at a clock about 5% lower, and are never split along K, where the cooperative kernel splits its
-// last round (one H200, under ncu: 4% and 2% less time at 8192 x 8192 x 8192 and 16384 x 8192 x 8192,
-// 0.985 filled; 1.6% and 3.5% more at 16384 x 4096 x 14336 and 4096 x 6656 x 16384, 0.94 and 0.93
-// filled: docs/design/fused_all_gather_matmul.md).
+// ragged N and M counted empty), or kPingpong192MinFilledShortK where K is at most
+// kPingpong192ShortK. Those tiles run in about 8% fewer cycles than the cooperative 256-wide ones, at
+// a clock about 5% lower, and are never split along K, where the cooperative kernel splits its last
+// round; the shorter the mainloop, the more the cooperative kernel's exposed epilogue costs against
+// that split (one H200, under ncu: 4% and 2% less time at 8192 x 8192 x 8192 and 16384 x 8192 x 8192,
+// 0.985 filled; 1.7%, 0.5% and 1.7% less at K = 8192 and 0.905, 0.94 and 0.97 filled; 1.6% and 3.5%
+// more at 16384 x 4096 x 14336 and 4096 x 6656 x 16384, 0.94 and 0.93 filled; 8% more at 2048 x 3584 x
+// 8192, 0.75: docs/design/fused_all_gather_matmul.md).
 constexpr double kPingpong192MinFilled = 0.98;
-bool pingpong_192_takes(int64_t M, int64_t N, int sms);
+constexpr double kPingpong192MinFilledShortK = 0.90;
+constexpr int64_t kPingpong192ShortK = 8192;
+bool pingpong_192_takes(int64_t M, int64_t N, int64_t K, int sms);
+
+// The tile width of the all-gather's (or a plain GEMM's) launch `args` on `sms` SMs where args.tile_n
+// is 0: ASYNCTP_FUSED_TILE_N where the launch has that width (fp8: 128, 256, and 192 with row-wise
+// scales above one tile row), else kOneRowTileN for one tile row or where one_cta_takes, else
+// tile_n_above_one_row's, and kPingpongWideTileN for a row-wise fp8 launch where that gives 256 and
+// pingpong_192_takes. run_fused_gemm passes grid_sms(args).
+int tile_n_for(const FusedGemmArgs& args, int sms);
 
 // SMs of the current device.
 int sm_count();
