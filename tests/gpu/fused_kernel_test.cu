@@ -305,9 +305,10 @@ TEST(FusedKernel, Fp8MatchesTheDequantisedReference) {
         {1000, 528, 1024, DType::kFP8E4M3, true, true, true, 256},
         {4096, 3584, 1024, DType::kFP8E4M3, true, true, true, kernels::fused::kPingpongTileN},
         {520, 272, 528, DType::kFP8E4M3, true, true, true, 256},
-        // The ping-pong schedule's 192-wide tiles: where the kernel takes them (four whole rounds on
-        // 132 SMs: pingpong_192_takes), and forced on ragged M, N and K, with a bias, with an fp16 product.
-        {3072, 4224, 8192, DType::kFP8E4M3, true, false, true},
+        // The ping-pong schedule's 192-wide tiles: where the kernel takes them (two whole rounds on 132
+        // SMs: pingpong_192_takes, where the 128-wide tiles fill their rounds no better than the 256-wide
+        // ones), and forced on ragged M, N and K, with a bias, with an fp16 product.
+        {1024, 6336, 8192, DType::kFP8E4M3, true, false, true},
         {1000, 528, 1024, DType::kFP8E4M3, true, true, true, kernels::fused::kPingpongWideTileN},
         {520, 272, 528, DType::kFP8E4M3, true, true, true, kernels::fused::kPingpongWideTileN},
         {1000, 528, 1024, DType::kFP8E4M3, true, true, true, kernels::fused::kPingpongWideTileN, false, true},

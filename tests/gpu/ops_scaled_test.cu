@@ -333,8 +333,9 @@ void run_scaled_rs_case(Communicator& comm, const ScaledRsCase& c, const ScaledO
 
 // Reduce-scatters the fused kernel's fp8 form takes (e4m3, fast accumulation, bf16 or fp16 out,
 // tensor-wise and row-wise scales, each rank's own; an fp8 output tensor-wise): 256 and 512 rows a rank, N not a multiple of the tile (the
-// ping-pong schedule's, reduced in its epilogue), and 3072 rows a rank of 2048 columns at K of 8192 a rank (the cooperative
-// kernel's 256-wide tiles, reduced in fixup()), each with and without a bias (an fp16 or fp8 output at
+// ping-pong schedule's, reduced in its epilogue), and 3072 rows a rank of 2048 columns at K of 8448 a rank (the cooperative
+// kernel's 256-wide tiles, reduced in fixup(); past K = 8192, where fp8_pingpong_fills_better would give some world sizes
+// the ping-pong schedule), each with and without a bias (an fp16 or fp8 output at
 // K of 128 a rank, the ping-pong's: at 8192 the sequential algorithm's fp16 results fall outside the tolerance); under `fused`, a check
 // that every one of them on more than one rank ran the fused kernel, and on two ranks at 4096 rows a
 // rank (768 tiles: five rounds), its reduction in the epilogue.
@@ -353,7 +354,7 @@ int fused_kernel_rs_cases(RankContext& ctx, Communicator& comm, const ScaledOpOp
     RANK_CHECK(ws == 1 || algo::fused_rs_tile_n(ws, DType::kFP8E4M3, M, N, kl, sms) == kernels::fused::kPingpongTileN,
                M, "x", N, "x", kl * ws, " on ", ws, " ranks of ", sms, " SMs: not the ping-pong schedule");
   }
-  RANK_CHECK(ws == 1 || algo::fused_rs_tile_n(ws, DType::kFP8E4M3, 3072 * ws, 2048, 8192, sms) == 256, 3072 * ws,
+  RANK_CHECK(ws == 1 || algo::fused_rs_tile_n(ws, DType::kFP8E4M3, 3072 * ws, 2048, 8448, sms) == 256, 3072 * ws,
              "x2048 on ", ws, " ranks of ", sms, " SMs: not 256-wide tiles");
   int n = 0;
   for (const bool rowwise : {false, true}) {
@@ -362,7 +363,7 @@ int fused_kernel_rs_cases(RankContext& ctx, Communicator& comm, const ScaledOpOp
       run_scaled_rs_case(comm, ScaledRsCase{512 * ws, 256, 256 * ws, false, rowwise, op, DType::kBF16, true}, o, s, fp32);
       n += 2;
     }
-    run_scaled_rs_case(comm, ScaledRsCase{3072 * ws, 2048, 8192 * ws, false, rowwise, ReduceOp::kSum, DType::kBF16, true}, o,
+    run_scaled_rs_case(comm, ScaledRsCase{3072 * ws, 2048, 8448 * ws, false, rowwise, ReduceOp::kSum, DType::kBF16, true}, o,
                        s, fp32);
     ++n;
     // A bias, added to every rank's partial product after its scales: the ping-pong's and 256-wide tiles.
@@ -371,7 +372,7 @@ int fused_kernel_rs_cases(RankContext& ctx, Communicator& comm, const ScaledOpOp
                          fp32);
       ++n;
     }
-    run_scaled_rs_case(comm, ScaledRsCase{3072 * ws, 2048, 8192 * ws, false, rowwise, ReduceOp::kSum, DType::kBF16, true, true},
+    run_scaled_rs_case(comm, ScaledRsCase{3072 * ws, 2048, 8448 * ws, false, rowwise, ReduceOp::kSum, DType::kBF16, true, true},
                        o, s, fp32);
     ++n;
     // An fp16 output (and bias): staged, reduced and stored in fp16.

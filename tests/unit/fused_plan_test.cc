@@ -131,6 +131,16 @@ TEST(FusedPlan, Fp8TakesThePingpongScheduleAtEverySizeBelowItsK) {
     }
   }
   EXPECT_EQ(tile_n_above_one_row(1024, 5120, 16384, 132, kFP8, kMaxTailSplits, true, true), kPingpongTileN);  // 160 tiles
+  // At K = 8192 where the 256-wide tiles fill less than 90% of their rounds and 128-wide ones more.
+  using kernels::fused::fp8_pingpong_fills_better;
+  EXPECT_TRUE(fp8_pingpong_fills_better(4096, 3584, 8192, 132));    // 0.85 against 0.97
+  EXPECT_TRUE(fp8_pingpong_fills_better(6144, 3584, 8192, 132));    // 0.85 against 0.93
+  EXPECT_FALSE(fp8_pingpong_fills_better(2048, 3584, 8192, 132));   // 0.85 against 0.85
+  EXPECT_FALSE(fp8_pingpong_fills_better(4096, 4096, 8192, 132));   // 0.97 and 0.97
+  EXPECT_FALSE(fp8_pingpong_fills_better(4096, 3584, 16384, 132));  // not past K = 8192
+  EXPECT_EQ(tile_n_above_one_row(4096, 3584, 8192, 132, kFP8, kMaxTailSplits, true, true), kPingpongTileN);
+  EXPECT_EQ(tile_n_above_one_row(4096, 3584, 8192, 132, Element::kBF16, kMaxTailSplits, true, true),
+            pick_tile_n(4096, 3584, 8192, 132, kMaxTailSplits));  // 16 bits: not affected
   EXPECT_NE(tile_n_above_one_row(16384, 8192, 4096, 132, Element::kBF16, kMaxTailSplits, true, true), kPingpongTileN);
 }
 
@@ -171,7 +181,11 @@ TEST(FusedPlan, TheAllGathersLaunchTakes192WidePingpongTilesForRowWiseFp8Only) {
   EXPECT_EQ(tile_n_for(args(8192, 8192, 8192, true), 132), kernels::fused::kPingpongWideTileN);
   EXPECT_EQ(tile_n_for(args(8192, 8192, 8192, false), 132), 256);         // tensor-wise
   EXPECT_EQ(tile_n_for(args(16384, 4096, 14336, true), 132), 256);        // 0.94 filled
-  EXPECT_EQ(tile_n_for(args(4096, 3584, 8192, true), 132), kernels::fused::kPingpongWideTileN);
+  EXPECT_EQ(tile_n_for(args(8192, 4096, 8192, true), 132), kernels::fused::kPingpongWideTileN);    // 0.94 filled
+  EXPECT_EQ(tile_n_for(args(4096, 3584, 8192, true), 132), kernels::fused::kPingpongTileN);  // fills 128-wide better
+  EXPECT_EQ(tile_n_for(args(1024, 6336, 8192, true), 132), kernels::fused::kPingpongWideTileN);  // the kernel test's
+  EXPECT_EQ(tile_n_for(args(6144, 3584, 8192, true), 132), kernels::fused::kPingpongWideTileN);  // 0.97 against 0.93
+  EXPECT_EQ(tile_n_for(args(6144, 3584, 8192, false), 132), kernels::fused::kPingpongTileN);     // tensor-wise
   EXPECT_EQ(tile_n_for(args(2048, 3584, 8192, true), 132), 256);          // 0.75 filled
   EXPECT_EQ(tile_n_for(args(8192, 8192, 4096, true), 132), kernels::fused::kPingpongTileN);  // K < 8192
   EXPECT_EQ(tile_n_for(args(128, 8192, 8192, true), 132), kernels::fused::kOneRowTileN);
@@ -387,7 +401,7 @@ TEST(FusedPlan, AReduceScatterTakesNarrowerTilesOnlyWhereItReducesInFixup) {
   // clusters, 54 192 wide: one round either way, 3/4 as long in 192.
   EXPECT_EQ(reduce_scatter_tile_n(false, Element::kBF16, 512, 5120, 5120, 256, 132), 192);
   EXPECT_EQ(reduce_scatter_tile_n(true, Element::kBF16, 512, 5120, 5120, 256, 132), 256);  // the epilogue's
-  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kFP8E4M3, 2048, 5120, 8192, 1024, 132), 256);
+  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kFP8E4M3, 2048, 8192, 8192, 1024, 132), 256);
   // 4096 x 3584 x 8192 on two ranks: 3.69 rounds 256 wide (the tail split 2 ways) against 5 192 wide.
   EXPECT_EQ(reduce_scatter_tile_n(false, Element::kBF16, 4096, 3584, 4096, 2048, 132), 256);
   // An odd number of tile rows a rank: 128-wide tiles in one-CTA clusters, in fp8 too.
@@ -416,7 +430,7 @@ TEST(FusedPlan, AReduceScatterTakesTheForcedWidthWhereItReducesInFixup) {
   EXPECT_EQ(reduce_scatter_tile_n(false, Element::kBF16, 256, 4096, 4096, 128, 132), kernels::fused::kOneRowTileN);
   ::setenv("ASYNCTP_FUSED_TILE_N", "192", 1);
   EXPECT_EQ(reduce_scatter_tile_n(false, Element::kBF16, 16384, 8192, 8192, 8192, 132), 192);
-  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kFP8E4M3, 2048, 5120, 8192, 1024, 132), 256);  // fp8: its own
+  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kFP8E4M3, 2048, 8192, 8192, 1024, 132), 256);  // fp8: its own
   ::unsetenv("ASYNCTP_FUSED_TILE_N");
   EXPECT_EQ(reduce_scatter_tile_n(false, Element::kFP8E4M3, 16384, 8192, 8192, 16384, 132), 256);
 }
@@ -454,12 +468,12 @@ TEST(FusedPlan, AReduceScatterOfAFewTilesTakesThePingpongScheduleAsAnAllGatherDo
   }
   EXPECT_EQ(reduce_scatter_tile_n(false, Element::kBF16, 256, 7168, 2048, 256, 132), kPingpongTileN);
   EXPECT_TRUE(kernels::fused::pingpong_takes(512, 4096, 132, Element::kBF16));
-  // fp8 up to three cluster tiles a cluster, as its all-gather: 512 x 5120 x 5120 (80), not 2048 rows (320)
-  // but at K below kFp8PingpongBelowK.
+  // fp8 up to three cluster tiles a cluster, as its all-gather: 512 x 5120 x 5120 (80), not 2048 x 8192
+  // (512) but at K below kFp8PingpongBelowK.
   EXPECT_EQ(reduce_scatter_tile_n(false, Element::kFP8E4M3, 512, 4096, 4096, 256, 132), kPingpongTileN);
   EXPECT_EQ(reduce_scatter_tile_n(false, Element::kFP8E4M3, 512, 5120, 5120, 256, 132), kPingpongTileN);
-  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kFP8E4M3, 2048, 5120, 8192, 512, 132), 256);
-  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kFP8E4M3, 2048, 5120, 5120, 512, 132), kPingpongTileN);
+  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kFP8E4M3, 2048, 8192, 8192, 512, 132), 256);
+  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kFP8E4M3, 2048, 8192, 5120, 512, 132), kPingpongTileN);
   // Not: a round of 192-wide tiles split three ways goes first (256 x 4096 x 4096), more than a cluster
   // tile a cluster in 16 bits (512 x 5120 x 5120: 80), the epilogue's reduction, and an odd number of
   // tile rows a rank (one-CTA clusters, also 128 wide).

@@ -62,8 +62,14 @@ int tile_n_for(const FusedGemmArgs& a, int sms) {
   const bool straddles = a.a_local != nullptr && shard_straddles_tiles(a.local_begin, a.local_end, a.M);
   const bool one_rank = a.a_local == nullptr || (a.local_begin == 0 && a.local_end >= a.M);
   const int tile_n = tile_n_above_one_row(a.M, a.N, a.K, sms, a.dtype, max_splits, !straddles, one_rank);
-  if (fp8 && row_scaled && tile_n == 256 && pingpong_192_takes(a.M, a.N, a.K, sms)) return kPingpongWideTileN;
-  return tile_n;
+  if (!fp8 || !row_scaled || !pingpong_192_takes(a.M, a.N, a.K, sms)) return tile_n;
+  // Row-wise: the 192-wide ping-pong tiles in place of the cooperative ones, and of the 128-wide ones
+  // that K = 8192 gives (fp8_pingpong_fills_better) where those fill their rounds no better.
+  if (tile_n == 256) return kPingpongWideTileN;
+  const bool wide_fills_as_well = rounds_filled(a.M, a.N, kPingpongWideTileN, sms) >= rounds_filled(a.M, a.N, kPingpongTileN, sms);
+  return tile_n == kPingpongTileN && fp8_pingpong_fills_better(a.M, a.N, a.K, sms) && wide_fills_as_well
+             ? kPingpongWideTileN
+             : tile_n;
 }
 
 namespace {
@@ -232,7 +238,9 @@ int tile_n_above_one_row(int64_t M, int64_t N, int64_t K, int sms, Element dtype
                          bool split_192_allowed, bool wide_allowed) {
   const bool fp8 = dtype == Element::kFP8E4M3;
   if (!fp8 && split_192_allowed && split_192_takes(M, N, K, sms, max_splits)) return 192;
-  if (pingpong_takes(M, N, sms, dtype) || (fp8 && K < kFp8PingpongBelowK)) return kPingpongTileN;
+  if (pingpong_takes(M, N, sms, dtype) || (fp8 && (K < kFp8PingpongBelowK || fp8_pingpong_fills_better(M, N, K, sms)))) {
+    return kPingpongTileN;
+  }
   if (fp8) return 256;
   return pick_tile_n(M, N, K, sms, max_splits, wide_allowed);
 }
@@ -275,12 +283,22 @@ bool one_cta_takes(int64_t M, int64_t N, int sms, Element dtype) {
   return tile_rows % 2 == 1 && tile_rows * ((N + kOneRowTileN - 1) / kOneRowTileN) <= sms;
 }
 
-bool pingpong_192_takes(int64_t M, int64_t N, int64_t K, int sms) {
+double rounds_filled(int64_t M, int64_t N, int64_t tile_n, int sms) {
   const int64_t clusters = std::max(1, sms / static_cast<int>(kClusterRows / kTileRows));
-  const int64_t tiles = (M + kClusterRows - 1) / kClusterRows * ((N + kPingpongWideTileN - 1) / kPingpongWideTileN);
+  const int64_t tiles = (M + kClusterRows - 1) / kClusterRows * ((N + tile_n - 1) / tile_n);
   const int64_t rounds = (tiles + clusters - 1) / clusters;
-  const double filled = static_cast<double>(M) * static_cast<double>(N) /
-                        (static_cast<double>(rounds * clusters) * kClusterRows * kPingpongWideTileN);
+  return static_cast<double>(M) * static_cast<double>(N) /
+         (static_cast<double>(rounds * clusters) * kClusterRows * static_cast<double>(tile_n));
+}
+
+bool fp8_pingpong_fills_better(int64_t M, int64_t N, int64_t K, int sms) {
+  if (M <= kTileRows || K != kFp8PingpongBelowK) return false;
+  const double cooperative = rounds_filled(M, N, 256, sms);
+  return cooperative < kFp8CooperativeMinFilled && rounds_filled(M, N, kPingpongTileN, sms) > cooperative;
+}
+
+bool pingpong_192_takes(int64_t M, int64_t N, int64_t K, int sms) {
+  const double filled = rounds_filled(M, N, kPingpongWideTileN, sms);
   return M > kTileRows && filled >= (K <= kPingpong192ShortK ? kPingpong192MinFilledShortK : kPingpong192MinFilled);
 }
 

@@ -91,7 +91,8 @@ int forced_tile_n();
 // The tile width of an M x N x K problem above one tile row that no one-CTA rule took, by the same rule
 // for both ops (an all-gather's launch and reduce_scatter_tile_n): in 16 bits 192 where
 // split_192_takes (unless `split_192_allowed` is false); then kPingpongTileN, the ping-pong schedule,
-// where pingpong_takes, and in fp8 at any size where K < kFp8PingpongBelowK; else 256 in fp8 (no
+// where pingpong_takes, and in fp8 at any size where K < kFp8PingpongBelowK or
+// fp8_pingpong_fills_better; else 256 in fp8 (no
 // cooperative 192- or 320-wide fp8 tiles; an all-gather with row-wise scales may then take
 // pingpong_192_takes's instead, in tile_n_for) and pick_tile_n's width in 16 bits.
 int tile_n_above_one_row(int64_t M, int64_t N, int64_t K, int sms, Element dtype, int max_splits,
@@ -127,6 +128,18 @@ bool pingpong_takes(int64_t M, int64_t N, int sms, Element dtype);
 // level at 8192 but for 4096 x 3584; slower at 16384: docs/design/fused_all_gather_matmul.md).
 constexpr int64_t kFp8PingpongBelowK = 8192;
 
+// The share of its rounds' tile area that an M x N product fills in `tile_n`-wide tiles of 2 x 1
+// clusters on `sms` SMs (ragged M and N counted empty).
+double rounds_filled(int64_t M, int64_t N, int64_t tile_n, int sms);
+
+// Whether fp8 at K = kFp8PingpongBelowK, where the rule above stops, still runs the ping-pong
+// schedule: where the cooperative 256-wide tiles fill less than kFp8CooperativeMinFilled of their
+// rounds and the 128-wide tiles fill more (one H200, under ncu, both ops and scale kinds: 2.3-5.0% less
+// time at 4096 x 3584 x 8192, 0.85 against 0.97 filled, and 0.9-3.7% at 6144 x 3584 x 8192, 0.85
+// against 0.93; level to 4% more where both fill 0.97: docs/design/fused_all_gather_matmul.md).
+constexpr double kFp8CooperativeMinFilled = 0.90;
+bool fp8_pingpong_fills_better(int64_t M, int64_t N, int64_t K, int sms);
+
 // Whether fp8's all-gather with row-wise scales, where the rules above give it 256-wide tiles, runs
 // kPingpongWideTileN-wide tiles in the ping-pong schedule instead: where they fill at least
 // kPingpong192MinFilled of their rounds (the product's area over the rounds' tiles' on `sms` SMs,
@@ -146,8 +159,10 @@ bool pingpong_192_takes(int64_t M, int64_t N, int64_t K, int sms);
 // The tile width of the all-gather's (or a plain GEMM's) launch `args` on `sms` SMs where args.tile_n
 // is 0: ASYNCTP_FUSED_TILE_N where the launch has that width (fp8: 128, 256, and 192 with row-wise
 // scales above one tile row), else kOneRowTileN for one tile row or where one_cta_takes, else
-// tile_n_above_one_row's, and kPingpongWideTileN for a row-wise fp8 launch where that gives 256 and
-// pingpong_192_takes. run_fused_gemm passes grid_sms(args).
+// tile_n_above_one_row's, and kPingpongWideTileN for a row-wise fp8 launch where pingpong_192_takes and
+// that gives 256, or 128 by fp8_pingpong_fills_better where the 192-wide tiles fill their rounds at
+// least as well (one H200, under ncu: 6144 x 3584 x 8192 9% less time in them, 0.97 against 0.93
+// filled; 4096 x 3584 x 8192 2.6% more, 0.905 against 0.97). run_fused_gemm passes grid_sms(args).
 int tile_n_for(const FusedGemmArgs& args, int sms);
 
 // SMs of the current device.
