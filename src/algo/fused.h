@@ -76,9 +76,10 @@ const char* fused_rs_unsupported(const MatmulReduceScatterPlan& plan, const Tens
 // The width of the fused reduce-scatter's tiles for its M x N x k_local partial product on `world_size`
 // ranks with `sms` SMs each (kernels::fused::reduce_scatter_tile_n, once the way of reducing is
 // chosen): 128 in one-CTA clusters where the rows per rank are an odd number of tile rows; 256 where
-// the two ranks reduce in the epilogue; else 192 or 256. One rank, which reduces nothing, gets what
-// three or more would.
-int fused_rs_tile_n(int world_size, DType dtype, int64_t M, int64_t N, int64_t k_local, int sms);
+// the two ranks reduce in the epilogue; else 192 or 256 (fp8 with row-wise scales, `rowwise`: 128 in the
+// ping-pong schedule at k_local up to 8192, rowwise_rs_pingpong_takes). One rank, which reduces
+// nothing, gets what three or more would.
+int fused_rs_tile_n(int world_size, DType dtype, int64_t M, int64_t N, int64_t k_local, int sms, bool rowwise = false);
 
 // Chunks each rank's rows are pushed in by the fused reduce-scatter: `requested`, else rows / 512
 // between 1 and 4; never more than the rows hold whole 256-row clusters (at least one).

@@ -53,14 +53,16 @@ bool reduce_in_epilogue(int world_size, int64_t rows_per_rank, int64_t tiles, in
 constexpr int64_t kOneCtaRounds = 2;
 
 // The staged layout of a reduce-scatter's M x N x k_local partial product on `world_size` ranks with
-// `sms` SMs each: the way of reducing, then the tiles' width (kernels::fused::reduce_scatter_tile_n).
+// `sms` SMs each (`rowwise`: fp8 with row-wise scales): the way of reducing, then the tiles' width
+// (kernels::fused::reduce_scatter_tile_n).
 kernels::fused::StagedLayout staged_layout_of(int world_size, DType dtype, int64_t M, int64_t N, int64_t k_local,
-                                              int sms) {
+                                              int sms, bool rowwise) {
   const int64_t rows_per_rank = M / world_size;
   const int64_t tiles = M / kernels::fused::kTileRows * kernels::fused::StagedLayout::tiles_along(N);
   const bool epilogue = reduce_in_epilogue(world_size, rows_per_rank, tiles, sms);
   return kernels::fused::StagedLayout(
-      epilogue, N, kernels::fused::reduce_scatter_tile_n(epilogue, element_of(dtype), M, N, k_local, rows_per_rank, sms));
+      epilogue, N,
+      kernels::fused::reduce_scatter_tile_n(epilogue, element_of(dtype), M, N, k_local, rows_per_rank, sms, rowwise));
 }
 
 // What the fused reduce-scatter's pushes read from the host: with the peers' inboxes, the key of their
@@ -138,8 +140,8 @@ void run_pushed_from_kernel(Communicator& comm, OverlapResources& pr, SymmetricB
 
 }  // namespace
 
-int fused_rs_tile_n(int world_size, DType dtype, int64_t M, int64_t N, int64_t k_local, int sms) {
-  return staged_layout_of(world_size, dtype, M, N, k_local, sms).tile_n;
+int fused_rs_tile_n(int world_size, DType dtype, int64_t M, int64_t N, int64_t k_local, int sms, bool rowwise) {
+  return staged_layout_of(world_size, dtype, M, N, k_local, sms, rowwise).tile_n;
 }
 
 int resolve_fused_rs_chunks(int requested, int64_t rows_per_rank) {
@@ -243,7 +245,8 @@ void run_fused_rs(Communicator& comm, const MatmulReduceScatterPlan& plan, const
 
   OverlapResources& pr = OverlapResources::of(comm, stream);
   kernels::fused::load_fused_gemm_kernels();
-  const kernels::fused::StagedLayout layout = staged_layout_of(ws, plan.dtype, plan.M, plan.N, plan.k_local, m.sm_budget);
+  const kernels::fused::StagedLayout layout =
+      staged_layout_of(ws, plan.dtype, plan.M, plan.N, plan.k_local, m.sm_budget, rowwise);
   g.tile_n = static_cast<int>(layout.tile_n);
   // The kernel's last warp zeroes the counts it pushes into before it says done (done_signal), which
   // the peer waits for before it pushes again.

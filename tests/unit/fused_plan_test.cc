@@ -395,6 +395,22 @@ TEST(FusedPlan, ReduceScatterChunksCoverTheRowsInWholeClusters) {
   }
 }
 
+// fp8 with row-wise scales: the ping-pong schedule up to K = 8192 where the all-gather's rule gives the
+// cooperative 256-wide tiles; not tensor-wise, not beyond, not where the ranks reduce in the epilogue.
+TEST(FusedPlan, ARowWiseFp8ReduceScatterTakesThePingpongScheduleUpToK8192) {
+  using kernels::fused::kPingpongTileN;
+  using kernels::fused::reduce_scatter_tile_n;
+  constexpr Element kFP8 = Element::kFP8E4M3;
+  EXPECT_EQ(reduce_scatter_tile_n(false, kFP8, 16384, 8192, 8192, 16384, 132, true), kPingpongTileN);
+  EXPECT_EQ(reduce_scatter_tile_n(false, kFP8, 8192, 8192, 8192, 2048, 132, true), kPingpongTileN);
+  EXPECT_EQ(reduce_scatter_tile_n(false, kFP8, 16384, 8192, 8192, 16384, 132, false), 256);    // tensor-wise
+  EXPECT_EQ(reduce_scatter_tile_n(false, kFP8, 16384, 4096, 14336, 16384, 132, true), 256);    // K = 14336
+  EXPECT_EQ(reduce_scatter_tile_n(true, kFP8, 16384, 8192, 8192, 8192, 132, true), static_cast<int>(kernels::fused::kRsTileN));
+  EXPECT_EQ(reduce_scatter_tile_n(false, Element::kBF16, 16384, 8192, 8192, 16384, 132, true), 256);
+  EXPECT_EQ(algo::fused_rs_tile_n(1, DType::kFP8E4M3, 8192, 8192, 8192, 132, true), kPingpongTileN);
+  EXPECT_EQ(algo::fused_rs_tile_n(1, DType::kFP8E4M3, 8192, 8192, 8192, 132), 256);
+}
+
 TEST(FusedPlan, AReduceScatterTakesNarrowerTilesOnlyWhereItReducesInFixup) {
   using kernels::fused::reduce_scatter_tile_n;
   // 512 x 5120 x 5120 on 132 SMs (256 rows on each of two ranks): 40 cluster tiles 256 wide on 66

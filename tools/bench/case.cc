@@ -270,7 +270,10 @@ CaseResult run_case(RankContext& ctx, Communicator& comm, const CaseSetup& args,
   // world size (the widest tiles only at one rank: pick_tile_n).
   if (ag) g.a_local = ga.p, g.local_begin = 0, g.local_end = gm / ws;
   // rs: the partial GEMM with the reduce-scatter's tile width at this world size, no staging or reduction.
-  if (!ag) g.tile_n = algo::fused_rs_tile_n(ws, args.dtype, gm, N, gk, impl_of(comm).sm_budget);
+  if (!ag) {
+    g.tile_n = algo::fused_rs_tile_n(ws, args.dtype, gm, N, gk, impl_of(comm).sm_budget,
+                                     scaled && args.fast_accum && args.rowwise_scales);
+  }
   // fp8: the fused kernel's fp8 form accumulates fast and takes a tensor-wise alpha from the device,
   // or row-wise scales: the all-gather's epilogue applies them; the reduce-scatter's kernel, where it has
   // peers, scales its whole tiles by them before the sum, which the kernel as the one rank of a

@@ -16,6 +16,17 @@ namespace asynctp::kernels::fused {
 // odd number of tile rows, where a 2 x 1 cluster would hold two ranks' rows.
 inline bool reduce_scatter_one_cta(int64_t rows_per_rank) { return rows_per_rank % kClusterRows != 0; }
 
+// Whether a reduce-scatter's M x N x K partial product in fp8 with row-wise scales (`row_scales`) runs
+// the ping-pong schedule where the all-gather's rule would give it the cooperative 256-wide tiles: at K
+// up to kFp8PingpongBelowK. Its cooperative kernel scales each tile in fixup(), an epilogue that no
+// mainloop overlaps and that the ping-pong schedule hides; timed on one H200 (the builds alternating
+// four times, the kernel alone at one rank), the ping-pong kernel took 3.3% and 6% less time at
+// 16384 x 8192 x 8192 and 8192 x 8192 x 8192, and as long at 16384 x 4096 x 14336 (tensor-wise: as
+// long to 4% longer, so not there; docs/design/fused_matmul_reduce_scatter.md).
+inline bool rowwise_rs_pingpong_takes(Element dtype, bool row_scales, int64_t K) {
+  return dtype == Element::kFP8E4M3 && row_scales && K <= kFp8PingpongBelowK;
+}
+
 // The width of a reduce-scatter's tiles for an M x N x K partial product of `rows_per_rank` rows a rank
 // on `sms` SMs, which every rank computes alike (the staged layout and the counts follow it):
 //  - rows per rank an odd multiple of kTileRows: kOneRowTileN, in one-CTA clusters (the instantiation
@@ -24,16 +35,19 @@ inline bool reduce_scatter_one_cta(int64_t rows_per_rank) { return rows_per_rank
 //  - else what an all-gather's kernel of the same problem takes (tile_n_above_one_row; the ping-pong
 //    schedule reduces in its epilogue: pingpong_epilogue.cuh), counted with the split last round
 //    whether or not this rank has the split's workspace, and kWideTileN at one rank only;
+//  - fp8 with row-wise scales (`row_scales`) where that gives the cooperative 256-wide tiles and K is at
+//    most kFp8PingpongBelowK: kPingpongTileN (rowwise_rs_pingpong_takes);
 //  - ASYNCTP_FUSED_TILE_N (set alike on every rank; forced_tile_n) overrides the last for measurement
 //    where it names kPingpongTileN (the ping-pong schedule), 256, or 192 in 16 bits.
 inline int reduce_scatter_tile_n(bool reduce_in_epilogue, Element dtype, int64_t M, int64_t N, int64_t K,
-                                 int64_t rows_per_rank, int sms) {
+                                 int64_t rows_per_rank, int sms, bool row_scales = false) {
   if (reduce_scatter_one_cta(rows_per_rank)) return kOneRowTileN;
   if (reduce_in_epilogue) return static_cast<int>(kRsTileN);
   const int forced = forced_tile_n();
   if (forced == kPingpongTileN || forced == 256 || (forced == 192 && dtype != Element::kFP8E4M3)) return forced;
-  return tile_n_above_one_row(M, N, K, sms, dtype, kMaxTailSplits, /*split_192_allowed=*/true,
-                              /*wide_allowed=*/rows_per_rank >= M);
+  const int tile_n = tile_n_above_one_row(M, N, K, sms, dtype, kMaxTailSplits, /*split_192_allowed=*/true,
+                                          /*wide_allowed=*/rows_per_rank >= M);
+  return tile_n == 256 && rowwise_rs_pingpong_takes(dtype, row_scales, K) ? static_cast<int>(kPingpongTileN) : tile_n;
 }
 
 // Whether a reduce-scatter's launch of tiles `tile_n` wide runs one-CTA clusters (the instantiation of
