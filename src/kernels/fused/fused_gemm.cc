@@ -66,7 +66,8 @@ int tile_n_for(const FusedGemmArgs& a, int sms) {
   // Row-wise: the 192-wide ping-pong tiles in place of the cooperative ones, and of the 128-wide ones
   // that K = 8192 gives (fp8_pingpong_fills_better) where those fill their rounds no better.
   if (tile_n == 256) return kPingpongWideTileN;
-  const bool wide_fills_as_well = rounds_filled(a.M, a.N, kPingpongWideTileN, sms) >= rounds_filled(a.M, a.N, kPingpongTileN, sms);
+  const bool wide_fills_as_well =
+      rounds_filled(a.M, a.N, kPingpongWideTileN, sms) >= rounds_filled(a.M, a.N, kPingpongTileN, sms);
   return tile_n == kPingpongTileN && fp8_pingpong_fills_better(a.M, a.N, a.K, sms) && wide_fills_as_well
              ? kPingpongWideTileN
              : tile_n;

@@ -19,8 +19,8 @@ inline bool reduce_scatter_one_cta(int64_t rows_per_rank) { return rows_per_rank
 // Whether a reduce-scatter's M x N x K partial product in fp8 with row-wise scales (`row_scales`) runs
 // the ping-pong schedule where the all-gather's rule would give it the cooperative 256-wide tiles: at K
 // up to kFp8PingpongBelowK. Its cooperative kernel scales each tile in fixup(), an epilogue that no
-// mainloop overlaps and that the ping-pong schedule hides; timed on one H200 (the builds alternating
-// four times, the kernel alone at one rank), the ping-pong kernel took 3.3% and 6% less time at
+// mainloop overlaps and that the ping-pong schedule hides; timed on one H200 (the two schedules forced
+// in turn, four times, the kernel alone at one rank), the ping-pong kernel took 3.3% and 6% less time at
 // 16384 x 8192 x 8192 and 8192 x 8192 x 8192, and as long at 16384 x 4096 x 14336 (tensor-wise: as
 // long to 4% longer, so not there; docs/design/fused_matmul_reduce_scatter.md).
 inline bool rowwise_rs_pingpong_takes(Element dtype, bool row_scales, int64_t K) {

@@ -21,9 +21,8 @@ int tile_n_above_one_row(int64_t M, int64_t N, int64_t K, int sms, Element dtype
                          bool split_192_allowed, bool wide_allowed) {
   const bool fp8 = dtype == Element::kFP8E4M3;
   if (!fp8 && split_192_allowed && split_192_takes(M, N, K, sms, max_splits)) return 192;
-  if (pingpong_takes(M, N, sms, dtype) || (fp8 && (K < kFp8PingpongBelowK || fp8_pingpong_fills_better(M, N, K, sms)))) {
-    return kPingpongTileN;
-  }
+  const bool fp8_pingpong = fp8 && (K < kFp8PingpongBelowK || fp8_pingpong_fills_better(M, N, K, sms));
+  if (pingpong_takes(M, N, sms, dtype) || fp8_pingpong) return kPingpongTileN;
   if (fp8) return 256;
   return pick_tile_n(M, N, K, sms, max_splits, wide_allowed);
 }
