@@ -335,7 +335,7 @@ void run_scaled_rs_case(Communicator& comm, const ScaledRsCase& c, const ScaledO
 // tensor-wise and row-wise scales, each rank's own; an fp8 output tensor-wise): 256 and 512 rows a rank, N not a multiple of the tile (the
 // ping-pong schedule's, reduced in its epilogue), and 3072 rows a rank of 2048 columns at K of 8448 a rank (the cooperative
 // kernel's 256-wide tiles, reduced in fixup(); past K = 8192, where fp8_pingpong_fills_better would give some world sizes
-// the ping-pong schedule), each with and without a bias (an fp16 or fp8 output at
+// the ping-pong schedule) and, row-wise, at K of 8192 a rank (the ping-pong schedule: rowwise_rs_pingpong_takes), each with and without a bias (an fp16 or fp8 output at
 // K of 128 a rank, the ping-pong's: at 8192 the sequential algorithm's fp16 results fall outside the tolerance); under `fused`, a check
 // that every one of them on more than one rank ran the fused kernel, and on two ranks at 4096 rows a
 // rank (768 tiles: five rounds), its reduction in the epilogue.
@@ -356,6 +356,11 @@ int fused_kernel_rs_cases(RankContext& ctx, Communicator& comm, const ScaledOpOp
   }
   RANK_CHECK(ws == 1 || algo::fused_rs_tile_n(ws, DType::kFP8E4M3, 3072 * ws, 2048, 8448, sms) == 256, 3072 * ws,
              "x2048 on ", ws, " ranks of ", sms, " SMs: not 256-wide tiles");
+  // Row-wise at K of 8192 a rank: the ping-pong schedule (rowwise_rs_pingpong_takes) where the ranks
+  // reduce in fixup(); two ranks reduce these in the epilogue.
+  RANK_CHECK(ws <= 2 || algo::fused_rs_tile_n(ws, DType::kFP8E4M3, 3072 * ws, 2048, 8192, sms, true) ==
+                            kernels::fused::kPingpongTileN,
+             3072 * ws, "x2048 row-wise on ", ws, " ranks of ", sms, " SMs: not the ping-pong schedule");
   int n = 0;
   for (const bool rowwise : {false, true}) {
     for (const ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
@@ -375,6 +380,11 @@ int fused_kernel_rs_cases(RankContext& ctx, Communicator& comm, const ScaledOpOp
     run_scaled_rs_case(comm, ScaledRsCase{3072 * ws, 2048, 8448 * ws, false, rowwise, ReduceOp::kSum, DType::kBF16, true, true},
                        o, s, fp32);
     ++n;
+    if (rowwise) {
+      run_scaled_rs_case(comm, ScaledRsCase{3072 * ws, 2048, 8192 * ws, false, true, ReduceOp::kSum, DType::kBF16, true, true},
+                         o, s, fp32);
+      ++n;
+    }
     // An fp16 output (and bias): staged, reduced and stored in fp16.
     run_scaled_rs_case(comm, ScaledRsCase{256 * ws, 336, 64 * ws, false, rowwise, ReduceOp::kSum, DType::kFP16, true, true}, o,
                        s, fp32);
