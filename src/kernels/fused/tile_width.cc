@@ -7,10 +7,16 @@
 #include "kernels/fused/tail_split.h"
 
 namespace asynctp::kernels::fused {
+namespace {
+
+// The 2 x 1 clusters a persistent grid on `sms` SMs holds (at least one).
+int64_t clusters_on(int sms) { return std::max(1, sms / static_cast<int>(kClusterRows / kTileRows)); }
+
+}  // namespace
 
 bool split_192_takes(int64_t M, int64_t N, int64_t K, int sms, int max_splits) {
   if (M <= kTileRows) return false;
-  const int64_t clusters = std::max(1, sms / static_cast<int>(kClusterRows / kTileRows));
+  const int64_t clusters = clusters_on(sms);
   const int64_t k_tiles = (K + kTileK - 1) / kTileK;
   const int64_t tiles = (M + kClusterRows - 1) / kClusterRows * ((N + 192 - 1) / 192);
   const TailSplit split = plan_tail_split(tiles, clusters, k_tiles, max_splits);
@@ -37,7 +43,7 @@ int pick_tile_n(int64_t M, int64_t N, int64_t K, int sms, int max_splits, bool w
   // A tile's time grows with its width, and the kernel takes as many rounds as its busiest cluster
   // has tiles; the narrower tile is taken only where it saves at least 5% of that estimate (192-wide
   // tiles run a little below 256-wide ones: docs/design/fused_all_gather_matmul.md).
-  const int64_t clusters = std::max(1, sms / static_cast<int>(kClusterRows / kTileRows));
+  const int64_t clusters = clusters_on(sms);
   const int64_t cluster_rows = (M + kClusterRows - 1) / kClusterRows;
   const int64_t k_tiles = (K + kTileK - 1) / kTileK;
   auto plan = [&](int64_t tile_n) {
@@ -66,7 +72,7 @@ bool one_cta_takes(int64_t M, int64_t N, int sms, Element dtype) {
 }
 
 double rounds_filled(int64_t M, int64_t N, int64_t tile_n, int sms) {
-  const int64_t clusters = std::max(1, sms / static_cast<int>(kClusterRows / kTileRows));
+  const int64_t clusters = clusters_on(sms);
   const int64_t tiles = (M + kClusterRows - 1) / kClusterRows * ((N + tile_n - 1) / tile_n);
   const int64_t rounds = (tiles + clusters - 1) / clusters;
   return static_cast<double>(M) * static_cast<double>(N) /
@@ -86,7 +92,7 @@ bool pingpong_192_takes(int64_t M, int64_t N, int64_t K, int sms) {
 
 bool pingpong_takes(int64_t M, int64_t N, int sms, Element dtype) {
   if (M <= kTileRows) return false;
-  const int64_t clusters = std::max(1, sms / static_cast<int>(kClusterRows / kTileRows));
+  const int64_t clusters = clusters_on(sms);
   const int64_t tiles = (M + kClusterRows - 1) / kClusterRows * ((N + kPingpongTileN - 1) / kPingpongTileN);
   return tiles <= (dtype == Element::kFP8E4M3 ? 3 : 1) * clusters;
 }
